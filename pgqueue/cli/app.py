@@ -1,0 +1,152 @@
+"""The ``pgq`` application: command groups are registered here, each in its own module."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from pgqueue import config
+from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
+from pgqueue.client import PgQueue
+from pgqueue.db import embedded
+from pgqueue.db import migrate as migrations
+from pgqueue.errors import InvalidJobError
+
+app = typer.Typer(
+    name="pgq",
+    help="pgqueue: a PostgreSQL-native job queue.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(
+    help="The database pgqueue uses (and the embedded server).", no_args_is_help=True
+)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("url")
+def db_url(dsn: DsnOption = None) -> None:
+    """Print the DSN in use (starting the embedded server if needed): psql "$(pgq db url)"."""
+    with friendly_errors():
+        typer.echo(config.resolve_dsn(dsn))
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL server (its data stays for next time)."""
+    with friendly_errors():
+        stopped = embedded.stop()
+    typer.echo("embedded server stopped" if stopped else "embedded server was not running")
+
+
+@db_app.command("status")
+def db_status(dsn: DsnOption = None) -> None:
+    """Show where the database is and which schema version it has."""
+    with friendly_errors():
+        configured = config.configured_dsn(dsn)
+        if configured is None:
+            typer.echo(
+                f"embedded server: {'running' if embedded.is_running() else 'stopped'} "
+                f"(data in {embedded.data_dir()})"
+            )
+        url = config.resolve_dsn(dsn)
+        current = migrations.current_revision(url)
+        head = migrations.head_revision()
+        typer.echo(f"schema version: {current or 'not installed'} (newest: {head})")
+
+
+@app.command("migrate")
+def migrate(
+    dsn: DsnOption = None,
+    sql: Annotated[
+        bool, typer.Option("--sql", help="Print the SQL instead of running it.")
+    ] = False,
+    revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
+) -> None:
+    """Upgrade pgqueue's schema (own version table, safe to run from several processes)."""
+    with friendly_errors():
+        if sql:
+            sys.stdout.write(migrations.upgrade_sql(revision))
+            return
+        url = config.resolve_dsn(dsn)
+        migrations.upgrade(url, revision)
+        typer.echo(f"pgqueue schema at {migrations.current_revision(url)}")
+
+
+@app.command("enqueue")
+def enqueue(
+    task: Annotated[str, typer.Argument(help="Task name, as registered by the worker.")],
+    args: Annotated[str, typer.Option("--args", help="Task arguments as a JSON object.")] = "{}",
+    queue: Annotated[str | None, typer.Option(help="Queue (default: 'default').")] = None,
+    delay: Annotated[
+        float | None,
+        typer.Option(parser=duration, help="Run after e.g. 30s, 5m.", metavar="DURATION"),
+    ] = None,
+    run_at: Annotated[
+        datetime | None, typer.Option(help="Run at this time (ISO 8601 with a UTC offset).")
+    ] = None,
+    priority: Annotated[int | None, typer.Option(help="Lower runs first (default 0).")] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Attempts before dead-lettering.")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="Return the live job with this key instead of adding a duplicate."),
+    ] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Enqueue a job from the shell; prints its id."""
+    with friendly_errors():
+        try:
+            payload = json.loads(args)
+        except json.JSONDecodeError as exc:
+            raise InvalidJobError(f"--args is not valid JSON: {exc}") from None
+        if not isinstance(payload, dict):
+            raise InvalidJobError('--args must be a JSON object, e.g. \'{"to": "a@example.com"}\'')
+        pgq = PgQueue(dsn)
+        try:
+            job_id = pgq.enqueue(
+                task,
+                payload,
+                queue=queue,
+                delay=delay,
+                run_at=run_at,
+                priority=priority,
+                max_attempts=max_attempts,
+                idempotency_key=idempotency_key,
+            )
+        finally:
+            pgq.close()
+    if as_json:
+        typer.echo(json.dumps({"id": int(job_id), "created": job_id.created}))
+    else:
+        typer.echo(str(int(job_id)) if job_id.created else f"{int(job_id)} (existing job)")
+
+
+@app.command("stats")
+def stats(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Queue depth per queue (the pgqueue.queue_stats view)."""
+    from pgqueue.inspect import queue_stats
+
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            rows = queue_stats(pgq)
+        finally:
+            pgq.close()
+    print_rows(
+        rows,
+        ["queue", "ready", "scheduled", "running", "dead", "oldest_ready_age"],
+        as_json=as_json,
+        title="queues",
+    )
+
+
+def main() -> None:
+    app()

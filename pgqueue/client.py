@@ -1,0 +1,318 @@
+"""``PgQueue``: the application's handle on the queue (task registry, enqueue, inspection).
+
+Sync and async methods drive the same plans (:mod:`pgqueue.db.plan`), so they share every query
+and every line of result handling. With ``conn=`` a method runs in the caller's connection and
+transaction and never commits; without it, it takes a pooled connection and commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
+from typing import Any, TypeAlias, TypeVar, overload
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pgqueue import config
+from pgqueue.db import plan as plans
+from pgqueue.db.migrate import upgrade
+from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
+from pgqueue.errors import ConfigurationError, PgQueueError, UnknownTaskError
+from pgqueue.retry import Backoff
+from pgqueue.tasks import JobCall, P, R, Task
+
+Connection: TypeAlias = psycopg.Connection[Any]
+AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
+T = TypeVar("T")
+
+
+class PgQueue:
+    """A queue living in one PostgreSQL database.
+
+    ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
+    ``DATABASE_URL``, else the embedded server (started on first use).
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
+        pool_size: int = 10,
+    ) -> None:
+        if max_payload_bytes <= 0:
+            raise ConfigurationError("max_payload_bytes must be positive")
+        self._dsn = config.configured_dsn(dsn)
+        self.max_payload_bytes = max_payload_bytes
+        self.pool_size = pool_size
+        self.tasks: dict[str, Task[..., Any]] = {}
+        self._lock = threading.RLock()
+        self._pool: ConnectionPool | None = None
+        self._async_pools: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncConnectionPool
+        ] = weakref.WeakKeyDictionary()
+
+    # -- configuration ---------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The DSN in use (starts the embedded server when none is configured)."""
+        if self._dsn is None:
+            with self._lock:
+                if self._dsn is None:
+                    self._dsn = config.resolve_dsn(None)
+        return self._dsn
+
+    @overload
+    def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+        timeout: float | timedelta | None = None,
+        backoff: Backoff | None = None,
+        pass_context: bool = False,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        func: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+        timeout: float | timedelta | None = None,
+        backoff: Backoff | None = None,
+        pass_context: bool = False,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function as a task: ``@pgq.task`` or ``@pgq.task(queue=..., ...)``.
+
+        ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the attempt number to the
+        retry delay (default: full-jitter exponential, 1 s base, 1 h cap); ``pass_context``
+        passes a :class:`~pgqueue.JobContext` as the first argument.
+        """
+
+        def register(function: Callable[P, R]) -> Task[P, R]:
+            task: Task[P, R] = Task(
+                self,
+                function,
+                name=name,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                backoff=backoff,
+                pass_context=pass_context,
+            )
+            existing = self.tasks.get(task.name)
+            if existing is not None and existing.func is not function:
+                raise ConfigurationError(f"a different task is already named {task.name!r}")
+            self.tasks[task.name] = task
+            return task
+
+        return register(func) if func is not None else register
+
+    def get_task(self, name: str) -> Task[..., Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise UnknownTaskError(f"no task named {name!r} is registered") from None
+
+    def migrate(self) -> None:
+        """Upgrade the database schema to the newest version (same as ``pgq migrate``)."""
+        upgrade(self.dsn)
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _sync_pool(self) -> ConnectionPool:
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    # Fail fast with the server's own message (a pool would retry silently
+                    # until its timeout and then say only that it timed out).
+                    psycopg.connect(self.dsn, connect_timeout=10).close()
+                    pool = ConnectionPool(
+                        self.dsn,
+                        min_size=1,
+                        max_size=self.pool_size,
+                        open=False,
+                        name="pgqueue-client",
+                    )
+                    pool.open(wait=True)
+                    self._pool = pool
+        return self._pool
+
+    async def _async_pool(self) -> AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        pool = self._async_pools.get(loop)
+        if pool is None:
+            dsn = await asyncio.to_thread(lambda: self.dsn)
+            await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
+            pool = AsyncConnectionPool(
+                dsn, min_size=1, max_size=self.pool_size, open=False, name="pgqueue-client-async"
+            )
+            self._async_pools[loop] = pool
+            await pool.open(wait=True)
+        return pool
+
+    @contextmanager
+    def connection(self, conn: Connection | None = None) -> Iterator[Connection]:
+        """``conn`` itself, or a pooled connection committed when the block ends cleanly."""
+        if conn is not None:
+            yield conn
+            return
+        with _schema_hint(), self._sync_pool().connection() as pooled:
+            yield pooled
+
+    @asynccontextmanager
+    async def connection_async(
+        self, conn: AsyncConnection | None = None
+    ) -> AsyncIterator[AsyncConnection]:
+        if conn is not None:
+            yield conn
+            return
+        pool = await self._async_pool()
+        with _schema_hint():
+            async with pool.connection() as pooled:
+                yield pooled
+
+    def run(
+        self, plan: plans.Plan[T], conn: Connection | None = None, *, atomic: bool = False
+    ) -> T:
+        """Drive a plan on ``conn`` or a pooled connection.
+
+        ``atomic`` plans need one transaction. A non-autocommit connection already gives them
+        one (the caller's, or the pool's, committed at the end); only an autocommit connection
+        needs an explicit one. (``conn.transaction()`` on an idle non-autocommit connection
+        would commit at the end of the block, behind the caller's back.)
+        """
+        with self.connection(conn) as c, _schema_hint():
+            if atomic and c.autocommit:
+                with c.transaction():
+                    return plans.run(plan, c)
+            return plans.run(plan, c)
+
+    async def run_async(
+        self, plan: plans.Plan[T], conn: AsyncConnection | None = None, *, atomic: bool = False
+    ) -> T:
+        async with self.connection_async(conn) as c:
+            with _schema_hint():
+                if atomic and c.autocommit:
+                    async with c.transaction():
+                        return await plans.run_async(plan, c)
+                return await plans.run_async(plan, c)
+
+    def close(self) -> None:
+        """Close the client's connection pools (sync; async pools need :meth:`aclose`)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    async def aclose(self) -> None:
+        self.close()
+        loop = asyncio.get_running_loop()
+        pool = self._async_pools.pop(loop, None)
+        if pool is not None:
+            await pool.close()
+
+    def __enter__(self) -> PgQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> PgQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def spec(
+        self, task: str | Task[..., Any], args: Mapping[str, Any] | None, options: Mapping[str, Any]
+    ) -> JobSpec:
+        """Validate a job given by task name (or Task) and an args object."""
+        name = task.name if isinstance(task, Task) else task
+        registered = self.tasks.get(name) if isinstance(name, str) else None
+        defaults = registered.defaults if registered is not None else {}
+        return make_spec(
+            name, args or {}, options, defaults=defaults, payload_limit=self.max_payload_bytes
+        )
+
+    def enqueue(
+        self,
+        task: str | Task[..., Any],
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: Connection | None = None,
+        **options: Any,
+    ) -> JobId:
+        """Enqueue by task name with an args object (no need to import the task's code)."""
+        return self.enqueue_spec(self.spec(task, args, options), conn=conn)
+
+    async def enqueue_async(
+        self,
+        task: str | Task[..., Any],
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: AsyncConnection | None = None,
+        **options: Any,
+    ) -> JobId:
+        return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
+
+    def enqueue_spec(self, spec: JobSpec, conn: Connection | None = None) -> JobId:
+        return self.run(enqueue_one(spec), conn)
+
+    async def enqueue_spec_async(self, spec: JobSpec, conn: AsyncConnection | None = None) -> JobId:
+        return await self.run_async(enqueue_one(spec), conn)
+
+    def enqueue_many(
+        self, jobs: Iterable[JobCall | JobSpec], *, conn: Connection | None = None
+    ) -> list[JobId]:
+        """Enqueue many jobs atomically in a few statements (COPY); ids in input order."""
+        specs = _specs(jobs)
+        return self.run(enqueue_many(specs), conn, atomic=True)
+
+    async def enqueue_many_async(
+        self, jobs: Iterable[JobCall | JobSpec], *, conn: AsyncConnection | None = None
+    ) -> list[JobId]:
+        specs = _specs(jobs)
+        return await self.run_async(enqueue_many(specs), conn, atomic=True)
+
+
+def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:
+    # Validate every job before the first write, so bad input leaves nothing half-written.
+    return [job if isinstance(job, JobSpec) else job.spec() for job in jobs]
+
+
+@contextmanager
+def _schema_hint() -> Iterator[None]:
+    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do."""
+    try:
+        yield
+    except (
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedFunction,
+        psycopg.errors.InvalidSchemaName,
+    ) as exc:
+        if "pgqueue" not in str(exc):
+            raise
+        raise PgQueueError(
+            f"pgqueue's schema is not installed in this database ({exc.diag.message_primary}); "
+            "run `pgq migrate` first"
+        ) from exc

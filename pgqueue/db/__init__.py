@@ -1,0 +1,1 @@
+"""Database plumbing: DSN resolution, the embedded server, named queries, connections."""

@@ -1,0 +1,49 @@
+"""The exceptions pgqueue raises, as one small tree rooted at :class:`PgQueueError`.
+
+Every error a caller can trigger with bad input is raised *before* anything is written, and its
+message names the offending value, so ``except PgQueueError`` is enough to catch all of them.
+"""
+
+from __future__ import annotations
+
+
+class PgQueueError(Exception):
+    """Base class of every error raised by pgqueue."""
+
+
+class ConfigurationError(PgQueueError):
+    """The queue could not be set up: no DSN, embedded server unavailable, bad setting."""
+
+
+class InvalidJobError(PgQueueError, ValueError):
+    """A job was rejected before anything was written (bad args, bad option, bad name)."""
+
+
+class UnknownTaskError(PgQueueError, LookupError):
+    """A task name that is not registered on this :class:`~pgqueue.PgQueue`."""
+
+
+class JobNotFoundError(PgQueueError, LookupError):
+    """No job with that id exists (live, finished in history, or dead-lettered)."""
+
+
+class Retry(Exception):
+    """Raised by a handler to run the job again later without counting it as an error.
+
+    The attempt is not burned and no error is recorded; ``delay`` is in seconds (or a
+    ``timedelta``); ``None`` lets the task's backoff policy decide.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        super().__init__(reason or f"retry requested (delay={delay})")
+        self.delay = delay
+        self.reason = reason
+
+
+class Fail(Exception):
+    """Raised by a handler to dead-letter the job at once, skipping the remaining attempts."""
+
+
+class JobCancelled(Exception):
+    """Raised inside a handler (via ``ctx.raise_if_cancelled()``) when its job was cancelled or
+    its lease was lost, so cooperative sync handlers can stop early."""

@@ -1,0 +1,128 @@
+"""Job arguments as JSON: validation and (de)serialisation.
+
+Arguments are stored as one JSON object keyed by parameter name, so a row reads well in psql and a
+job enqueued from SQL or ``pgq enqueue --args '{...}'`` looks exactly like one from Python.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pgqueue.config import MAX_NAME_LENGTH
+from pgqueue.errors import InvalidJobError
+
+# json.dumps writes U+0000 as the escape \u0000, which jsonb cannot store. Match the escape only
+# when it is not itself an escaped backslash followed by the letters "u0000".
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def dumps(value: Any, *, limit: int, what: str = "args") -> str:
+    """Serialise ``value`` to compact JSON or raise :class:`InvalidJobError` saying why not."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except ValueError as exc:
+        if "Out of range float" in str(exc):
+            raise InvalidJobError(
+                f"{what} contain NaN or Infinity, which JSON cannot represent"
+            ) from None
+        if "Circular reference" in str(exc):
+            raise InvalidJobError(f"{what} contain a circular reference") from None
+        raise InvalidJobError(f"{what} are not JSON-serialisable: {exc}") from None
+    except TypeError as exc:
+        raise InvalidJobError(f"{what} are not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidJobError(f"{what} are nested too deeply to serialise") from None
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise InvalidJobError(
+            f"{what} contain a NUL character (U+0000), which PostgreSQL jsonb cannot store"
+        )
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise InvalidJobError(f"{what} are {size} bytes of JSON, over the limit of {limit} bytes")
+    return text
+
+
+def check_name(value: object, what: str) -> str:
+    """Queue and task names are plain data: any characters but NUL, 1..200 of them."""
+    if not isinstance(value, str):
+        raise InvalidJobError(f"{what} must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidJobError(f"{what} must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidJobError(
+            f"{what} is {len(value)} characters long, over the limit of {MAX_NAME_LENGTH}"
+        )
+    if "\x00" in value:
+        raise InvalidJobError(f"{what} must not contain a NUL character")
+    return value
+
+
+def bind_arguments(
+    signature: inspect.Signature, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Map a call's positional and keyword arguments to parameter names (checked at enqueue)."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidJobError(f"arguments do not match task {name!r}: {exc}") from None
+    return dict(bound.arguments)
+
+
+def call_arguments(
+    signature: inspect.Signature, name: str, stored: Mapping[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """Turn a stored args object back into ``(*args, **kwargs)`` for the handler.
+
+    Raises :class:`InvalidJobError` when the stored object does not fit the signature (a job
+    written by hand, or a task whose parameters changed): the job can never succeed.
+    """
+    positional: list[Any] = []
+    keywords: dict[str, Any] = {}
+    known = set()
+    # Parameters before *args must be passed by position, so keep passing positionally until
+    # the first one that is absent (defaulted); after that, by keyword.
+    in_order = True
+    for param in signature.parameters.values():
+        known.add(param.name)
+        if param.name not in stored:
+            if param.kind in (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            ):
+                in_order = False
+            continue
+        value = stored[param.name]
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY or (
+            param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and in_order
+        ):
+            positional.append(value)
+        elif param.kind is inspect.Parameter.VAR_POSITIONAL:
+            if not isinstance(value, list):
+                raise InvalidJobError(f"task {name!r}: *{param.name} must be a JSON array")
+            positional.extend(value)
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            if not isinstance(value, dict):
+                raise InvalidJobError(f"task {name!r}: **{param.name} must be a JSON object")
+            keywords.update(value)
+        else:
+            keywords[param.name] = value
+    unknown = sorted(set(stored) - known)
+    if unknown:
+        raise InvalidJobError(f"task {name!r} has no parameter(s) named {', '.join(unknown)}")
+    try:
+        signature.bind(*positional, **keywords)
+    except TypeError as exc:
+        raise InvalidJobError(f"stored args do not match task {name!r}: {exc}") from None
+    return positional, keywords
+
+
+def signature_of(func: Callable[..., Any], *, skip_first: bool) -> inspect.Signature:
+    signature = inspect.signature(func)
+    if skip_first:
+        params = list(signature.parameters.values())[1:]
+        signature = signature.replace(parameters=params)
+    return signature

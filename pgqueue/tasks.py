@@ -1,0 +1,148 @@
+"""Tasks: the functions a :class:`~pgqueue.PgQueue` knows how to run, and how to enqueue them.
+
+``@pgq.task(...)`` wraps a function in a :class:`Task`. Calling the task runs the function
+directly; ``task.enqueue(...)`` writes a job. Keyword arguments of ``enqueue`` whose names are
+options (``queue``, ``priority``, ``run_at``, ``delay``, ``max_attempts``, ``idempotency_key``,
+``conn``) are taken as options; everything else goes to the task. When the task's own parameters
+use one of those names, ``task.options(...).enqueue(...)`` passes every keyword to the task.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from pgqueue.enqueue import OPTION_NAMES, JobId, JobSpec, check_options, make_spec, to_timedelta
+from pgqueue.errors import InvalidJobError
+from pgqueue.payload import bind_arguments, check_name, signature_of
+from pgqueue.retry import Backoff, ExponentialBackoff
+
+if TYPE_CHECKING:
+    from pgqueue.client import Connection, PgQueue
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_CALL_OPTIONS = OPTION_NAMES | {"conn"}
+
+
+class Task(Generic[P, R]):
+    """A registered task. Create with ``@pgq.task(...)``, not directly."""
+
+    def __init__(
+        self,
+        app: PgQueue,
+        func: Callable[P, R],
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 5,
+        timeout: float | timedelta | None = None,
+        backoff: Backoff | None = None,
+        pass_context: bool = False,
+    ) -> None:
+        self.app = app
+        self.func = func
+        self.name = check_name(name or _default_name(func), "task name")
+        self.defaults = check_options(
+            {"queue": queue, "priority": priority, "max_attempts": max_attempts}
+        )
+        self.timeout = to_timedelta(timeout, "timeout").total_seconds() if timeout else None
+        self.backoff: Backoff = backoff or ExponentialBackoff()
+        self.pass_context = pass_context
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.signature = signature_of(func, skip_first=pass_context)
+        self.__doc__ = func.__doc__
+        self.__name__ = getattr(func, "__name__", self.name)
+
+    @property
+    def queue(self) -> str:
+        return str(self.defaults["queue"])
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function here and now, without a queue (handy in tests and scripts)."""
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue!r}>"
+
+    def options(self, **options: Any) -> TaskCall:
+        """The same task with per-call options fixed; its ``enqueue`` passes every keyword
+        argument to the task (for tasks whose parameter names clash with option names)."""
+        conn = options.pop("conn", None)
+        return TaskCall(self, check_options(options), conn)
+
+    def s(self, *args: Any, **kwargs: Any) -> JobCall:
+        """A job description (task + arguments + options) for bulk enqueue and workflows."""
+        options, task_kwargs = _split(kwargs)
+        if "conn" in options:
+            raise InvalidJobError(
+                "conn is not an option of a job description; pass it to enqueue_many(..., conn=...)"
+            )
+        return self.options(**options).s(*args, **task_kwargs)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobId:
+        """Enqueue a job and return its id (see the module docstring for the options)."""
+        options, task_kwargs = _split(kwargs)
+        return self.options(**options).enqueue(*args, **task_kwargs)
+
+    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobId:
+        """The async twin of :meth:`enqueue`; ``conn`` is a ``psycopg.AsyncConnection``."""
+        options, task_kwargs = _split(kwargs)
+        return await self.options(**options).enqueue_async(*args, **task_kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCall:
+    """A task with per-call options fixed (``task.options(...)``)."""
+
+    task: Task[..., Any]
+    options: Mapping[str, Any]
+    conn: Any = None
+
+    def s(self, *args: Any, **kwargs: Any) -> JobCall:
+        bound = bind_arguments(self.task.signature, self.task.name, args, kwargs)
+        return JobCall(self.task, bound, self.options)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobId:
+        call = self.s(*args, **kwargs)
+        return self.task.app.enqueue_spec(call.spec(), conn=self.conn)
+
+    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobId:
+        call = self.s(*args, **kwargs)
+        return await self.task.app.enqueue_spec_async(call.spec(), conn=self.conn)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCall:
+    """A task, its bound arguments and options: one job not yet written."""
+
+    task: Task[..., Any]
+    args: Mapping[str, Any]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def spec(self) -> JobSpec:
+        return make_spec(
+            self.task.name,
+            self.args,
+            self.options,
+            defaults=self.task.defaults,
+            payload_limit=self.task.app.max_payload_bytes,
+        )
+
+    def enqueue(self, conn: Connection | None = None) -> JobId:
+        return self.task.app.enqueue_spec(self.spec(), conn=conn)
+
+
+def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    options = {name: kwargs.pop(name) for name in list(kwargs) if name in _CALL_OPTIONS}
+    return options, kwargs
+
+
+def _default_name(func: Callable[..., Any]) -> str:
+    module = getattr(func, "__module__", None) or "tasks"
+    return f"{module}.{getattr(func, '__qualname__', repr(func))}"

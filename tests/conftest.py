@@ -1,0 +1,132 @@
+"""Test fixtures: a real PostgreSQL for the whole session, a clean database for every test.
+
+The server is ``PGQUEUE_TEST_DSN`` when set, otherwise an embedded PostgreSQL started here in a
+temporary directory (never skipped: a database test without a database is a failure). The schema
+is migrated once into a template database; each test gets a fresh copy of it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgqueue import PgQueue
+from pgqueue.db import embedded, migrate
+
+TEMPLATE = "pgqueue_test_template"
+_counter = itertools.count()
+
+
+class PgServer:
+    """The session's server: an admin DSN plus helpers to make databases on it."""
+
+    def __init__(self, admin_dsn: str, data_dir: Path | None) -> None:
+        self.admin_dsn = admin_dsn
+        self.data_dir = data_dir  # set for the embedded server (so tests can restart it)
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            self.version = conn.info.server_version
+
+    def dsn_for(self, dbname: str) -> str:
+        return make_conninfo(self.admin_dsn, dbname=dbname)
+
+    def create_database(self, name: str, template: str | None = None) -> str:
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+            if template is None:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            else:
+                # FILE_COPY (PG15+) is much faster than the WAL-logged default for small DBs.
+                strategy = sql.SQL(" STRATEGY FILE_COPY" if self.version >= 150000 else "")
+                conn.execute(
+                    sql.SQL("CREATE DATABASE {} TEMPLATE {}{}").format(
+                        sql.Identifier(name), sql.Identifier(template), strategy
+                    )
+                )
+        return self.dsn_for(name)
+
+    def drop_database(self, name: str) -> None:
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def _start_embedded(base: Path) -> tuple[str, Path]:
+    data = base / "pgdata"
+    server = embedded.start(data)
+    dsn = str(server.get_uri())
+    # A test server does not need durability; it needs speed and room for many workers.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for setting, value in {
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": "400",
+            "shared_buffers": "256MB",
+            "log_min_messages": "fatal",
+        }.items():
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                    sql.Identifier(setting), sql.Literal(value)
+                )
+            )
+    embedded.pg_ctl(["-w", "-m", "fast", "restart"], data)
+    return dsn, data
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+    external = os.environ.get("PGQUEUE_TEST_DSN")
+    if external:
+        server = PgServer(external, None)
+    else:
+        dsn, data = _start_embedded(tmp_path_factory.mktemp("embedded-pg"))
+        server = PgServer(dsn, data)
+    template_dsn = server.create_database(TEMPLATE)
+    migrate.upgrade(template_dsn)
+    yield server
+    server.drop_database(TEMPLATE)
+    if server.data_dir is not None:
+        embedded.stop(server.data_dir)
+
+
+@pytest.fixture
+def fresh_db(pg_server: PgServer) -> Iterator[str]:
+    """An empty database (no pgqueue schema) for migration tests."""
+    name = f"pgqueue_test_empty_{os.getpid()}_{next(_counter)}"
+    yield pg_server.create_database(name)
+    pg_server.drop_database(name)
+
+
+@pytest.fixture
+def dsn(pg_server: PgServer) -> Iterator[str]:
+    """A clean database with pgqueue's schema at head."""
+    name = f"pgqueue_test_{os.getpid()}_{next(_counter)}"
+    yield pg_server.create_database(name, template=TEMPLATE)
+    pg_server.drop_database(name)
+
+
+@pytest.fixture
+def pgq(dsn: str) -> Iterator[PgQueue]:
+    queue = PgQueue(dsn)
+    yield queue
+    queue.close()
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        yield connection
+
+
+def dbname_of(dsn: str) -> str:
+    return str(conninfo_to_dict(dsn)["dbname"])

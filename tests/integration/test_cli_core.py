@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg
+from typer.testing import CliRunner
+
+from pgqueue.cli import app
+
+runner = CliRunner()
+PGQ = shutil.which("pgq") or "pgq"
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_enqueue_from_the_shell(dsn, conn):
+    result = invoke(
+        "enqueue",
+        "reports.build",
+        "--args",
+        '{"month": "2026-11"}',
+        "--queue",
+        "reports",
+        "--delay",
+        "5m",
+        "--priority",
+        "-1",
+        "--dsn",
+        dsn,
+    )
+    assert result.exit_code == 0, result.output
+    job_id = int(result.output.strip())
+    row = conn.execute(
+        "SELECT queue, task, args, state, priority FROM pgqueue.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == ("reports", "reports.build", {"month": "2026-11"}, "scheduled", -1)
+
+
+def test_enqueue_idempotency_and_json_output(dsn):
+    first = invoke("enqueue", "t", "--idempotency-key", "k", "--json", "--dsn", dsn)
+    again = invoke("enqueue", "t", "--idempotency-key", "k", "--json", "--dsn", dsn)
+    a, b = json.loads(first.output), json.loads(again.output)
+    assert a["created"] and not b["created"] and a["id"] == b["id"]
+
+
+def test_enqueue_bad_input_is_a_clear_error_and_writes_nothing(dsn, conn):
+    for args, message in [
+        (["--args", "{oops"], "--args is not valid JSON"),
+        (["--args", "[1, 2]"], "--args must be a JSON object"),
+        (["--args", '{"x": NaN}'], "NaN"),
+        (["--queue", ""], "queue name must not be empty"),
+        (["--priority", "99999"], "priority must be between"),
+    ]:
+        result = runner.invoke(app, ["enqueue", "t", *args, "--dsn", dsn])
+        assert result.exit_code == 1, (args, result.output)
+        assert message in result.output, (args, result.output)
+    bad_delay = runner.invoke(app, ["enqueue", "t", "--delay", "soon", "--dsn", dsn])
+    assert bad_delay.exit_code == 2 and "invalid duration" in bad_delay.output
+    assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone()[0] == 0
+
+
+def test_stats_json(dsn):
+    invoke("enqueue", "t", "--queue", "a", "--dsn", dsn)
+    result = invoke("stats", "--json", "--dsn", dsn)
+    [row] = json.loads(result.output)
+    assert row["queue"] == "a" and row["ready"] == 1
+
+
+def test_unreachable_database_is_one_clear_line():
+    result = runner.invoke(
+        app, ["enqueue", "t", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"]
+    )
+    assert result.exit_code == 1
+    assert "database unreachable" in result.output or "error" in result.output
+
+
+def test_embedded_server_is_started_on_demand_shared_and_stopped(tmp_path: Path):
+    """No DSN anywhere: `pgq db url` starts the embedded server; a second process finds the same
+    one; psql-compatible URL works; `pgq db stop` stops it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    env["PGQUEUE_EMBEDDED_DIR"] = str(tmp_path / "pg")
+
+    def pgq(*args: str) -> str:
+        done = subprocess.run(
+            [PGQ, *args], check=False, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    try:
+        url = pgq("db", "url")
+        assert pgq("db", "url") == url
+        pgq("migrate")
+        job = pgq("enqueue", "hello", "--args", '{"who": "world"}')
+        with psycopg.connect(url) as conn:
+            assert conn.execute(
+                "SELECT task FROM pgqueue.jobs WHERE id = %s", (int(job),)
+            ).fetchone() == ("hello",)
+        assert "schema version: 0001" in pgq("db", "status") or "schema version" in pgq(
+            "db", "status"
+        )
+    finally:
+        assert pgq("db", "stop") in ("embedded server stopped", "embedded server was not running")
+    assert pgq("db", "stop") == "embedded server was not running"

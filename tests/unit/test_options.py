@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pgqueue.durations import format_duration, parse_duration
+from pgqueue.enqueue import JobId, check_options, make_spec
+from pgqueue.errors import InvalidJobError
+
+
+def spec(options, defaults=None, args=None):
+    return make_spec("t", args or {}, options, defaults=defaults or {}, payload_limit=1000)
+
+
+def test_defaults_then_call_options():
+    s = spec({"priority": 3}, defaults={"queue": "emails", "priority": 1, "max_attempts": 7})
+    assert (s.queue, s.priority, s.max_attempts) == ("emails", 3, 7)
+
+
+def test_unknown_option_is_named():
+    with pytest.raises(InvalidJobError, match=r"unknown enqueue option.*prioroty"):
+        check_options({"prioroty": 1})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"priority": 40000}, "priority must be between"),
+        ({"priority": "high"}, "priority must be an integer"),
+        ({"priority": True}, "priority must be an integer"),
+        ({"max_attempts": 0}, "max_attempts must be between"),
+        ({"delay": -1}, "must not be negative"),
+        ({"delay": float("nan")}, "finite"),
+        ({"delay": "soon"}, "seconds or a timedelta"),
+        ({"run_at": datetime(2030, 1, 1)}, "timezone-aware"),
+        ({"run_at": "2030-01-01"}, "must be a datetime"),
+        ({"run_at": datetime.now(UTC), "delay": 3}, "either run_at or delay"),
+        ({"queue": ""}, "must not be empty"),
+        ({"idempotency_key": ""}, "idempotency_key"),
+        ({"idempotency_key": 5}, "idempotency_key"),
+    ],
+)
+def test_bad_options(options, message):
+    with pytest.raises(InvalidJobError, match=message):
+        spec(options)
+
+
+def test_delay_accepts_seconds_and_timedelta():
+    assert spec({"delay": 2}).delay == timedelta(seconds=2)
+    assert spec({"delay": timedelta(minutes=1)}).delay == timedelta(minutes=1)
+
+
+def test_args_must_be_a_mapping():
+    with pytest.raises(InvalidJobError, match="JSON object"):
+        make_spec("t", [1], {}, defaults={}, payload_limit=100)  # type: ignore[arg-type]
+
+
+def test_job_id_is_an_int_that_knows_if_it_was_created():
+    job = JobId(5, created=False)
+    assert job == 5 and not job.created and repr(job) == "JobId(5, created=False)"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 30), ("30s", 30), ("250ms", 0.25), ("5m", 300), ("1.5h", 5400), ("2d", 172800)],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5x", "-3s", "s", "1e400"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+def test_format_duration():
+    assert [format_duration(s) for s in (0.25, 5, 90, 300, 7200)] == [
+        "250ms",
+        "5s",
+        "90s",
+        "5m",
+        "2h",
+    ]
