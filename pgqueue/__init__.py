@@ -4,6 +4,7 @@ Jobs are rows in ``pgqueue.jobs``: enqueue them inside your own transactions, ru
 ``pgq work``, inspect everything with plain SQL.
 """
 
+from pgqueue._version import __version__
 from pgqueue.client import PgQueue
 from pgqueue.enqueue import JobId, JobSpec
 from pgqueue.errors import (
@@ -18,8 +19,7 @@ from pgqueue.errors import (
 )
 from pgqueue.retry import ConstantBackoff, ExponentialBackoff
 from pgqueue.tasks import JobCall, Task
-
-__version__ = "0.1.0"
+from pgqueue.worker.context import JobContext, current_job
 
 __all__ = [
     "ConfigurationError",
@@ -29,6 +29,7 @@ __all__ = [
     "InvalidJobError",
     "JobCall",
     "JobCancelled",
+    "JobContext",
     "JobId",
     "JobNotFoundError",
     "JobSpec",
@@ -38,4 +39,5 @@ __all__ = [
     "Task",
     "UnknownTaskError",
     "__version__",
+    "current_job",
 ]

@@ -18,11 +18,11 @@ from typing import Any, TypeAlias, TypeVar, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import config
+from pgqueue import admin, config
 from pgqueue.db import plan as plans
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
-from pgqueue.errors import ConfigurationError, PgQueueError, UnknownTaskError
+from pgqueue.errors import ConfigurationError, InvalidJobError, PgQueueError, UnknownTaskError
 from pgqueue.retry import Backoff
 from pgqueue.tasks import JobCall, P, R, Task
 
@@ -247,8 +247,15 @@ class PgQueue:
         self, task: str | Task[..., Any], args: Mapping[str, Any] | None, options: Mapping[str, Any]
     ) -> JobSpec:
         """Validate a job given by task name (or Task) and an args object."""
+        # A task's defaults (queue, priority, max_attempts) apply when it is passed as a Task
+        # or registered here under that name; a bare name of a task defined elsewhere gets the
+        # global defaults unless the call says otherwise.
         name = task.name if isinstance(task, Task) else task
-        registered = self.tasks.get(name) if isinstance(name, str) else None
+        registered = (
+            task
+            if isinstance(task, Task)
+            else (self.tasks.get(name) if isinstance(name, str) else None)
+        )
         defaults = registered.defaults if registered is not None else {}
         return make_spec(
             name, args or {}, options, defaults=defaults, payload_limit=self.max_payload_bytes
@@ -293,6 +300,62 @@ class PgQueue:
     ) -> list[JobId]:
         specs = _specs(jobs)
         return await self.run_async(enqueue_many(specs), conn, atomic=True)
+
+    # -- operator actions --------------------------------------------------------------------
+
+    def cancel(self, job_id: int, *, conn: Connection | None = None) -> admin.CancelResult:
+        """Cancel a job: 'cancelled' (it was waiting and is gone), 'cancelling' (it is running;
+        its worker stops the handler and records it cancelled), or 'not_found'."""
+        return self.run(admin.cancel(job_id), conn)
+
+    async def cancel_async(
+        self, job_id: int, *, conn: AsyncConnection | None = None
+    ) -> admin.CancelResult:
+        return await self.run_async(admin.cancel(job_id), conn)
+
+    def dead_letters(self, *, limit: int = 100, **filters: Any) -> list[dict[str, Any]]:
+        """Dead letters, newest first. Filters: ids, task, queue, error (substring of the last
+        error), since, until (timezone-aware datetimes, on the time the job died)."""
+        return self.run(admin.list_dead_letters(_filter(filters), limit))
+
+    def replay_dead_letters(
+        self,
+        *,
+        batch_size: int = 500,
+        dry_run: bool = False,
+        conn: Connection | None = None,
+        **filters: Any,
+    ) -> int:
+        """Move matching dead letters back to the queue with fresh attempts, in batches of
+        ``batch_size`` (one transaction each unless ``conn`` is given). Returns how many were
+        (or, with ``dry_run``, would be) replayed."""
+        where = _filter(filters)
+        if batch_size < 1:
+            raise InvalidJobError("batch_size must be at least 1")
+        if dry_run:
+            return self.run(admin.count_dead_letters(where), conn)
+        total = 0
+        while True:
+            moved = self.run(admin.replay_batch(where, batch_size), conn)
+            total += len(moved)
+            if len(moved) < batch_size:
+                return total
+
+    def reap(self, max_jobs: int = 1000) -> int:
+        """Run the reaper once (what `pgq reaper` and pg_cron do); returns jobs recovered."""
+        return self.run(admin.reap(max_jobs))
+
+
+def _filter(filters: dict[str, Any]) -> admin.DeadLetterFilter:
+    if "ids" in filters and filters["ids"] is not None:
+        filters = {**filters, "ids": tuple(int(i) for i in filters["ids"])}
+    try:
+        return admin.DeadLetterFilter(**filters)
+    except TypeError:
+        known = ", ".join(admin.DeadLetterFilter.__dataclass_fields__)
+        raise InvalidJobError(
+            f"unknown dead-letter filter in {sorted(filters)} (known: {known})"
+        ) from None
 
 
 def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:

@@ -43,6 +43,8 @@ class JobId(int):
     def __repr__(self) -> str:
         return f"JobId({int(self)}, created={self.created})"
 
+    __str__ = int.__repr__  # str(job_id) == "42", as for any int
+
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:

@@ -19,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue import PgQueue
 from pgqueue.db import embedded, migrate
+from tests.helpers import LEDGER_DDL
 
 TEMPLATE = "pgqueue_test_template"
 _counter = itertools.count()
@@ -93,6 +94,8 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
         server = PgServer(dsn, data)
     template_dsn = server.create_database(TEMPLATE)
     migrate.upgrade(template_dsn)
+    with psycopg.connect(template_dsn) as conn:
+        conn.execute(LEDGER_DDL)
     yield server
     server.drop_database(TEMPLATE)
     if server.data_dir is not None:
@@ -116,6 +119,16 @@ def dsn(pg_server: PgServer) -> Iterator[str]:
 
 
 @pytest.fixture
+def app_dsn(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The test database, also as PGQUEUE_DSN (the worker test app's tasks read it)."""
+    from tests.integration import worker_app
+
+    monkeypatch.setenv("PGQUEUE_DSN", dsn)
+    yield dsn
+    worker_app.close_ledger()
+
+
+@pytest.fixture
 def pgq(dsn: str) -> Iterator[PgQueue]:
     queue = PgQueue(dsn)
     yield queue
@@ -126,6 +139,39 @@ def pgq(dsn: str) -> Iterator[PgQueue]:
 def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
     with psycopg.connect(dsn, autocommit=True) as connection:
         yield connection
+
+
+class OwnServer:
+    """A private embedded server for tests that stop, restart or crash it."""
+
+    def __init__(self, base: Path) -> None:
+        self.data = base / "pgdata"
+        self.dsn = str(embedded.start(self.data).get_uri())
+        self.socket_dir = Path(str(conninfo_to_dict(self.dsn)["host"]))
+        migrate.upgrade(self.dsn)
+        with psycopg.connect(self.dsn) as conn:
+            conn.execute(LEDGER_DDL)
+
+    def stop(self, mode: str = "fast") -> None:
+        embedded.pg_ctl(["-w", "-m", mode, "stop"], self.data)
+
+    def start(self) -> None:
+        embedded.start_stopped(self.data, self.socket_dir)
+
+    def restart(self, mode: str = "immediate") -> None:
+        embedded.pg_ctl(["-w", "-m", mode, "restart"], self.data)
+
+
+@pytest.fixture
+def own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnServer]:
+    from tests.integration import worker_app
+
+    server = OwnServer(tmp_path)
+    monkeypatch.setenv("PGQUEUE_DSN", server.dsn)
+    yield server
+    worker_app.close_ledger()
+    if embedded.is_running(server.data):
+        embedded.stop(server.data)
 
 
 def dbname_of(dsn: str) -> str:

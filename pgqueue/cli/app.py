@@ -10,7 +10,9 @@ from typing import Annotated
 import typer
 
 from pgqueue import config
+from pgqueue.cli import jobs, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
+from pgqueue.cli.dlq import dlq_app
 from pgqueue.client import PgQueue
 from pgqueue.db import embedded
 from pgqueue.db import migrate as migrations
@@ -27,6 +29,10 @@ db_app = typer.Typer(
     help="The database pgqueue uses (and the embedded server).", no_args_is_help=True
 )
 app.add_typer(db_app, name="db")
+app.add_typer(dlq_app, name="dlq")
+app.command("work")(worker_cmds.work)
+app.command("reaper")(worker_cmds.reaper)
+app.command("cancel")(jobs.cancel)
 
 
 @db_app.command("url")

@@ -33,8 +33,10 @@ DsnOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def duration(value: str) -> float:
-    """typer parser for durations such as 30s, 5m, 250ms."""
+def duration(value: str | float) -> float:
+    """typer parser for durations such as 30s, 5m, 250ms (defaults arrive as numbers)."""
+    if isinstance(value, int | float):
+        return float(value)
     try:
         return parse_duration(value)
     except ValueError as exc:

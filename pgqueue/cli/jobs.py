@@ -1,0 +1,35 @@
+"""Job-level commands: ``pgq cancel``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pgqueue.cli.common import DsnOption, friendly_errors
+from pgqueue.client import PgQueue
+
+_MESSAGES = {
+    "cancelled": "job {id} cancelled",
+    "cancelling": "job {id} is running: its worker was told to stop it",
+    "not_found": "job {id} not found (unknown, already finished, or dead-lettered)",
+}
+
+
+def cancel(
+    job_ids: Annotated[list[int], typer.Argument(help="Job id(s).")],
+    dsn: DsnOption = None,
+) -> None:
+    """Cancel jobs: waiting ones at once, running ones via their worker."""
+    missing = 0
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            for job_id in job_ids:
+                result = pgq.cancel(job_id)
+                missing += result == "not_found"
+                typer.echo(_MESSAGES[result].format(id=job_id))
+        finally:
+            pgq.close()
+    if missing:
+        raise typer.Exit(1)

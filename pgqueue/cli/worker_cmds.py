@@ -1,0 +1,154 @@
+"""``pgq work`` and ``pgq reaper``: the long-running processes."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from pgqueue import config, logs
+from pgqueue.cli.common import DsnOption, duration, friendly_errors
+from pgqueue.client import PgQueue
+from pgqueue.errors import ConfigurationError
+from pgqueue.worker import Worker, WorkerSettings
+
+LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")]
+LogFormat = Annotated[str, typer.Option("--log-format", help="text (key=value) or json.")]
+
+
+def load_app(spec: str) -> PgQueue:
+    """Import ``module:attribute`` (the attribute defaults to ``pgq``) from the current dir."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name:
+        raise ConfigurationError(f"APP must look like 'package.module:pgq', got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attribute or "pgq", None)
+    if not isinstance(app, PgQueue):
+        name = f"{module_name}:{attribute or 'pgq'}"
+        raise ConfigurationError(f"{name} is not a PgQueue instance (got {type(app).__name__})")
+    return app
+
+
+def work(
+    app: Annotated[str, typer.Argument(help="Where your PgQueue lives: 'myapp.tasks:pgq'.")],
+    queue: Annotated[
+        str, typer.Option("--queue", "-q", help="Comma-separated queues.")
+    ] = "default",
+    concurrency: Annotated[int, typer.Option(help="Jobs run at once in this process.")] = 10,
+    burst: Annotated[bool, typer.Option(help="Exit 0 once nothing is ready or running.")] = False,
+    lease: Annotated[
+        float,
+        typer.Option(
+            parser=duration, metavar="DURATION", help="Lease length; heartbeats every lease/3."
+        ),
+    ] = 30.0,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(
+            parser=duration,
+            metavar="DURATION",
+            help="On SIGTERM, how long running jobs may finish before they are handed back.",
+        ),
+    ] = 30.0,
+    poll_interval: Annotated[
+        float,
+        typer.Option(
+            parser=duration,
+            metavar="DURATION",
+            help="Fallback polling when no notification arrives.",
+        ),
+    ] = 5.0,
+    reaper_interval: Annotated[
+        float,
+        typer.Option(
+            parser=duration, metavar="DURATION", help="How often this worker runs the reaper."
+        ),
+    ] = 5.0,
+    reaper: Annotated[bool, typer.Option(help="Run the reaper inside this worker.")] = True,
+    listen: Annotated[bool, typer.Option(help="LISTEN for wake-ups (else poll only).")] = True,
+    listen_dsn: Annotated[
+        str | None,
+        typer.Option(help="Direct DSN for LISTEN when --dsn goes through a transaction pooler."),
+    ] = None,
+    prepare: Annotated[bool, typer.Option(help="Use server-side prepared statements.")] = True,
+    dsn: DsnOption = None,
+    log_level: LogLevel = "INFO",
+    log_format: LogFormat = "text",
+) -> None:
+    """Run jobs: claim with SKIP LOCKED, hold leases with heartbeats, retry, dead-letter."""
+    logs.configure(log_level, log_format)
+    with friendly_errors():
+        pgq = load_app(app)
+        settings = WorkerSettings(
+            queues=[q.strip() for q in queue.split(",") if q.strip()],
+            concurrency=concurrency,
+            lease=lease,
+            poll_interval=poll_interval,
+            shutdown_grace=shutdown_grace,
+            burst=burst,
+            reaper_interval=reaper_interval if reaper else None,
+            listen=listen,
+            listen_dsn=listen_dsn,
+            prepare=prepare,
+        )
+        worker = Worker(pgq, settings, dsn=dsn or config.configured_dsn(None) or pgq.dsn)
+    worker.run_sync()
+    pgq.close()
+    if not worker.threads_finished:
+        # Handler threads still running (abandoned after a timeout, or released at shutdown)
+        # would keep the interpreter alive; their jobs were already handed back, so leave now.
+        logging.getLogger("pgqueue.worker").warning(
+            "exiting with handler threads still running (their jobs were handed back)"
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def reaper(
+    interval: Annotated[
+        float, typer.Option(parser=duration, metavar="DURATION", help="Time between runs.")
+    ] = 5.0,
+    once: Annotated[bool, typer.Option(help="Run once and exit.")] = False,
+    dsn: DsnOption = None,
+    log_level: LogLevel = "INFO",
+    log_format: LogFormat = "text",
+) -> None:
+    """A standalone janitor: runs pgqueue.reap() every INTERVAL (safe beside workers)."""
+    logs.configure(log_level, log_format)
+    log = logging.getLogger("pgqueue.reaper")
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        if once:
+            typer.echo(pgq.reap())
+            pgq.close()
+            return
+    log.info("reaper started interval=%ss", interval)
+    failures = 0
+    try:
+        while True:
+            try:
+                recovered = pgq.reap()
+                failures = 0
+                if recovered:
+                    log.warning("recovered jobs with expired leases count=%s", recovered)
+                time.sleep(interval)
+            except Exception as exc:  # the janitor outlives database outages
+                failures += 1
+                wait = min(30.0, 0.5 * 2**failures)
+                log.warning("reaper run failed error=%r retry_in=%.1fs", str(exc)[:200], wait)
+                time.sleep(wait)
+    except KeyboardInterrupt:
+        log.info("reaper stopped")
+    finally:
+        pgq.close()

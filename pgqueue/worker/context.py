@@ -1,0 +1,112 @@
+"""What a running handler knows about its job, and how it learns it should stop."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pgqueue.errors import JobCancelled
+
+#: Why a handler is asked to stop. "cancelled": an operator cancelled the job; "lease lost":
+#: the job was reaped or re-claimed, so this worker no longer owns it; "timeout": it ran past the
+#: task's timeout; "shutdown": the worker is stopping and will give the job back.
+CancelReason = str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job this worker holds, as the claim returned it."""
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_token: int
+    priority: int
+    created_at: datetime
+    run_at: datetime
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
+        return cls(*row)
+
+
+@dataclass(eq=False)
+class JobContext:
+    """Passed to handlers declared with ``pass_context=True``; also ``pgqueue.current_job()``.
+
+    Long-running handlers should check :attr:`cancelled` (or call :meth:`raise_if_cancelled`)
+    between steps: it turns true when the job is cancelled, its lease is lost, it times out, or
+    the worker shuts down. Async handlers are also cancelled outright.
+    """
+
+    job: ClaimedJob
+    worker_id: str
+    _event: threading.Event = field(default_factory=threading.Event, repr=False)
+    cancel_reason: CancelReason | None = None
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+    @property
+    def task(self) -> str:
+        return self.job.task
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first attempt."""
+        return self.job.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.job.max_attempts
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return self.job.args
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._event.is_set():
+            raise JobCancelled(self.cancel_reason or "cancelled")
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block (a sync handler's thread) until cancelled or ``timeout``; True if cancelled."""
+        return self._event.wait(timeout)
+
+    def cancel(self, reason: CancelReason) -> None:
+        if not self._event.is_set():
+            self.cancel_reason = reason
+            self._event.set()
+
+
+_current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgqueue_current_job")
+
+
+def current_job() -> JobContext:
+    """The context of the job the calling handler runs (LookupError outside a handler)."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise LookupError("current_job() is only available inside a running job") from None
+
+
+def set_current(ctx: JobContext) -> contextvars.Token[JobContext]:
+    return _current.set(ctx)
+
+
+def reset_current(token: contextvars.Token[JobContext]) -> None:
+    _current.reset(token)

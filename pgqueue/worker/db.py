@@ -1,0 +1,61 @@
+"""The worker's database access: a small autocommit pool and one call to run a named query.
+
+Autocommit matters: every worker statement (claim, heartbeat, ack) is a transaction on its own,
+so each costs exactly one round trip, with no BEGIN/COMMIT around it and no row locks held
+between statements.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue.db.queries import query
+
+log = logging.getLogger("pgqueue.worker.db")
+
+Row = tuple[Any, ...]
+
+#: Errors that mean "the database is unreachable or went away": wait and try again.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.AdminShutdown,
+    psycopg.errors.CannotConnectNow,
+    psycopg.errors.QueryCanceled,
+)
+
+
+class WorkerDB:
+    def __init__(self, dsn: str, *, size: int, prepare: bool = True) -> None:
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if not prepare:
+            # Behind a transaction pooler without prepared-statement support.
+            kwargs["prepare_threshold"] = None
+        self.pool = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=size,
+            kwargs=kwargs,
+            open=False,
+            # A broken connection is discarded when it is returned; the pool reconnects in the
+            # background with exponential backoff while the services wait and retry.
+            name="pgqueue-worker",
+        )
+
+    async def open(self) -> None:
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self.pool.close(timeout=5)
+
+    async def fetch(
+        self, name: str, params: Mapping[str, Any] | None = None, timeout: float = 30.0
+    ) -> list[Row]:
+        async with self.pool.connection(timeout=timeout) as conn, conn.cursor() as cur:
+            await cur.execute(query(name), params)
+            return await cur.fetchall() if cur.description is not None else []

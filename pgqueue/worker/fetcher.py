@@ -1,0 +1,103 @@
+"""The fetcher: claims as many jobs as there are free slots, in one statement.
+
+It claims again at once while claims come back full (there is more work); otherwise it sleeps
+until the earliest of: a NOTIFY for one of its queues (the listener wakes it), the next
+scheduled job becoming due (a timer read from the database), or the poll interval (the fallback
+for lost notifications).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from pgqueue.worker.completer import Completer, WorkerStats
+from pgqueue.worker.context import ClaimedJob
+from pgqueue.worker.db import WorkerDB
+from pgqueue.worker.executor import Executor
+from pgqueue.worker.service import Service
+
+
+class Fetcher(Service):
+    name = "fetcher"
+    jitter = 0.0  # timers to the next due job must not be stretched
+
+    def __init__(
+        self,
+        db: WorkerDB,
+        executor: Executor,
+        completer: Completer,
+        stats: WorkerStats,
+        *,
+        worker_id: str,
+        queues: list[str],
+        task_names: list[str],
+        lease: float,
+        poll_interval: float,
+        burst: bool,
+        on_burst_done: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self.db = db
+        self.executor = executor
+        self.completer = completer
+        self.stats = stats
+        self.params = {
+            "queues": queues,
+            "tasks": task_names,
+            "lease": timedelta(seconds=lease),
+            "worker_id": worker_id,
+            "limit": 0,
+        }
+        self.poll_interval = poll_interval
+        self.burst = burst
+        self.on_burst_done = on_burst_done
+        self._next_sleep = 0.0
+        self._idle_empty_claims = 0
+
+    def interval(self) -> float:
+        return self._next_sleep
+
+    async def run_once(self) -> None:
+        await self.executor.wait_for_slot()
+        free = self.executor.free_slots()
+        self.params["limit"] = free
+        rows = await self.db.fetch("claim_jobs", self.params)
+        for row in rows:
+            job = ClaimedJob.from_row(row)
+            self.log.info(
+                "job started job_id=%s task=%s queue=%s attempt=%s",
+                job.id,
+                job.task,
+                job.queue,
+                job.attempt,
+            )
+            self.executor.start(job)
+        self.stats.claimed += len(rows)
+        if len(rows) >= free:
+            self._next_sleep = 0.0  # there may be more: claim again as soon as slots free up
+            self._idle_empty_claims = 0
+            return
+        if self.burst and self._burst_finished(bool(rows)):
+            self.on_burst_done()
+            self.stop()
+            return
+        due = await self.db.fetch("next_due", self.params)
+        seconds = due[0][0] if due and due[0][0] is not None else None
+        self._next_sleep = (
+            self.poll_interval
+            if seconds is None
+            else min(self.poll_interval, max(0.0, float(seconds)))
+        )
+        if self.burst:
+            # Burst mode does not wait for notifications; it polls briefly until done.
+            self._next_sleep = min(self._next_sleep, 0.05)
+
+    def _burst_finished(self, claimed_any: bool) -> bool:
+        """Nothing ready and nothing running or unwritten, twice in a row (a retry written in
+        between could have made a job ready again)."""
+        if claimed_any or not self.executor.idle() or not self.completer.idle():
+            self._idle_empty_claims = 0
+            return False
+        self._idle_empty_claims += 1
+        return self._idle_empty_claims >= 2

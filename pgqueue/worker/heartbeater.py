@@ -1,0 +1,72 @@
+"""The heartbeater: one statement per interval extends the leases of every job held here.
+
+A job missing from the statement's result was lost: reaped after a stall, or re-claimed. Its
+handler is told to stop, and nothing this worker writes about it later can take effect (the
+fencing token moved on). A job flagged ``cancel_requested`` has its handler stopped too.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pgqueue.worker.completer import Completer, WorkerStats
+from pgqueue.worker.db import WorkerDB
+from pgqueue.worker.executor import Executor
+from pgqueue.worker.service import Service
+
+
+class Heartbeater(Service):
+    name = "heartbeater"
+
+    def __init__(
+        self,
+        db: WorkerDB,
+        executor: Executor,
+        completer: Completer,
+        stats: WorkerStats,
+        *,
+        worker_id: str,
+        lease: float,
+    ) -> None:
+        super().__init__()
+        self.db = db
+        self.executor = executor
+        self.completer = completer
+        self.stats = stats
+        self.worker_id = worker_id
+        self.lease = lease
+
+    def interval(self) -> float:
+        return self.lease / 3
+
+    async def run_once(self) -> None:
+        held = self.executor.held() + self.completer.held()
+        rows = await self.db.fetch(
+            "heartbeat",
+            {
+                "worker_id": self.worker_id,
+                "lease": timedelta(seconds=self.lease),
+                "ids": [job_id for job_id, _ in held],
+                "tokens": [token for _, token in held],
+                **self.stats.as_params(),
+            },
+        )
+        alive: dict[int, bool] = {row[0]: row[1] for row in rows}
+        for job_id, token in held:
+            if job_id not in alive:
+                self._lost(job_id, token)
+            elif alive[job_id] and self.executor.stop_job(job_id, "cancelled"):
+                self.log.info("cancel requested; stopping handler job_id=%s", job_id)
+
+    def _lost(self, job_id: int, token: int) -> None:
+        running = self.executor.running.get(job_id)
+        if running is None or running.job.lease_token != token:
+            return  # finished and written meanwhile: not lost
+        self.stats.lost += 1
+        self.log.warning(
+            "lease lost; stopping handler job_id=%s task=%s lease_token=%s",
+            job_id,
+            running.job.task,
+            token,
+        )
+        self.executor.stop_job(job_id, "lease lost")

@@ -1,0 +1,57 @@
+"""The result of one attempt, as the completer writes it."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass
+from typing import Literal
+
+from pgqueue.worker.context import ClaimedJob
+
+#: ack: succeeded. error: raised (retry with backoff while attempts remain, else dead letter).
+#: retry: raised Retry (reschedule, attempt not burned). fail: raised Fail (dead letter now).
+#: cancelled: stopped because the job was cancelled.
+Kind = Literal["ack", "error", "retry", "fail", "cancelled"]
+
+# Tracebacks are for humans; a runaway recursion must not put megabytes into every row.
+_MAX_TRACEBACK = 16_000
+_MAX_MESSAGE = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    job: ClaimedJob
+    kind: Kind
+    delay: float = 0.0
+    error: str | None = None  # JSON object describing the error
+
+    @classmethod
+    def from_exception(
+        cls, job: ClaimedJob, kind: Kind, exc: BaseException, worker_id: str, delay: float = 0.0
+    ) -> Outcome:
+        return cls(job, kind, delay, error_json(job, exc, worker_id))
+
+
+def error_json(job: ClaimedJob, exc: BaseException, worker_id: str) -> str:
+    """One attempt's error as a JSON object (the database adds the time it was recorded)."""
+    kind = type(exc)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > _MAX_TRACEBACK:
+        text = "...(truncated)...\n" + text[-_MAX_TRACEBACK:]
+    message = str(exc) or name
+    return json.dumps(
+        {
+            "attempt": job.attempt,
+            "error": name,
+            "message": message[:_MAX_MESSAGE].replace("\x00", "\\0"),
+            "traceback": text.replace("\x00", "\\0"),
+            "worker_id": worker_id,
+        },
+        ensure_ascii=False,
+    )

@@ -1,0 +1,99 @@
+"""The one shape every worker service has: a name, a logger, ``run_once()``, a supervised loop.
+
+The loop runs ``run_once()`` every ``interval()`` seconds (jittered, so a fleet of workers does
+not synchronise), can be woken early, and survives failures: a database error is logged and
+retried with exponential backoff; any other exception is logged with its traceback and the
+service is restarted after a backoff. The worker never exits because one service failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+
+from pgqueue.worker.db import TRANSIENT_ERRORS
+
+
+class RetryDelay:
+    """Exponential backoff with full jitter for reconnect attempts (0.1 s up to ``cap``)."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0) -> None:
+        self.base = base
+        self.cap = cap
+        self.failures = 0
+
+    def next(self) -> float:
+        self.failures += 1
+        return random.uniform(self.base, min(self.cap, self.base * 2**self.failures))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class Service:
+    name = "service"
+    jitter = 0.1  # fraction of the interval to randomise
+
+    def __init__(self) -> None:
+        self.log = logging.getLogger(f"pgqueue.worker.{self.name}")
+        self.stopping = asyncio.Event()
+        self.wakeup = asyncio.Event()
+        self.retry_delay = RetryDelay()
+        self.db_errors = 0
+
+    def interval(self) -> float:
+        """Seconds between runs (a wake() ends the wait early)."""
+        return 1.0
+
+    async def run_once(self) -> None:
+        raise NotImplementedError
+
+    def wake(self) -> None:
+        self.wakeup.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wakeup.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; return early on wake() or stop()."""
+        if self.wakeup.is_set() or self.stopping.is_set():
+            self.wakeup.clear()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wakeup.wait(), timeout=max(0.0, seconds))
+        self.wakeup.clear()
+
+    async def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                await self.run_once()
+            except TRANSIENT_ERRORS as exc:
+                self.db_errors += 1
+                delay = self.retry_delay.next()
+                self.log.warning(
+                    "database unavailable service=%s error=%r retry_in=%.2fs",
+                    self.name,
+                    str(exc).strip()[:200],
+                    delay,
+                )
+                await self.sleep(delay)
+                continue
+            except Exception:
+                delay = self.retry_delay.next()
+                self.log.exception(
+                    "service crashed; restarting service=%s retry_in=%.2fs", self.name, delay
+                )
+                await self.sleep(delay)
+                continue
+            if self.retry_delay.failures:
+                self.log.info("database reachable again service=%s", self.name)
+            self.retry_delay.reset()
+            await self.sleep(jittered(self.interval(), self.jitter))
+
+
+def jittered(seconds: float, spread: float = 0.1) -> float:
+    """``seconds`` +/- ``spread`` (10 %), so workers started together drift apart."""
+    return seconds * random.uniform(1 - spread, 1 + spread)

@@ -1,0 +1,129 @@
+"""Helpers for tests that run real workers: in-process (a thread with its own event loop) or as
+real `pgq work` processes, plus polling and the effects ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pgqueue import PgQueue
+from pgqueue.worker import Worker, WorkerSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+PGQ = shutil.which("pgq") or str(Path(sys.executable).parent / "pgq")
+APP = "tests.integration.worker_app:pgq"
+
+LEDGER_DDL = """
+CREATE TABLE public.ledger (
+    seq     bigserial PRIMARY KEY,
+    job_id  bigint,
+    attempt integer,
+    pid     integer,
+    worker  text,
+    event   text NOT NULL,
+    note    text,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def ledger(dsn: str, event: str | None = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT job_id, attempt, pid, worker, event, note FROM ledger"
+            " WHERE %(event)s::text IS NULL OR event = %(event)s ORDER BY seq",
+            {"event": event},
+        ).fetchall()
+
+
+def scalar(dsn: str, sql: str, params: Any = None) -> Any:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql, params).fetchone()
+    return row[0] if row else None
+
+
+class ThreadWorker:
+    """A Worker running on its own event loop in a background thread."""
+
+    def __init__(self, app: PgQueue, dsn: str, **settings: Any) -> None:
+        settings.setdefault("poll_interval", 0.5)
+        settings.setdefault("reaper_interval", 0.5)
+        settings.setdefault("shutdown_grace", 5.0)
+        self.worker = Worker(app, WorkerSettings(**settings), dsn=dsn)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self.worker.run(handle_signals=False))
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def start(self) -> ThreadWorker:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.worker.request_stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "worker did not stop"
+        if self.error is not None:
+            raise self.error
+
+    def join(self, timeout: float = 60.0) -> None:
+        """Wait for a --burst worker to finish on its own."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "burst worker did not finish"
+        if self.error is not None:
+            raise self.error
+
+
+@contextmanager
+def thread_worker(app: PgQueue, dsn: str, **settings: Any) -> Iterator[ThreadWorker]:
+    worker = ThreadWorker(app, dsn, **settings).start()
+    try:
+        yield worker
+    finally:
+        if worker.thread.is_alive():
+            worker.stop()
+
+
+def spawn_worker(
+    dsn: str, *args: str, log: Path | None = None, app: str = APP
+) -> subprocess.Popen[bytes]:
+    """A real `pgq work` process (the tests' task module, the test's database)."""
+    env = {**os.environ, "PGQUEUE_DSN": dsn, "PYTHONUNBUFFERED": "1"}
+    command = [PGQ, "work", app, "--poll-interval", "0.5", "--reaper-interval", "0.5", *args]
+    if log is None:
+        return subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        )
+    with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)

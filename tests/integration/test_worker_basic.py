@@ -1,0 +1,274 @@
+"""Worker behaviour with an in-process worker (real Postgres, real LISTEN/NOTIFY)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from pgqueue.db.queries import query
+from tests.helpers import ledger, scalar, thread_worker, wait_for
+from tests.integration import worker_app
+
+APP = worker_app.pgq
+
+
+def live_jobs(dsn: str) -> int:
+    return scalar(dsn, "SELECT count(*) FROM pgqueue.jobs")
+
+
+def test_runs_async_and_sync_jobs_once_and_removes_them(app_dsn, pgq):
+    ids = pgq.enqueue_many(
+        [pgq.spec("noop", {"n": i}, {}) for i in range(60)]
+        + [pgq.spec("sync_noop", {"n": i}, {}) for i in range(40)]
+    )
+    with thread_worker(APP, app_dsn, concurrency=8, burst=True) as w:
+        w.join()
+    done = [row[0] for row in ledger(app_dsn, "end")]
+    assert sorted(done) == sorted(ids)
+    assert live_jobs(app_dsn) == 0
+    assert w.worker.stats.succeeded == 100
+
+
+def test_context_is_passed_and_available(app_dsn, pgq):
+    pgq.enqueue("with_context", {"label": "hello"}, queue="ctxq", max_attempts=3)
+    with thread_worker(APP, app_dsn, queues=["ctxq"], burst=True) as w:
+        w.join()
+    [(_, _, _, _, _, note)] = ledger(app_dsn)
+    assert note == "hello:with_context:ctxq:1/3"
+
+
+def test_worker_only_claims_its_queues_and_known_tasks(app_dsn, pgq):
+    other_queue = pgq.enqueue("noop", {}, queue="elsewhere")
+    unknown = pgq.enqueue("not.a.registered.task", {})
+    mine = pgq.enqueue("noop", {})
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert [row[0] for row in ledger(app_dsn)] == [mine]
+    with psycopg.connect(app_dsn) as conn:
+        left = dict(conn.execute("SELECT id, state FROM pgqueue.jobs").fetchall())
+    assert left == {other_queue: "ready", unknown: "ready"}  # never discarded
+
+
+def test_retries_with_backoff_until_success(app_dsn, pgq):
+    job = pgq.enqueue(worker_app.flaky, {"fail_times": 2})
+    with thread_worker(APP, app_dsn, poll_interval=0.2):
+        wait_for(lambda: ledger(app_dsn, "end"), message="flaky job to succeed")
+    attempts = [row[1] for row in ledger(app_dsn, "start")]
+    assert attempts == [1, 2, 3]
+    assert live_jobs(app_dsn) == 0
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.dead_letters") == 0
+    assert job  # succeeded jobs leave no row behind
+
+
+def test_errors_are_recorded_and_the_job_dead_letters_after_max_attempts(app_dsn, pgq):
+    job = pgq.enqueue(worker_app.always_fails, {})
+    with thread_worker(APP, app_dsn, poll_interval=0.2):
+        wait_for(lambda: pgq.dead_letters(), message="dead letter")
+    [dead] = pgq.dead_letters()
+    assert dead["id"] == job and dead["attempts"] == 3 and dead["reason"] == "max attempts reached"
+    assert dead["last_error"] == "this job is broken"
+    assert [e["attempt"] for e in dead["errors"]] == [1, 2, 3]
+    assert all(
+        e["error"] == "ValueError" and "Traceback" in e["traceback"] and e["at"]
+        for e in dead["errors"]
+    )
+    assert len(ledger(app_dsn, "start")) == 3
+
+
+def test_fail_dead_letters_at_once(app_dsn, pgq):
+    pgq.enqueue(worker_app.fails_for_good, {})
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    [dead] = pgq.dead_letters()
+    assert dead["attempts"] == 1 and "Fail raised" in dead["reason"]
+    assert dead["errors"][-1]["error"] == "pgqueue.errors.Fail"
+
+
+def test_retry_reschedules_without_burning_an_attempt(app_dsn, pgq):
+    pgq.enqueue(worker_app.retry_once, {})  # max_attempts=1: a burned attempt would dead-letter it
+    with thread_worker(APP, app_dsn, poll_interval=0.2):
+        wait_for(lambda: ledger(app_dsn, "end"), message="retried job to finish")
+    assert [row[1] for row in ledger(app_dsn, "start")] == [1, 1]
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.dead_letters") == 0
+
+
+@pytest.mark.parametrize("task", [worker_app.async_timeout, worker_app.sync_timeout])
+def test_timeout_is_a_failed_attempt(app_dsn, pgq, task):
+    pgq.enqueue(task, {})
+    with thread_worker(APP, app_dsn, poll_interval=0.2):
+        wait_for(lambda: pgq.dead_letters(), message="timed-out job dead-lettered")
+    [dead] = pgq.dead_letters()
+    assert dead["errors"][-1]["error"] == "pgqueue.worker.executor.JobTimeout"
+    assert "timed out after 0.3s" in dead["last_error"]
+    if task.is_async:
+        assert [r[5] for r in ledger(app_dsn, "cancelled")] == ["timeout"]
+    else:
+        time.sleep(1.5)  # the abandoned thread finishes; its result changes nothing
+        assert len(ledger(app_dsn, "end")) == 1
+        assert len(pgq.dead_letters()) == 1 and live_jobs(app_dsn) == 0
+
+
+def test_args_that_do_not_fit_the_handler_dead_letter_with_a_clear_error(app_dsn, pgq):
+    pgq.enqueue("noop", {"unexpected": 1})
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    [dead] = pgq.dead_letters()
+    assert "has no parameter(s) named unexpected" in dead["last_error"]
+    assert dead["attempts"] == 1
+
+
+def test_notified_idle_worker_starts_a_job_without_waiting_for_its_poll(app_dsn, pgq):
+    with thread_worker(APP, app_dsn, poll_interval=600) as w:
+        wait_for(lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.workers"), message="reg")
+        time.sleep(0.5)  # idle: the fetcher now sleeps for its 10-minute poll interval
+        started = time.monotonic()
+        pgq.enqueue("noop", {})
+        wait_for(lambda: ledger(app_dsn, "end"), timeout=10, message="notified pickup")
+        assert time.monotonic() - started < 5
+        assert w.worker.stats.succeeded == 1
+
+
+def test_delayed_job_runs_when_due_not_at_the_next_poll(app_dsn, pgq):
+    with thread_worker(APP, app_dsn, poll_interval=600):
+        time.sleep(0.5)
+        pgq.enqueue("noop", {}, delay=1.0)
+        started = time.monotonic()
+        wait_for(lambda: ledger(app_dsn, "end"), timeout=10, message="delayed job")
+        assert 0.9 <= time.monotonic() - started < 5
+
+
+def test_cancel_a_waiting_job(app_dsn, pgq):
+    job = pgq.enqueue("noop", {}, delay=3600)
+    assert pgq.cancel(job) == "cancelled"
+    assert pgq.cancel(job) == "not_found"
+    assert scalar(app_dsn, "SELECT state FROM pgqueue.job_history WHERE id = %s", (job,)) == (
+        "cancelled"
+    )
+    assert live_jobs(app_dsn) == 0
+
+
+@pytest.mark.parametrize("task", ["async_sleep", "sync_sleep"])
+def test_cancel_a_running_job(app_dsn, pgq, task):
+    job = pgq.enqueue(task, {"seconds": 30})
+    with thread_worker(APP, app_dsn) as w:
+        wait_for(lambda: ledger(app_dsn, "start"), message="job started")
+        assert pgq.cancel(job) == "cancelling"
+        wait_for(
+            lambda: scalar(app_dsn, "SELECT state FROM pgqueue.job_history WHERE id = %s", (job,)),
+            message="job cancelled",
+        )
+        assert w.worker.stats.cancelled == 1
+    assert [r[5] for r in ledger(app_dsn, "cancelled")] == ["cancelled"]
+    assert not ledger(app_dsn, "end")
+    assert live_jobs(app_dsn) == 0 and not pgq.dead_letters()
+
+
+def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, pgq):
+    """The worker's lease is reaped while the handler runs: its handler is cancelled, and every
+    write with the old token is a no-op."""
+    job = pgq.enqueue("async_sleep", {"seconds": 30})
+    with thread_worker(APP, app_dsn, lease=3.0, reaper_interval=600) as w:
+        wait_for(lambda: ledger(app_dsn, "start"), message="job started")
+        with psycopg.connect(app_dsn, autocommit=True) as conn:
+            token = scalar(app_dsn, "SELECT lease_token FROM pgqueue.jobs WHERE id = %s", (job,))
+            conn.execute(
+                "UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1s' WHERE id = %s",
+                (job,),
+            )
+            assert conn.execute("SELECT pgqueue.reap()").fetchone()[0] == 1
+            before = conn.execute(
+                "SELECT state, attempts, errors FROM pgqueue.jobs WHERE id = %s", (job,)
+            ).fetchone()
+            stale = {"ids": [job], "tokens": [token]}
+            assert conn.execute(query("ack_jobs"), stale).fetchall() == []
+            assert (
+                conn.execute(
+                    query("heartbeat"),
+                    {
+                        **stale,
+                        "worker_id": w.worker.id,
+                        "lease": timedelta(seconds=30),
+                        "succeeded": 0,
+                        "retried": 0,
+                        "dead": 0,
+                        "cancelled": 0,
+                        "lost": 0,
+                    },
+                ).fetchall()
+                == []
+            )
+            assert (
+                conn.execute(
+                    query("fail_jobs"),
+                    {
+                        **stale,
+                        "kinds": ["fail"],
+                        "delays": [0.0],
+                        "errors": ['{"message": "x"}'],
+                    },
+                ).fetchall()
+                == []
+            )
+            assert conn.execute(query("release_jobs"), stale).fetchall() == []
+            after = conn.execute(
+                "SELECT state, attempts, errors FROM pgqueue.jobs WHERE id = %s", (job,)
+            ).fetchone()
+            assert after == before and after[0] == "scheduled"
+        # The worker's own heartbeat finds the lease gone and cancels the handler.
+        wait_for(lambda: ledger(app_dsn, "cancelled"), message="handler cancelled")
+        assert [r[5] for r in ledger(app_dsn, "cancelled")] == ["lease lost"]
+        assert w.worker.stats.lost == 1
+
+
+def test_dead_letters_filters_replay_and_dry_run(app_dsn, pgq):
+    for _ in range(3):
+        pgq.enqueue(worker_app.fails_for_good, {})
+    pgq.enqueue(worker_app.fails_for_good, {}, queue="other")
+    with thread_worker(APP, app_dsn, queues=["default", "other"], burst=True) as w:
+        w.join()
+    assert len(pgq.dead_letters()) == 4
+    assert len(pgq.dead_letters(queue="other")) == 1
+    assert len(pgq.dead_letters(error="CANNOT BE RETRIED")) == 4
+    assert pgq.dead_letters(error="no such text") == []
+    assert pgq.dead_letters(task="noop") == []
+    assert pgq.replay_dead_letters(queue="default", dry_run=True) == 3
+    assert len(pgq.dead_letters()) == 4
+    assert pgq.replay_dead_letters(queue="default", batch_size=2) == 3
+    with psycopg.connect(app_dsn) as conn:
+        rows = conn.execute(
+            "SELECT state, attempts, jsonb_array_length(errors) FROM pgqueue.jobs"
+        ).fetchall()
+    assert rows == [("ready", 0, 1)] * 3  # fresh attempts, history of errors kept
+    [left] = pgq.dead_letters()
+    assert pgq.replay_dead_letters(ids=[left["id"]]) == 1
+    assert pgq.dead_letters() == []
+
+
+def test_replayed_job_runs_again_and_can_succeed(app_dsn, pgq):
+    job = pgq.enqueue(worker_app.broken_until_fixed, {})
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert [d["id"] for d in pgq.dead_letters()] == [job]
+    with psycopg.connect(app_dsn) as conn:
+        conn.execute("INSERT INTO ledger (event) VALUES ('fixed')")
+    pgq.replay_dead_letters(ids=[job])
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert [row[0] for row in ledger(app_dsn, "end")] == [job]
+    assert pgq.dead_letters() == [] and live_jobs(app_dsn) == 0
+
+
+def test_worker_registers_and_reports_totals(app_dsn, pgq):
+    pgq.enqueue_many([pgq.spec("noop", {}, {}) for _ in range(5)])
+    with thread_worker(APP, app_dsn, burst=True, concurrency=3) as w:
+        w.join()
+    with psycopg.connect(app_dsn) as conn:
+        row = conn.execute(
+            "SELECT concurrency, queues, jobs_succeeded, stopped_at IS NOT NULL"
+            " FROM pgqueue.workers WHERE id = %s",
+            (w.worker.id,),
+        ).fetchone()
+    assert row == (3, ["default"], 5, True)
