@@ -48,7 +48,7 @@ def test_worker_only_claims_its_queues_and_known_tasks(app_dsn, pgq):
         w.join()
     assert [row[0] for row in ledger(app_dsn)] == [mine]
     with psycopg.connect(app_dsn) as conn:
-        left = dict(conn.execute("SELECT id, state FROM pgqueue.jobs").fetchall())
+        left = {r[0]: r[1] for r in conn.execute("SELECT id, state FROM pgqueue.jobs")}
     assert left == {other_queue: "ready", unknown: "ready"}  # never discarded
 
 
@@ -66,7 +66,7 @@ def test_retries_with_backoff_until_success(app_dsn, pgq):
 def test_errors_are_recorded_and_the_job_dead_letters_after_max_attempts(app_dsn, pgq):
     job = pgq.enqueue(worker_app.always_fails, {})
     with thread_worker(APP, app_dsn, poll_interval=0.2):
-        wait_for(lambda: pgq.dead_letters(), message="dead letter")
+        wait_for(pgq.dead_letters, message="dead letter")
     [dead] = pgq.dead_letters()
     assert dead["id"] == job and dead["attempts"] == 3 and dead["reason"] == "max attempts reached"
     assert dead["last_error"] == "this job is broken"
@@ -99,7 +99,7 @@ def test_retry_reschedules_without_burning_an_attempt(app_dsn, pgq):
 def test_timeout_is_a_failed_attempt(app_dsn, pgq, task):
     pgq.enqueue(task, {})
     with thread_worker(APP, app_dsn, poll_interval=0.2):
-        wait_for(lambda: pgq.dead_letters(), message="timed-out job dead-lettered")
+        wait_for(pgq.dead_letters, message="timed-out job dead-lettered")
     [dead] = pgq.dead_letters()
     assert dead["errors"][-1]["error"] == "pgqueue.worker.executor.JobTimeout"
     assert "timed out after 0.3s" in dead["last_error"]
