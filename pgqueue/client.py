@@ -145,10 +145,13 @@ class PgQueue:
                     # Fail fast with the server's own message (a pool would retry silently
                     # until its timeout and then say only that it timed out).
                     psycopg.connect(self.dsn, connect_timeout=10).close()
+                    # Autocommit: a single-statement enqueue is one round trip (no BEGIN and
+                    # COMMIT around it); multi-statement plans open a transaction themselves.
                     pool = ConnectionPool(
                         self.dsn,
                         min_size=1,
                         max_size=self.pool_size,
+                        kwargs={"autocommit": True},
                         open=False,
                         name="pgqueue-client",
                     )
@@ -163,7 +166,8 @@ class PgQueue:
             dsn = await asyncio.to_thread(lambda: self.dsn)
             await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
             pool = AsyncConnectionPool(
-                dsn, min_size=1, max_size=self.pool_size, open=False, name="pgqueue-client-async"
+                dsn, min_size=1, max_size=self.pool_size, kwargs={"autocommit": True},
+                open=False, name="pgqueue-client-async",
             )
             self._async_pools[loop] = pool
             await pool.open(wait=True)
@@ -171,7 +175,7 @@ class PgQueue:
 
     @contextmanager
     def connection(self, conn: Connection | None = None) -> Iterator[Connection]:
-        """``conn`` itself, or a pooled connection committed when the block ends cleanly."""
+        """``conn`` itself, or a pooled autocommit connection (each statement commits)."""
         if conn is not None:
             yield conn
             return

@@ -154,5 +154,19 @@ def stats(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     )
 
 
+@app.command("demo")
+def demo(
+    jobs: Annotated[int, typer.Option(help="How many jobs to enqueue.")] = 3000,
+    workers: Annotated[int, typer.Option(help="Worker processes to start.")] = 2,
+    concurrency: Annotated[int, typer.Option(help="Slots per worker.")] = 16,
+    dsn: DsnOption = None,
+) -> None:
+    """Run the demo: enqueue jobs, run real workers with a live view, print a summary."""
+    from pgqueue import demo as demo_module
+
+    with friendly_errors():
+        demo_module.run(jobs=jobs, workers=workers, concurrency=concurrency, dsn=dsn)
+
+
 def main() -> None:
     app()

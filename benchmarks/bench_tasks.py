@@ -1,0 +1,34 @@
+"""Tasks the benchmarks run: `pgq work benchmarks.bench_tasks:pgq`."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psycopg
+
+from pgqueue import PgQueue, current_job
+
+pgq = PgQueue()
+_conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
+
+
+@pgq.task(name="bench.noop")
+async def noop() -> None:
+    return None
+
+
+@pgq.task(name="bench.sync_noop")
+def sync_noop() -> None:
+    return None
+
+
+@pgq.task(name="bench.latency")
+async def latency(sent: float) -> None:
+    """Records how long after ``sent`` (the producer's clock, same machine) it started."""
+    started = time.time()
+    global _conn
+    if _conn is None:
+        _conn = await psycopg.AsyncConnection.connect(os.environ["PGQUEUE_DSN"], autocommit=True)
+    await _conn.execute("INSERT INTO bench_latency (job_id, delay) VALUES (%s, %s)",
+                        (current_job().id, started - sent))

@@ -1,0 +1,3 @@
+from pgqueue.cli.app import main
+
+main()
