@@ -10,7 +10,8 @@ import psycopg
 from pgqueue import PgQueue, current_job
 
 pgq = PgQueue()
-_conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
+# One connection per worker process, opened by the first latency job.
+_conns: list[psycopg.AsyncConnection[tuple[object, ...]]] = []
 
 
 @pgq.task(name="bench.noop")
@@ -27,8 +28,11 @@ def sync_noop() -> None:
 async def latency(sent: float) -> None:
     """Records how long after ``sent`` (the producer's clock, same machine) it started."""
     started = time.time()
-    global _conn
-    if _conn is None:
-        _conn = await psycopg.AsyncConnection.connect(os.environ["PGQUEUE_DSN"], autocommit=True)
-    await _conn.execute("INSERT INTO bench_latency (job_id, delay) VALUES (%s, %s)",
-                        (current_job().id, started - sent))
+    if not _conns:
+        _conns.append(
+            await psycopg.AsyncConnection.connect(os.environ["PGQUEUE_DSN"], autocommit=True)
+        )
+    await _conns[0].execute(
+        "INSERT INTO bench_latency (job_id, delay) VALUES (%s, %s)",
+        (current_job().id, started - sent),
+    )

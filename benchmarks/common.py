@@ -38,7 +38,9 @@ def server(dsn: str | None = None) -> Iterator[str]:
 
 def fresh_database(admin_dsn: str, name: str, *, migrated: bool = True) -> str:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = make_conninfo(admin_dsn, dbname=name)
     if migrated:
@@ -68,5 +70,7 @@ def machine(dsn: str) -> str:
                 break
     except OSError:
         pass
-    return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
-            f"PostgreSQL {version[0] if version else '?'} on the same machine")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
+        f"PostgreSQL {version[0] if version else '?'} on the same machine"
+    )

@@ -65,10 +65,8 @@ def main() -> None:
         db = fresh_database(admin, "pgqueue_bench_enqueue")
         print(f"machine: {machine(db)}")
         results = {
-            "single-job transactions, 1 thread": median_of(
-                args.runs, lambda: single(db, 1, 3000)),
-            "single-job transactions, 8 threads": median_of(
-                args.runs, lambda: single(db, 8, 1000)),
+            "single-job transactions, 1 thread": median_of(args.runs, lambda: single(db, 1, 3000)),
+            "single-job transactions, 8 threads": median_of(args.runs, lambda: single(db, 8, 1000)),
             "bulk enqueue_many, 100,000 jobs": median_of(args.runs, lambda: bulk(db, 100_000)),
             "bulk enqueue_many, 10,000 jobs": median_of(args.runs, lambda: bulk(db, 10_000)),
         }

@@ -17,7 +17,9 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -28,10 +30,22 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = "benchmarks.bench_tasks:pgq"
 
 
-def start_workers(dsn: str, count: int, concurrency: int, *extra: str) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    dsn: str, count: int, concurrency: int, *extra: str
+) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "PGQUEUE_DSN": dsn}
-    command = [sys.executable, "-m", "pgqueue.cli", "work", APP, "--concurrency",
-               str(concurrency), "--log-level", "WARNING", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "pgqueue.cli",
+        "work",
+        APP,
+        "--concurrency",
+        str(concurrency),
+        "--log-level",
+        "WARNING",
+        *extra,
+    ]
     return [subprocess.Popen(command, cwd=ROOT, env=env) for _ in range(count)]
 
 
@@ -42,7 +56,7 @@ def stop(workers: list[subprocess.Popen[bytes]]) -> None:
         w.wait(60)
 
 
-def remaining(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+def remaining(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone()
     return int(row[0]) if row else 0
 
@@ -107,19 +121,25 @@ def main() -> None:
         print(f"machine: {machine(db)}")
         for processes in (1, 4):
             for task in ("bench.noop", "bench.sync_noop"):
-                stats = median_of(args.runs, lambda p=processes, t=task: drain(
-                    db, args.jobs, p, args.concurrency, t))
+                stats = median_of(
+                    args.runs,
+                    partial(drain, db, args.jobs, processes, args.concurrency, task),
+                )
                 kind = "async" if task == "bench.noop" else "sync"
-                print(f"drain {args.jobs:,} {kind} no-op jobs, {processes} process(es) x "
-                      f"{args.concurrency}: {fmt(stats)}")
+                print(
+                    f"drain {args.jobs:,} {kind} no-op jobs, {processes} process(es) x "
+                    f"{args.concurrency}: {fmt(stats)}"
+                )
         p50s, p99s = [], []
         for _ in range(args.runs):
             p50, p99 = latency(db, args.rate, 10.0)
             p50s.append(p50)
             p99s.append(p99)
-        print(f"enqueue->start latency at {args.rate:g} jobs/s, idle worker: "
-              f"p50 {statistics.median(p50s):.1f} ms, p99 {statistics.median(p99s):.1f} ms "
-              f"(median of {args.runs} runs)")
+        print(
+            f"enqueue->start latency at {args.rate:g} jobs/s, idle worker: "
+            f"p50 {statistics.median(p50s):.1f} ms, p99 {statistics.median(p99s):.1f} ms "
+            f"(median of {args.runs} runs)"
+        )
 
 
 if __name__ == "__main__":

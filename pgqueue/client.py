@@ -166,8 +166,12 @@ class PgQueue:
             dsn = await asyncio.to_thread(lambda: self.dsn)
             await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
             pool = AsyncConnectionPool(
-                dsn, min_size=1, max_size=self.pool_size, kwargs={"autocommit": True},
-                open=False, name="pgqueue-client-async",
+                dsn,
+                min_size=1,
+                max_size=self.pool_size,
+                kwargs={"autocommit": True},
+                open=False,
+                name="pgqueue-client-async",
             )
             self._async_pools[loop] = pool
             await pool.open(wait=True)

@@ -42,8 +42,12 @@ def send_report(customer_id: int) -> None:
     time.sleep(random.uniform(0.05, 0.2))  # a slow, blocking call: runs in the thread pool
 
 
-@pgq.task(name="demo.call_flaky_api", queue=QUEUE, max_attempts=6,
-          backoff=ExponentialBackoff(base=0.2, cap=2.0))
+@pgq.task(
+    name="demo.call_flaky_api",
+    queue=QUEUE,
+    max_attempts=6,
+    backoff=ExponentialBackoff(base=0.2, cap=2.0),
+)
 def call_flaky_api(order_id: int) -> None:
     from pgqueue.worker.context import current_job
 
@@ -52,8 +56,12 @@ def call_flaky_api(order_id: int) -> None:
         raise ConnectionError(f"upstream API timed out for order {order_id}")
 
 
-@pgq.task(name="demo.parse_corrupt_file", queue=QUEUE, max_attempts=3,
-          backoff=ExponentialBackoff(base=0.2, cap=1.0))
+@pgq.task(
+    name="demo.parse_corrupt_file",
+    queue=QUEUE,
+    max_attempts=3,
+    backoff=ExponentialBackoff(base=0.2, cap=1.0),
+)
 def parse_corrupt_file(path: str) -> None:
     raise ValueError(f"{path}: unexpected end of data at byte 4096")
 
@@ -80,8 +88,13 @@ SELECT host, pid, jobs_succeeded, jobs_retried, jobs_dead, started_at, stopped_a
 SELECT pgqueue.enqueue('demo.send_report', '{"customer_id": 7}', queue => 'demo');"""
 
 
-def run(jobs: int = 3000, workers: int = 2, concurrency: int = 16, dsn: str | None = None,
-        console: Console | None = None) -> Totals:
+def run(
+    jobs: int = 3000,
+    workers: int = 2,
+    concurrency: int = 16,
+    dsn: str | None = None,
+    console: Console | None = None,
+) -> Totals:
     console = console or Console()
     app = PgQueue(dsn)
     url = app.dsn
@@ -90,8 +103,10 @@ def run(jobs: int = 3000, workers: int = 2, concurrency: int = 16, dsn: str | No
     _clear_previous_run(url)
     total = _enqueue(app, jobs)
     app.close()
-    console.print(f"enqueued [bold]{total}[/bold] jobs in one transaction; starting {workers} "
-                  f"worker processes x {concurrency} slots")
+    console.print(
+        f"enqueued [bold]{total}[/bold] jobs in one transaction; starting {workers} "
+        f"worker processes x {concurrency} slots"
+    )
     log = Path(tempfile.gettempdir()) / "pgqueue-demo-workers.log"
     started = time.monotonic()
     procs = _start_workers(url, workers, concurrency, log)
@@ -113,7 +128,8 @@ def _clear_previous_run(url: str) -> None:
         for table in ("jobs", "dead_letters", "job_history"):
             conn.execute(
                 psycopg.sql.SQL("DELETE FROM {} WHERE queue = %s").format(
-                    psycopg.sql.Identifier("pgqueue", table)),
+                    psycopg.sql.Identifier("pgqueue", table)
+                ),
                 (QUEUE,),
             )
 
@@ -133,29 +149,52 @@ def _enqueue(app: PgQueue, jobs: int) -> int:
     return len(calls)
 
 
-def _start_workers(url: str, count: int, concurrency: int, log: Path) -> list[subprocess.Popen[bytes]]:
+def _start_workers(
+    url: str, count: int, concurrency: int, log: Path
+) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "PGQUEUE_DSN": url}
-    command = [sys.executable, "-m", "pgqueue.cli", "work", "pgqueue.demo:pgq", "--queue",
-               QUEUE, "--concurrency", str(concurrency), "--lease", "10s",
-               "--log-level", "WARNING", "--poll-interval", "1s"]
+    command = [
+        sys.executable,
+        "-m",
+        "pgqueue.cli",
+        "work",
+        "pgqueue.demo:pgq",
+        "--queue",
+        QUEUE,
+        "--concurrency",
+        str(concurrency),
+        "--lease",
+        "10s",
+        "--log-level",
+        "WARNING",
+        "--poll-interval",
+        "1s",
+    ]
     with open(log, "wb") as out:
-        return [subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-                for _ in range(count)]
+        return [
+            subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+            for _ in range(count)
+        ]
 
 
 def _counts(url: str) -> tuple[int, int, int]:
     with psycopg.connect(url) as conn:
         row = conn.execute(
             "SELECT coalesce(sum(ready + scheduled), 0), coalesce(sum(running), 0),"
-            " coalesce(sum(dead), 0) FROM pgqueue.queue_stats WHERE queue = %s", (QUEUE,)
+            " coalesce(sum(dead), 0) FROM pgqueue.queue_stats WHERE queue = %s",
+            (QUEUE,),
         ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), int(row[2])
 
 
 def _show_progress(url: str, total: int, console: Console) -> None:
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
-               MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console) as progress:
         done_bar = progress.add_task("finished", total=total)
         running_bar = progress.add_task("running", total=total)
@@ -178,7 +217,8 @@ def _totals(url: str, pids: list[int]) -> Totals:
         row = conn.execute(
             "SELECT coalesce(sum(jobs_succeeded), 0), coalesce(sum(jobs_retried), 0),"
             " coalesce(sum(jobs_dead), 0) FROM pgqueue.workers"
-            " WHERE pid = ANY(%s) AND started_at > now() - interval '1 hour'", (pids,)
+            " WHERE pid = ANY(%s) AND started_at > now() - interval '1 hour'",
+            (pids,),
         ).fetchone()
     assert row is not None
     return Totals(int(row[0]), int(row[1]), int(row[2]))
@@ -191,11 +231,19 @@ def _summary(console: Console, totals: Totals, elapsed: float, log: Path) -> Non
     table.add_column("dead-lettered", justify="right")
     table.add_column("elapsed", justify="right")
     table.add_column("jobs/s", justify="right")
-    table.add_row(str(totals.succeeded), str(totals.retried), str(totals.dead),
-                  f"{elapsed:.1f}s", f"{(totals.succeeded + totals.dead) / elapsed:,.0f}")
+    table.add_row(
+        str(totals.succeeded),
+        str(totals.retried),
+        str(totals.dead),
+        f"{elapsed:.1f}s",
+        f"{(totals.succeeded + totals.dead) / elapsed:,.0f}",
+    )
     console.print(table)
     console.print(f"worker logs: {log}")
-    console.print('Look around with [bold]psql "$(pgq db url)"[/bold] (or `pgq stats`, '
-                  "`pgq dlq list --traceback`):")
-    console.print(Syntax(_INSPECT_SQL, "sql", theme="ansi_dark", background_color="default"),
-                  soft_wrap=True)
+    console.print(
+        'Look around with [bold]psql "$(pgq db url)"[/bold] (or `pgq stats`, '
+        "`pgq dlq list --traceback`):"
+    )
+    console.print(
+        Syntax(_INSPECT_SQL, "sql", theme="ansi_dark", background_color="default"), soft_wrap=True
+    )

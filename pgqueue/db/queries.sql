@@ -133,7 +133,7 @@ UPDATE pgqueue.jobs AS j
    SET lease_expires_at = now() + %(lease)s::interval
   FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS h(id, token)
  WHERE j.id = h.id AND j.lease_token = h.token AND j.state = 'running'
-RETURNING j.id, j.cancel_requested
+RETURNING j.id, j.lease_token, j.cancel_requested
 
 -- name: ack_jobs
 -- Success: the job leaves the hot table, but only if this worker still holds it (token match).

@@ -54,7 +54,9 @@ class Executor:
         self.concurrency = concurrency
         self.worker_id = worker_id
         self.submit = submit
-        self.running: dict[int, Running] = {}
+        # Keyed by (job id, lease token): the same job can be re-claimed by this worker while
+        # the handler of its lost attempt is still winding down.
+        self.running: dict[tuple[int, int], Running] = {}
         self.slot_freed = asyncio.Event()
         self.abandoned = 0  # sync handlers still running past their timeout
         self.threads_busy = 0  # sync handlers executing right now (touched only on the loop)
@@ -72,7 +74,7 @@ class Executor:
 
     def held(self) -> list[tuple[int, int]]:
         """(id, lease_token) of every job whose handler is running."""
-        return [(r.job.id, r.job.lease_token) for r in self.running.values()]
+        return list(self.running)
 
     async def wait_for_slot(self) -> None:
         while self.free_slots() <= 0:
@@ -84,7 +86,7 @@ class Executor:
     def start(self, job: ClaimedJob) -> None:
         ctx = JobContext(job, self.worker_id)
         running = Running(job, ctx)
-        self.running[job.id] = running
+        self.running[job.id, job.lease_token] = running
         running.task = asyncio.get_running_loop().create_task(
             self._run(running), name=f"pgqueue-job-{job.id}"
         )
@@ -96,8 +98,7 @@ class Executor:
         except Exception:  # pragma: no cover - _attempt turns every handler error into outcomes
             log.exception("executor bug while running job id=%s", running.job.id)
         finally:
-            if self.running.get(running.job.id) is running:
-                del self.running[running.job.id]
+            self.running.pop((running.job.id, running.job.lease_token), None)
             self.slot_freed.set()
         if outcome is not None:
             self.submit(outcome)
@@ -160,7 +161,7 @@ class Executor:
         timer = None
         if task.timeout is not None:
             timer = asyncio.get_running_loop().call_later(
-                task.timeout, self.stop_job, ctx.id, "timeout"
+                task.timeout, self.stop_job, ctx.id, "timeout", ctx.job.lease_token
             )
         try:
             await task.func(*args, **kwargs)
@@ -208,20 +209,27 @@ class Executor:
 
     # -- stopping handlers -------------------------------------------------------------------
 
-    def stop_job(self, job_id: int, reason: str) -> bool:
-        """Ask one running handler to stop (lease lost, cancelled). False if not running here."""
-        running = self.running.get(job_id)
-        if running is None:
-            return False
+    def stop_job(self, job_id: int, reason: str, token: int | None = None) -> bool:
+        """Ask the handler(s) of a job to stop (cancelled, timeout), or of one attempt (lease
+        lost: ``token``). False if nothing matching runs here."""
+        matching = [
+            r
+            for (jid, tok), r in self.running.items()
+            if jid == job_id and (token is None or tok == token)
+        ]
+        for running in matching:
+            self._stop(running, reason)
+        return bool(matching)
+
+    def _stop(self, running: Running, reason: str) -> None:
         running.ctx.cancel(reason)
         if running.task is not None and self.tasks[running.job.task].is_async:
             running.task.cancel()
-        return True
 
     def stop_all(self, reason: str) -> list[Running]:
         stopped = list(self.running.values())
         for running in stopped:
-            self.stop_job(running.job.id, reason)
+            self._stop(running, reason)
         return stopped
 
     async def wait_idle(self, timeout: float) -> bool:

@@ -51,16 +51,17 @@ class Heartbeater(Service):
                 **self.stats.as_params(),
             },
         )
-        alive: dict[int, bool] = {row[0]: row[1] for row in rows}
+        alive: dict[tuple[int, int], bool] = {(row[0], row[1]): row[2] for row in rows}
         for job_id, token in held:
-            if job_id not in alive:
+            cancel_requested = alive.get((job_id, token))
+            if cancel_requested is None:
                 self._lost(job_id, token)
-            elif alive[job_id] and self.executor.stop_job(job_id, "cancelled"):
+            elif cancel_requested and self.executor.stop_job(job_id, "cancelled", token):
                 self.log.info("cancel requested; stopping handler job_id=%s", job_id)
 
     def _lost(self, job_id: int, token: int) -> None:
-        running = self.executor.running.get(job_id)
-        if running is None or running.job.lease_token != token:
+        running = self.executor.running.get((job_id, token))
+        if running is None:
             return  # finished and written meanwhile: not lost
         self.stats.lost += 1
         self.log.warning(
@@ -69,4 +70,4 @@ class Heartbeater(Service):
             running.job.task,
             token,
         )
-        self.executor.stop_job(job_id, "lease lost")
+        self.executor.stop_job(job_id, "lease lost", token)

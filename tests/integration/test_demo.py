@@ -10,8 +10,14 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_runs_real_workers_and_prints_a_summary(dsn):
-    done = subprocess.run([PGQ, "demo", "--jobs", "300", "--workers", "2", "--dsn", dsn],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [PGQ, "demo", "--jobs", "300", "--workers", "2", "--dsn", dsn],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "demo summary" in out and "pgqueue.queue_stats" in out
