@@ -79,6 +79,11 @@ def replay_batch(where: DeadLetterFilter, batch_size: int) -> Plan[list[int]]:
     return [int(row[0]) for row in rows]
 
 
+def set_paused(queue: str, paused: bool) -> Plan[bool]:
+    rows = yield Query("set_queue_paused", {"queue": queue, "paused": paused})
+    return bool(rows[0][1])
+
+
 def reap(max_jobs: int = 1000) -> Plan[int]:
     rows = yield Query("reap", {"max_jobs": max_jobs})
     return int(rows[0][0])

@@ -23,6 +23,7 @@ from pgqueue.db import plan as plans
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
 from pgqueue.errors import ConfigurationError, InvalidJobError, PgQueueError, UnknownTaskError
+from pgqueue.payload import check_name
 from pgqueue.retry import Backoff
 from pgqueue.tasks import JobCall, P, R, Task
 
@@ -348,6 +349,14 @@ class PgQueue:
             total += len(moved)
             if len(moved) < batch_size:
                 return total
+
+    def pause_queue(self, queue: str, *, conn: Connection | None = None) -> None:
+        """Stop workers claiming from ``queue`` (enqueue still works; running jobs finish)."""
+        self.run(admin.set_paused(check_name(queue, "queue name"), True), conn)
+
+    def resume_queue(self, queue: str, *, conn: Connection | None = None) -> None:
+        """Let workers claim from ``queue`` again (they are woken at once)."""
+        self.run(admin.set_paused(check_name(queue, "queue name"), False), conn)
 
     def reap(self, max_jobs: int = 1000) -> int:
         """Run the reaper once (what `pgq reaper` and pg_cron do); returns jobs recovered."""

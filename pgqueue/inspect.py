@@ -15,7 +15,15 @@ def _dicts(
     return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
-QUEUE_STATS_COLUMNS = ("queue", "ready", "scheduled", "running", "dead", "oldest_ready_age")
+QUEUE_STATS_COLUMNS = (
+    "queue",
+    "ready",
+    "scheduled",
+    "running",
+    "dead",
+    "oldest_ready_age",
+    "paused",
+)
 
 
 def queue_stats(pgq: PgQueue) -> list[dict[str, Any]]:

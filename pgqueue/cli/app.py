@@ -33,6 +33,8 @@ app.add_typer(dlq_app, name="dlq")
 app.command("work")(worker_cmds.work)
 app.command("reaper")(worker_cmds.reaper)
 app.command("cancel")(jobs.cancel)
+app.command("pause")(jobs.pause)
+app.command("resume")(jobs.resume)
 
 
 @db_app.command("url")
@@ -148,7 +150,7 @@ def stats(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
             pgq.close()
     print_rows(
         rows,
-        ["queue", "ready", "scheduled", "running", "dead", "oldest_ready_age"],
+        ["queue", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
         as_json=as_json,
         title="queues",
     )

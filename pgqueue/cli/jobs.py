@@ -1,4 +1,4 @@
-"""Job-level commands: ``pgq cancel``."""
+"""Job and queue commands: ``pgq cancel``, ``pgq pause``, ``pgq resume``."""
 
 from __future__ import annotations
 
@@ -33,3 +33,31 @@ def cancel(
             pgq.close()
     if missing:
         raise typer.Exit(1)
+
+
+def pause(
+    queue: Annotated[str, typer.Argument(help="Queue to pause.")],
+    dsn: DsnOption = None,
+) -> None:
+    """Stop workers claiming from QUEUE (enqueue still works; running jobs finish)."""
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            pgq.pause_queue(queue)
+        finally:
+            pgq.close()
+    typer.echo(f"queue {queue!r} paused")
+
+
+def resume(
+    queue: Annotated[str, typer.Argument(help="Queue to resume.")],
+    dsn: DsnOption = None,
+) -> None:
+    """Let workers claim from QUEUE again."""
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            pgq.resume_queue(queue)
+        finally:
+            pgq.close()
+    typer.echo(f"queue {queue!r} resumed")

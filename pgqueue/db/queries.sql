@@ -58,9 +58,19 @@ SELECT version_num FROM pgqueue.pgqueue_alembic_version
 SELECT to_regclass('pgqueue.pgqueue_alembic_version') IS NOT NULL
 
 -- name: queue_stats
-SELECT queue, ready, scheduled, running, dead, oldest_ready_age
+SELECT queue, ready, scheduled, running, dead, oldest_ready_age, paused
   FROM pgqueue.queue_stats
  ORDER BY queue
+
+-- name: set_queue_paused
+-- Pausing stops claims from the queue at once (enqueue still works); resuming wakes workers.
+WITH upserted AS (
+    INSERT INTO pgqueue.queues AS qs (name, paused) VALUES (%(queue)s, %(paused)s)
+    ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now()
+    RETURNING qs.name, qs.paused
+)
+SELECT u.name, u.paused, pg_notify('pgqueue_jobs', u.name) AS notified
+  FROM upserted AS u
 
 -- ---------------------------------------------------------------------------------------------
 -- Worker: claim, heartbeat, complete (all fenced by lease_token), release
@@ -74,12 +84,16 @@ SELECT queue, ready, scheduled, running, dead, oldest_ready_age
 WITH candidates AS MATERIALIZED (
     SELECT c.id
       FROM unnest(%(queues)s::text[]) AS q(name)
+      -- paused queues are not claimed from
+     CROSS JOIN LATERAL (SELECT NOT EXISTS (
+               SELECT 1 FROM pgqueue.queues AS qs WHERE qs.name = q.name AND qs.paused)
+           AS active) AS qa
      CROSS JOIN LATERAL (
            -- (FOR UPDATE is not allowed directly in a UNION branch, only in a subquery.)
            SELECT r.* FROM (
                SELECT j.id, j.priority, j.run_at
                  FROM pgqueue.jobs AS j
-                WHERE j.queue = q.name AND j.state = 'ready'
+                WHERE qa.active AND j.queue = q.name AND j.state = 'ready'
                   AND j.task = ANY(%(tasks)s::text[])
                 ORDER BY j.priority, j.run_at, j.id
                 LIMIT %(limit)s
@@ -88,7 +102,8 @@ WITH candidates AS MATERIALIZED (
            SELECT s.* FROM (
                SELECT j.id, j.priority, j.run_at
                  FROM pgqueue.jobs AS j
-                WHERE j.queue = q.name AND j.state = 'scheduled' AND j.run_at <= now()
+                WHERE qa.active AND j.queue = q.name AND j.state = 'scheduled'
+                  AND j.run_at <= now()
                   AND j.task = ANY(%(tasks)s::text[])
                 ORDER BY j.run_at, j.id
                 LIMIT %(limit)s
@@ -151,7 +166,7 @@ WITH done AS (
            started_at, errors, worker_id
       FROM done WHERE cancel_requested
 )
-SELECT id FROM done
+SELECT id, cancel_requested FROM done
 
 -- name: fail_jobs
 -- Every unsuccessful outcome, decided in one place with the row locked:

@@ -9,45 +9,22 @@ the lease was lost changes nothing (the token no longer matches) and is logged a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
 
 MAX_BATCH = 1000
 
-
-@dataclass
-class WorkerStats:
-    """Running totals, reported to pgqueue.workers with every heartbeat."""
-
-    claimed: int = 0
-    succeeded: int = 0
-    retried: int = 0
-    dead: int = 0
-    cancelled: int = 0
-    lost: int = 0
-    stale: int = 0
-    reaped: int = 0
-
-    def as_params(self) -> dict[str, int]:
-        return {
-            "succeeded": self.succeeded,
-            "retried": self.retried,
-            "dead": self.dead,
-            "cancelled": self.cancelled,
-            "lost": self.lost,
-        }
+# What fail_jobs decided, in the words of the logs.
+_VERBS = {"retry": "rescheduled", "dead": "dead-lettered", "cancelled": "cancelled"}
 
 
 class Completer(Service):
     name = "completer"
 
-    def __init__(self, db: WorkerDB, stats: WorkerStats) -> None:
+    def __init__(self, db: WorkerDB) -> None:
         super().__init__()
         self.db = db
-        self.stats = stats
         self.pending: list[Outcome] = []
         self.in_flight: list[Outcome] = []
 
@@ -85,18 +62,14 @@ class Completer(Service):
                 "ack_jobs",
                 {"ids": [o.job.id for o in acks], "tokens": [o.job.lease_token for o in acks]},
             )
-            done = {row[0] for row in rows}
-            self.stats.succeeded += len(done)
+            # A job cancelled while its handler ran is recorded as cancelled by ack_jobs.
+            done: dict[int, bool] = {row[0]: row[1] for row in rows}
             for outcome in acks:
-                if outcome.job.id not in done:
-                    self._stale(outcome)
+                cancelled = done.get(outcome.job.id)
+                if cancelled is None:
+                    self._written(outcome, "stale")
                 else:
-                    self.log.info(
-                        "job succeeded job_id=%s task=%s attempt=%s",
-                        outcome.job.id,
-                        outcome.job.task,
-                        outcome.job.attempt,
-                    )
+                    self._written(outcome, "cancelled" if cancelled else "succeeded")
         if others:
             rows = await self.db.fetch(
                 "fail_jobs",
@@ -110,33 +83,38 @@ class Completer(Service):
             )
             decided: dict[int, str] = {row[0]: row[1] for row in rows}
             for outcome in others:
-                result = decided.get(outcome.job.id)
-                if result is None:
-                    self._stale(outcome)
-                    continue
-                if result == "retry":
-                    self.stats.retried += 1
-                elif result == "dead":
-                    self.stats.dead += 1
-                else:
-                    self.stats.cancelled += 1
-                self.log.info(
-                    "job %s job_id=%s task=%s attempt=%s outcome=%s delay=%.3fs",
-                    {"retry": "rescheduled", "dead": "dead-lettered"}.get(result, "cancelled"),
-                    outcome.job.id,
-                    outcome.job.task,
-                    outcome.job.attempt,
-                    outcome.kind,
-                    outcome.delay,
-                )
+                self._written(outcome, decided.get(outcome.job.id, "stale"))
 
-    def _stale(self, outcome: Outcome) -> None:
-        self.stats.stale += 1
-        self.log.warning(
-            "stale %s ignored: lease no longer held job_id=%s task=%s attempt=%s lease_token=%s",
-            outcome.kind,
-            outcome.job.id,
-            outcome.job.task,
-            outcome.job.attempt,
-            outcome.job.lease_token,
-        )
+    def _written(self, outcome: Outcome, written: str) -> None:
+        self.observer.job_written(outcome, written)
+        job = outcome.job
+        if written == "stale":
+            self.log.warning(
+                "stale %s ignored: lease no longer held job_id=%s task=%s attempt=%s "
+                "lease_token=%s",
+                outcome.kind,
+                job.id,
+                job.task,
+                job.attempt,
+                job.lease_token,
+            )
+        elif written == "succeeded":
+            self.log.info(
+                "job succeeded job_id=%s task=%s queue=%s attempt=%s duration=%.3fs",
+                job.id,
+                job.task,
+                job.queue,
+                job.attempt,
+                outcome.duration,
+            )
+        else:
+            self.log.info(
+                "job %s job_id=%s task=%s queue=%s attempt=%s outcome=%s delay=%.3fs",
+                _VERBS.get(written, written),
+                job.id,
+                job.task,
+                job.queue,
+                job.attempt,
+                outcome.kind,
+                outcome.delay,
+            )

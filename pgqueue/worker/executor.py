@@ -101,6 +101,7 @@ class Executor:
             self.running.pop((running.job.id, running.job.lease_token), None)
             self.slot_freed.set()
         if outcome is not None:
+            outcome.duration = time.monotonic() - running.started
             self.submit(outcome)
 
     async def _attempt(self, running: Running) -> Outcome | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from pgqueue.worker.completer import Completer, WorkerStats
+from pgqueue.worker.completer import Completer
 from pgqueue.worker.context import ClaimedJob
 from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.executor import Executor
@@ -27,7 +27,6 @@ class Fetcher(Service):
         db: WorkerDB,
         executor: Executor,
         completer: Completer,
-        stats: WorkerStats,
         *,
         worker_id: str,
         queues: list[str],
@@ -41,7 +40,6 @@ class Fetcher(Service):
         self.db = db
         self.executor = executor
         self.completer = completer
-        self.stats = stats
         self.params = {
             "queues": queues,
             "tasks": task_names,
@@ -73,7 +71,7 @@ class Fetcher(Service):
                 job.attempt,
             )
             self.executor.start(job)
-        self.stats.claimed += len(rows)
+            self.observer.job_started(job)
         if len(rows) >= free:
             self._next_sleep = 0.0  # there may be more: claim again as soon as slots free up
             self._idle_empty_claims = 0

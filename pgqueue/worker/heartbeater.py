@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pgqueue.worker.completer import Completer, WorkerStats
+from pgqueue.worker.completer import Completer
 from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.executor import Executor
+from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
 
 
@@ -63,7 +64,7 @@ class Heartbeater(Service):
         running = self.executor.running.get((job_id, token))
         if running is None:
             return  # finished and written meanwhile: not lost
-        self.stats.lost += 1
+        self.observer.lease_lost(running.job)
         self.log.warning(
             "lease lost; stopping handler job_id=%s task=%s lease_token=%s",
             job_id,

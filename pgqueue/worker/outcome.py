@@ -19,12 +19,13 @@ _MAX_TRACEBACK = 16_000
 _MAX_MESSAGE = 2_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     job: ClaimedJob
     kind: Kind
     delay: float = 0.0
     error: str | None = None  # JSON object describing the error
+    duration: float = 0.0  # seconds the handler ran (set by the executor)
 
     @classmethod
     def from_exception(

@@ -6,7 +6,6 @@ letters), so the same recovery runs from any worker, from ``pgq reaper``, or fro
 
 from __future__ import annotations
 
-from pgqueue.worker.completer import WorkerStats
 from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.service import Service
 
@@ -16,10 +15,9 @@ REAP_BATCH = 1000
 class Reaper(Service):
     name = "reaper"
 
-    def __init__(self, db: WorkerDB, stats: WorkerStats, *, every: float) -> None:
+    def __init__(self, db: WorkerDB, *, every: float) -> None:
         super().__init__()
         self.db = db
-        self.stats = stats
         self.every = every
 
     def interval(self) -> float:
@@ -30,7 +28,7 @@ class Reaper(Service):
             rows = await self.db.fetch("reap", {"max_jobs": REAP_BATCH})
             recovered = int(rows[0][0])
             if recovered:
-                self.stats.reaped += recovered
+                self.observer.jobs_reaped(recovered)
                 self.log.warning("recovered jobs with expired leases count=%s", recovered)
             if recovered < REAP_BATCH:
                 return

@@ -14,6 +14,7 @@ import logging
 import random
 
 from pgqueue.worker.db import TRANSIENT_ERRORS
+from pgqueue.worker.observer import WorkerObserver
 
 
 class RetryDelay:
@@ -35,6 +36,7 @@ class RetryDelay:
 class Service:
     name = "service"
     jitter = 0.1  # fraction of the interval to randomise
+    observer: WorkerObserver = WorkerObserver()  # the worker sets its own
 
     def __init__(self) -> None:
         self.log = logging.getLogger(f"pgqueue.worker.{self.name}")
@@ -72,6 +74,7 @@ class Service:
                 await self.run_once()
             except TRANSIENT_ERRORS as exc:
                 self.db_errors += 1
+                self.observer.db_error(self.name)
                 delay = self.retry_delay.next()
                 self.log.warning(
                     "database unavailable service=%s error=%r retry_in=%.2fs",

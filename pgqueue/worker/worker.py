@@ -43,12 +43,13 @@ from pgqueue._version import __version__
 from pgqueue.config import configured_dsn, resolve_dsn
 from pgqueue.errors import ConfigurationError
 from pgqueue.payload import check_name
-from pgqueue.worker.completer import Completer, WorkerStats
+from pgqueue.worker.completer import Completer
 from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
 from pgqueue.worker.listener import Listener
+from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats
 from pgqueue.worker.reaper import Reaper
 from pgqueue.worker.service import RetryDelay, Service
 
@@ -95,7 +96,11 @@ class WorkerSettings:
 
 class Worker:
     def __init__(
-        self, app: PgQueue, settings: WorkerSettings | None = None, dsn: str | None = None
+        self,
+        app: PgQueue,
+        settings: WorkerSettings | None = None,
+        dsn: str | None = None,
+        observers: list[WorkerObserver] | None = None,
     ) -> None:
         self.app = app
         self.settings = settings or WorkerSettings()
@@ -105,6 +110,7 @@ class Worker:
         self._dsn = configured_dsn(dsn)
         self.id = str(uuid.uuid4())
         self.stats = WorkerStats()
+        self.observer = Observers([self.stats, *(observers or [])])
         self._stop = threading.Event()  # thread-safe: set from signal handlers or other threads
         self._stop_async: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -152,7 +158,7 @@ class Worker:
         dsn = self._dsn if self._dsn is not None else await asyncio.to_thread(resolve_dsn, None)
         db = WorkerDB(dsn, size=4, prepare=settings.prepare)
         await db.open()
-        completer = Completer(db, self.stats)
+        completer = Completer(db)
         executor = self.executor = Executor(
             self.app.tasks, settings.concurrency, self.id, completer.submit
         )
@@ -160,7 +166,6 @@ class Worker:
             db,
             executor,
             completer,
-            self.stats,
             worker_id=self.id,
             queues=settings.queues,
             task_names=sorted(self.app.tasks),
@@ -189,7 +194,9 @@ class Worker:
                 "LISTEN disabled: picking up jobs by polling every %ss", settings.poll_interval
             )
         if settings.reaper_interval is not None:
-            services.append(Reaper(db, self.stats, every=settings.reaper_interval))
+            services.append(Reaper(db, every=settings.reaper_interval))
+        for service in (fetcher, *services):
+            service.observer = self.observer
         tasks: list[asyncio.Task[None]] = []
         try:
             if not await self._register(db):

@@ -272,3 +272,50 @@ def test_worker_registers_and_reports_totals(app_dsn, pgq):
             (w.worker.id,),
         ).fetchone()
     assert row == (3, ["default"], 5, True)
+
+
+def test_paused_queue_is_not_claimed_and_resume_wakes_workers(app_dsn, pgq):
+    from typer.testing import CliRunner
+
+    from pgqueue.cli import app as cli_app
+
+    runner = CliRunner()
+    assert runner.invoke(cli_app, ["pause", "default", "--dsn", app_dsn]).exit_code == 0
+    job = pgq.enqueue("noop", {})
+    with thread_worker(APP, app_dsn, poll_interval=600):
+        time.sleep(1.0)
+        assert scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (job,)) == "ready"
+        stats = runner.invoke(cli_app, ["stats", "--json", "--dsn", app_dsn]).output
+        assert '"paused": true' in stats
+        result = runner.invoke(cli_app, ["resume", "default", "--dsn", app_dsn])
+        assert result.exit_code == 0 and "resumed" in result.output
+        wait_for(lambda: ledger(app_dsn, "end"), timeout=10, message="job after resume")
+
+
+def test_observers_see_every_step(app_dsn, pgq):
+    from pgqueue.worker.observer import WorkerObserver
+
+    class Recorder(WorkerObserver):
+        def __init__(self) -> None:
+            self.events: list[str] = []
+
+        def job_started(self, job):
+            self.events.append(f"started:{job.task}")
+
+        def job_written(self, outcome, written):
+            assert outcome.duration >= 0
+            self.events.append(f"{written}:{outcome.job.task}")
+
+    recorder = Recorder()
+    pgq.enqueue("noop", {})
+    pgq.enqueue(worker_app.fails_for_good, {})
+    from pgqueue.worker import Worker, WorkerSettings
+
+    worker = Worker(APP, WorkerSettings(burst=True), dsn=app_dsn, observers=[recorder])
+    worker.run_sync()
+    assert sorted(recorder.events) == [
+        "dead:fails_for_good",
+        "started:fails_for_good",
+        "started:noop",
+        "succeeded:noop",
+    ]

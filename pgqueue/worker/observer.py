@@ -1,0 +1,115 @@
+"""Hooks for watching a worker from the inside (metrics, tracing, tests).
+
+Subclass :class:`WorkerObserver`, override what you need, and pass instances to
+``Worker(..., observers=[...])``. Hooks run on the worker's event loop and must be quick and
+must not raise (an exception is logged and otherwise ignored).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pgqueue.worker.context import ClaimedJob
+from pgqueue.worker.outcome import Outcome
+
+log = logging.getLogger("pgqueue.worker.observer")
+
+#: What the database made of an outcome: the job succeeded, was rescheduled, dead-lettered,
+#: cancelled, or the write was stale (the lease had been lost, so it changed nothing).
+Written = str
+
+
+class WorkerObserver:
+    def job_started(self, job: ClaimedJob) -> None:
+        """A job was claimed and its handler is starting."""
+
+    def job_written(self, outcome: Outcome, written: Written) -> None:
+        """An attempt's outcome reached the database (``written``: succeeded, retry, dead,
+        cancelled, stale)."""
+
+    def lease_lost(self, job: ClaimedJob) -> None:
+        """A heartbeat found that this worker no longer holds the job."""
+
+    def jobs_reaped(self, count: int) -> None:
+        """This worker's reaper recovered ``count`` jobs with expired leases."""
+
+    def db_error(self, service: str) -> None:
+        """A service hit a database error (it will retry)."""
+
+
+@dataclass
+class WorkerStats(WorkerObserver):
+    """Running totals, reported to pgqueue.workers with every heartbeat."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    cancelled: int = 0
+    lost: int = 0
+    stale: int = 0
+    reaped: int = 0
+    db_errors: int = 0
+
+    def job_started(self, job: ClaimedJob) -> None:
+        self.claimed += 1
+
+    def job_written(self, outcome: Outcome, written: Written) -> None:
+        if written == "succeeded":
+            self.succeeded += 1
+        elif written == "retry":
+            self.retried += 1
+        elif written == "dead":
+            self.dead += 1
+        elif written == "cancelled":
+            self.cancelled += 1
+        else:
+            self.stale += 1
+
+    def lease_lost(self, job: ClaimedJob) -> None:
+        self.lost += 1
+
+    def jobs_reaped(self, count: int) -> None:
+        self.reaped += count
+
+    def db_error(self, service: str) -> None:
+        self.db_errors += 1
+
+    def as_params(self) -> dict[str, int]:
+        return {
+            "succeeded": self.succeeded,
+            "retried": self.retried,
+            "dead": self.dead,
+            "cancelled": self.cancelled,
+            "lost": self.lost,
+        }
+
+
+class Observers(WorkerObserver):
+    """Fans every hook out to several observers, isolating their failures."""
+
+    def __init__(self, observers: list[WorkerObserver]) -> None:
+        self.observers = observers
+
+    def _each(self, name: str, *args: object) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, name)(*args)
+            except Exception:
+                log.exception("observer hook failed hook=%s observer=%r", name, observer)
+
+    def job_started(self, job: ClaimedJob) -> None:
+        self._each("job_started", job)
+
+    def job_written(self, outcome: Outcome, written: Written) -> None:
+        self._each("job_written", outcome, written)
+
+    def lease_lost(self, job: ClaimedJob) -> None:
+        self._each("lease_lost", job)
+
+    def jobs_reaped(self, count: int) -> None:
+        self._each("jobs_reaped", count)
+
+    def db_error(self, service: str) -> None:
+        self._each("db_error", service)
