@@ -138,12 +138,30 @@ SELECT extract(epoch FROM min(n.run_at) - now())
 -- Extend the leases of every job this worker still holds, in one statement, and refresh the
 -- worker's own row. Jobs missing from the result were lost (reaped, or the token moved on);
 -- cancel_requested tells the worker to stop a handler. Only unindexed columns change: HOT.
+-- The same statement adds the attempts finished since the last heartbeat to the per-minute
+-- counts (sorted, so concurrent workers lock the rows in one order) and drops day-old counts.
 WITH me AS (
     UPDATE pgqueue.workers
        SET last_seen = now(), jobs_succeeded = %(succeeded)s, jobs_retried = %(retried)s,
            jobs_dead = %(dead)s, jobs_cancelled = %(cancelled)s, leases_lost = %(lost)s
      WHERE id = %(worker_id)s
-    RETURNING id)
+    RETURNING id
+), counted AS (
+    INSERT INTO pgqueue.job_counts AS c (minute, queue, task, succeeded, retried, dead,
+                                         cancelled)
+    SELECT date_trunc('minute', now()), u.queue, u.task, u.succeeded, u.retried, u.dead,
+           u.cancelled
+      FROM unnest(%(count_queues)s::text[], %(count_tasks)s::text[],
+                  %(count_succeeded)s::bigint[], %(count_retried)s::bigint[],
+                  %(count_dead)s::bigint[], %(count_cancelled)s::bigint[])
+           AS u(queue, task, succeeded, retried, dead, cancelled)
+     ORDER BY u.queue, u.task
+    ON CONFLICT (minute, queue, task) DO UPDATE
+       SET succeeded = c.succeeded + excluded.succeeded, retried = c.retried + excluded.retried,
+           dead = c.dead + excluded.dead, cancelled = c.cancelled + excluded.cancelled
+), expired_counts AS (
+    DELETE FROM pgqueue.job_counts WHERE minute < now() - interval '1 day'
+)
 UPDATE pgqueue.jobs AS j
    SET lease_expires_at = now() + %(lease)s::interval
   FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS h(id, token)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pgqueue.worker.completer import Completer
-from pgqueue.worker.db import WorkerDB
+from pgqueue.worker.counts import JobCounts
+from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
@@ -28,6 +29,7 @@ class Heartbeater(Service):
         *,
         worker_id: str,
         lease: float,
+        counts: JobCounts | None = None,
     ) -> None:
         super().__init__()
         self.db = db
@@ -36,22 +38,30 @@ class Heartbeater(Service):
         self.stats = stats
         self.worker_id = worker_id
         self.lease = lease
+        self.counts = counts or JobCounts()
 
     def interval(self) -> float:
         return self.lease / 3
 
-    async def run_once(self) -> None:
+    async def run_once(self, timeout: float = 30.0) -> None:
         held = self.executor.held() + self.completer.held()
-        rows = await self.db.fetch(
-            "heartbeat",
-            {
-                "worker_id": self.worker_id,
-                "lease": timedelta(seconds=self.lease),
-                "ids": [job_id for job_id, _ in held],
-                "tokens": [token for _, token in held],
-                **self.stats.as_params(),
-            },
-        )
+        counted = self.counts.take()
+        try:
+            rows = await self.db.fetch(
+                "heartbeat",
+                {
+                    "worker_id": self.worker_id,
+                    "lease": timedelta(seconds=self.lease),
+                    "ids": [job_id for job_id, _ in held],
+                    "tokens": [token for _, token in held],
+                    **self.stats.as_params(),
+                    **JobCounts.as_params(counted),
+                },
+                timeout=timeout,
+            )
+        except BaseException:
+            self.counts.restore(counted)  # flushed with the next heartbeat instead
+            raise
         alive: dict[tuple[int, int], bool] = {(row[0], row[1]): row[2] for row in rows}
         for job_id, token in held:
             cancel_requested = alive.get((job_id, token))
@@ -72,3 +82,10 @@ class Heartbeater(Service):
             token,
         )
         self.executor.stop_job(job_id, "lease lost", token)
+
+    async def flush(self) -> None:
+        """At shutdown: report the last counts and totals once (best effort, quick)."""
+        try:
+            await self.run_once(timeout=2.0)
+        except TRANSIENT_ERRORS:
+            self.log.warning("could not flush the last job counts; they are not recorded")

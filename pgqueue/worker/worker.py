@@ -44,6 +44,7 @@ from pgqueue.config import configured_dsn, resolve_dsn
 from pgqueue.errors import ConfigurationError
 from pgqueue.payload import check_name
 from pgqueue.worker.completer import Completer
+from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
@@ -110,7 +111,8 @@ class Worker:
         self._dsn = configured_dsn(dsn)
         self.id = str(uuid.uuid4())
         self.stats = WorkerStats()
-        self.observer = Observers([self.stats, *(observers or [])])
+        self.counts = JobCounts()
+        self.observer = Observers([self.stats, self.counts, *(observers or [])])
         self._stop = threading.Event()  # thread-safe: set from signal handlers or other threads
         self._stop_async: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -174,12 +176,16 @@ class Worker:
             burst=settings.burst,
             on_burst_done=self.request_stop,
         )
-        services: list[Service] = [
+        heartbeater = Heartbeater(
+            db,
+            executor,
             completer,
-            Heartbeater(
-                db, executor, completer, self.stats, worker_id=self.id, lease=settings.lease
-            ),
-        ]
+            self.stats,
+            worker_id=self.id,
+            lease=settings.lease,
+            counts=self.counts,
+        )
+        services: list[Service] = [completer, heartbeater]
         if settings.listen:
             services.append(
                 Listener(
@@ -198,8 +204,10 @@ class Worker:
         for service in (fetcher, *services):
             service.observer = self.observer
         tasks: list[asyncio.Task[None]] = []
+        registered = False
         try:
-            if not await self._register(db):
+            registered = await self._register(db)
+            if not registered:
                 return
             log.info(
                 "worker started worker_id=%s queues=%s concurrency=%s lease=%ss tasks=%s pid=%s",
@@ -223,7 +231,9 @@ class Worker:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self._deregister(db)
+            if registered:
+                await heartbeater.flush()
+                await self._deregister(db)
             await db.close()
             self.threads_finished = executor.shutdown_threads()
             if handle_signals:

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from pgqueue.db.queries import query
+from pgqueue.worker.counts import JobCounts
 from tests.helpers import ledger, scalar, thread_worker, wait_for
 from tests.integration import worker_app
 
@@ -196,6 +197,7 @@ def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, p
                         "dead": 0,
                         "cancelled": 0,
                         "lost": 0,
+                        **JobCounts.as_params({}),
                     },
                 ).fetchall()
                 == []
