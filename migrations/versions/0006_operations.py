@@ -74,8 +74,8 @@ SELECT n.queue,
        CASE WHEN live.oldest_ready_at IS NOT NULL
             THEN greatest(now() - live.oldest_ready_at, interval '0') END AS oldest_ready_age,
        coalesce(qs.paused, false)                 AS paused,
-       round(coalesce(recent.succeeded, 0) / 5.0, 1) AS succeeded_per_min,
-       round(coalesce(recent.failed, 0) / 5.0, 1)    AS failed_per_min
+       round(coalesce(recent.succeeded, 0) / 5.0, 1)::double precision AS succeeded_per_min,
+       round(coalesce(recent.failed, 0) / 5.0, 1)::double precision    AS failed_per_min
   FROM names AS n
   LEFT JOIN live ON live.queue = n.queue
   LEFT JOIN dead ON dead.queue = n.queue

@@ -58,7 +58,8 @@ SELECT version_num FROM pgqueue.pgqueue_alembic_version
 SELECT to_regclass('pgqueue.pgqueue_alembic_version') IS NOT NULL
 
 -- name: queue_stats
-SELECT queue, ready, scheduled, running, dead, oldest_ready_age, paused
+SELECT queue, ready, scheduled, running, dead, oldest_ready_age, paused, succeeded_per_min,
+       failed_per_min
   FROM pgqueue.queue_stats
  ORDER BY queue
 
@@ -353,3 +354,101 @@ LISTEN pgqueue_cancel
 
 -- name: ping
 SELECT 1
+
+-- ---------------------------------------------------------------------------------------------
+-- Operations: inspection (CLI, dashboard, metrics) and operator actions on jobs
+-- ---------------------------------------------------------------------------------------------
+
+-- name: list_jobs
+-- Live jobs, oldest first, optionally by queue, state and task.
+SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempts, j.max_attempts, j.run_at,
+       j.created_at, j.worker_id, j.lease_expires_at - now() AS lease_left,
+       j.errors -> -1 ->> 'message' AS last_error
+  FROM pgqueue.jobs AS j
+ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(state)s::text IS NULL OR j.state = %(state)s)
+   AND (%(task)s::text IS NULL OR j.task = %(task)s)
+ ORDER BY j.id
+ LIMIT %(limit)s
+
+-- name: find_job
+-- One job wherever it is now: live (jobs), dead (dead_letters) or finished (job_history).
+SELECT 'live' AS place, to_jsonb(j) AS job FROM pgqueue.jobs AS j WHERE j.id = %(id)s
+UNION ALL
+SELECT 'dead', to_jsonb(d) FROM pgqueue.dead_letters AS d WHERE d.id = %(id)s
+UNION ALL
+SELECT 'history', to_jsonb(h) FROM pgqueue.job_history AS h WHERE h.id = %(id)s
+
+-- name: list_running_jobs
+SELECT id, queue, task, attempt, max_attempts, worker_id, host, pid, started_at, running_for,
+       lease_left, cancel_requested
+  FROM pgqueue.running_jobs
+ ORDER BY started_at, id
+ LIMIT %(limit)s
+
+-- name: list_workers
+SELECT id, host, pid, queues, concurrency, version, started_at, last_seen, stopped_at, status,
+       jobs_held, jobs_succeeded, jobs_retried, jobs_dead, jobs_cancelled, leases_lost
+  FROM pgqueue.worker_status
+ WHERE %(all)s OR status <> 'stopped'
+ ORDER BY started_at, id
+
+-- name: list_recent_failures
+SELECT queue, task, retried, dead, error_class, last_error, failed_at
+  FROM pgqueue.recent_failures
+ ORDER BY failed_at DESC NULLS LAST, queue, task
+
+-- name: list_throughput
+SELECT minute, queue, succeeded, retried, dead, cancelled
+  FROM pgqueue.throughput
+ ORDER BY minute, queue
+
+-- name: queue_depths
+-- The metrics exporter's one query per scrape: live jobs by queue and state, and the age of
+-- the oldest ready job per queue. Reads only the (small) hot table.
+SELECT queue,
+       count(*) FILTER (WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= now())),
+       count(*) FILTER (WHERE state = 'scheduled' AND run_at > now()),
+       count(*) FILTER (WHERE state = 'running'),
+       coalesce(extract(epoch FROM now() - min(run_at) FILTER (
+           WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= now()))), 0)
+  FROM pgqueue.jobs
+ GROUP BY queue
+
+-- name: retry_waiting_jobs
+-- `pgq retry`: waiting jobs (a retry's backoff, or scheduled for later) become ready now.
+UPDATE pgqueue.jobs AS j
+   SET state = 'ready', run_at = now()
+ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('scheduled', 'ready')
+RETURNING j.id
+
+-- name: count_purgeable_jobs
+SELECT count(*)
+  FROM pgqueue.jobs AS j
+ WHERE j.state IN ('ready', 'scheduled')
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR j.task = %(task)s)
+
+-- name: purge_jobs
+-- `pgq purge`: delete waiting jobs (never running ones: cancel those).
+WITH gone AS (
+    DELETE FROM pgqueue.jobs AS j
+     WHERE j.state IN ('ready', 'scheduled')
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR j.task = %(task)s)
+    RETURNING 1)
+SELECT count(*) FROM gone
+
+-- name: count_purgeable_dead_letters
+SELECT count(*)
+  FROM pgqueue.dead_letters AS d
+ WHERE (%(queue)s::text IS NULL OR d.queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR d.task = %(task)s)
+
+-- name: purge_dead_letters
+WITH gone AS (
+    DELETE FROM pgqueue.dead_letters AS d
+     WHERE (%(queue)s::text IS NULL OR d.queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR d.task = %(task)s)
+    RETURNING 1)
+SELECT count(*) FROM gone

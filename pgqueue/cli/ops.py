@@ -1,0 +1,246 @@
+"""Operator commands: ``pgq status``, ``pgq jobs list/show``, ``pgq workers``, ``pgq retry``,
+``pgq purge``. Each parses arguments and calls :mod:`pgqueue.inspect` or :mod:`pgqueue.ops`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from pgqueue import inspect, ops
+from pgqueue.cli.common import (
+    DsnOption,
+    JsonOption,
+    console,
+    friendly_errors,
+    json_default,
+    print_rows,
+)
+from pgqueue.client import PgQueue
+
+jobs_app = typer.Typer(help="Live jobs: list and inspect.", no_args_is_help=True)
+
+QUEUE_COLUMNS = [
+    "queue",
+    "ready",
+    "scheduled",
+    "running",
+    "dead",
+    "oldest_ready_age",
+    "succeeded_per_min",
+    "failed_per_min",
+    "paused",
+]
+
+
+@contextmanager
+def _client(dsn: str | None) -> Iterator[PgQueue]:
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            yield pgq
+        finally:
+            pgq.close()
+
+
+def _run(dsn: str | None, read: Callable[[PgQueue], Any]) -> Any:
+    with _client(dsn) as pgq:
+        return read(pgq)
+
+
+def status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive."""
+
+    def read(pgq: PgQueue) -> dict[str, Any]:
+        workers = inspect.workers(pgq)
+        return {
+            "queues": inspect.queue_stats(pgq),
+            "workers": {
+                "running": sum(w["status"] == "running" for w in workers),
+                "lost": sum(w["status"] == "lost" for w in workers),
+                "jobs_held": sum(w["jobs_held"] for w in workers),
+                "slots": sum(w["concurrency"] for w in workers if w["status"] == "running"),
+            },
+        }
+
+    data = _run(dsn, read)
+    if as_json:
+        _dump(data)
+        return
+    print_rows(data["queues"], QUEUE_COLUMNS, as_json=False, title="queues")
+    w = data["workers"]
+    console.print(
+        f"workers: {w['running']} running ({w['jobs_held']}/{w['slots']} slots busy)"
+        + (f", [red]{w['lost']} lost[/red]" if w["lost"] else ""),
+        highlight=False,
+    )
+
+
+def jobs_list(
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")] = None,
+    state: Annotated[
+        str | None, typer.Option("--state", help="ready, scheduled or running.")
+    ] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List live jobs (waiting and running), oldest first."""
+    rows = _run(
+        dsn, lambda pgq: inspect.jobs(pgq, queue=queue, state=state, task=task, limit=limit)
+    )
+    print_rows(
+        rows,
+        [
+            "id",
+            "queue",
+            "task",
+            "state",
+            "priority",
+            "attempts",
+            "run_at",
+            "lease_left",
+            "last_error",
+        ],
+        as_json=as_json,
+        title="jobs",
+    )
+
+
+def jobs_show(
+    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Everything about one job (live, dead-lettered or finished), with its errors."""
+    job = _run(dsn, lambda pgq: inspect.find_job(pgq, job_id))
+    if job is None:
+        with friendly_errors():
+            from pgqueue.errors import PgQueueError
+
+            raise PgQueueError(f"job {job_id} not found (never existed, or succeeded)")
+    if as_json:
+        _dump(job)
+        return
+    table = Table(title=f"job {job_id}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    errors = job.get("errors") or []
+    for key, value in job.items():
+        if key != "errors":
+            table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
+    table.add_row("errors", str(len(errors)))
+    console.print(table)
+    for error in errors:
+        console.rule(f"attempt {error.get('attempt', '?')}: {error.get('error', '')}")
+        console.print(error.get("message", ""), highlight=False, markup=False)
+        if error.get("traceback"):
+            console.print(error["traceback"], highlight=False, markup=False)
+
+
+def workers(
+    all_: Annotated[bool, typer.Option("--all", help="Include stopped workers.")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
+    rows = _run(dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
+    print_rows(
+        rows,
+        [
+            "id",
+            "host",
+            "pid",
+            "queues",
+            "status",
+            "started_at",
+            "last_seen",
+            "jobs_held",
+            "jobs_succeeded",
+            "jobs_dead",
+        ],
+        as_json=as_json,
+        title="workers",
+        formatters={"id": lambda v: str(v)[:8], "queues": ",".join},
+    )
+
+
+def retry(
+    job_ids: Annotated[list[int], typer.Argument(help="Job id(s).")],
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run jobs again now: waiting ones become ready at once, dead letters are replayed."""
+    result = _run(dsn, lambda pgq: ops.retry(pgq, job_ids))
+    skipped = sorted(set(job_ids) - set(result.made_ready) - set(result.replayed))
+    if as_json:
+        _dump({"ready": result.made_ready, "replayed": result.replayed, "skipped": skipped})
+    else:
+        for job_id in result.made_ready:
+            typer.echo(f"job {job_id} is ready to run now")
+        for job_id in result.replayed:
+            typer.echo(f"job {job_id} replayed from the dead letters")
+        for job_id in skipped:
+            typer.echo(f"job {job_id} not retried (running, unknown or finished)")
+    if skipped:
+        raise typer.Exit(1)
+
+
+def purge(
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
+    dead: Annotated[
+        bool, typer.Option("--dead", help="Purge dead letters instead of waiting jobs.")
+    ] = False,
+    all_: Annotated[bool, typer.Option("--all", help="Purge in every queue.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Only count what would be deleted.")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete waiting jobs (or, with --dead, dead letters). Asks first unless --yes."""
+    what = "dead letter(s)" if dead else "waiting job(s)"
+    where = ", ".join(
+        part for part in (queue and f"queue {queue!r}", task and f"task {task!r}") if part
+    )
+    with _client(dsn) as pgq:
+        count = ops.purge(pgq, queue=queue, task=task, dead=dead, everything=all_, dry_run=True)
+        if dry_run or count == 0:
+            _report(as_json, 0, count, f"would delete {count} {what}")
+            return
+        if not yes:
+            # No answer (no terminal, end of input) counts as no.
+            typer.confirm(
+                f"Delete {count} {what}{' in ' + where if where else ' in every queue'}?",
+                abort=True,
+            )
+        deleted = ops.purge(pgq, queue=queue, task=task, dead=dead, everything=all_)
+    _report(as_json, deleted, None, f"deleted {deleted} {what}")
+
+
+def _report(as_json: bool, deleted: int, would: int | None, text: str) -> None:
+    if as_json:
+        _dump({"deleted": deleted, "would_delete": would})
+    else:
+        typer.echo(text)
+
+
+def _dump(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, default=json_default, indent=2) + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the operator commands to the ``pgq`` app."""
+    app.command("status")(status)
+    app.command("workers")(workers)
+    app.command("retry")(retry)
+    app.command("purge")(purge)
+    jobs_app.command("list")(jobs_list)
+    jobs_app.command("show")(jobs_show)
+    app.add_typer(jobs_app, name="jobs")
