@@ -16,6 +16,7 @@ from pgqueue.cli.common import DsnOption, duration, friendly_errors
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 from pgqueue.worker import Worker, WorkerSettings
+from pgqueue.worker.metrics import MetricsServer
 
 LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")]
 LogFormat = Annotated[str, typer.Option("--log-format", help="text (key=value) or json.")]
@@ -81,6 +82,14 @@ def work(
         typer.Option(help="Direct DSN for LISTEN when --dsn goes through a transaction pooler."),
     ] = None,
     prepare: Annotated[bool, typer.Option(help="Use server-side prepared statements.")] = True,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Serve Prometheus metrics on this port (/metrics); 0 picks one."),
+    ] = None,
+    # All interfaces by default: Prometheus scrapes workers from other hosts and containers.
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the metrics server binds.")
+    ] = "0.0.0.0",
     dsn: DsnOption = None,
     log_level: LogLevel = "INFO",
     log_format: LogFormat = "text",
@@ -101,8 +110,18 @@ def work(
             listen_dsn=listen_dsn,
             prepare=prepare,
         )
-        worker = Worker(pgq, settings, dsn=dsn or config.configured_dsn(None) or pgq.dsn)
-    worker.run_sync()
+        worker_dsn = dsn or config.configured_dsn(None) or pgq.dsn
+        metrics = (
+            None if metrics_port is None else MetricsServer(worker_dsn, metrics_port, metrics_host)
+        )
+        worker = Worker(
+            pgq, settings, dsn=worker_dsn, observers=[metrics.metrics] if metrics else None
+        )
+    try:
+        worker.run_sync()
+    finally:
+        if metrics is not None:
+            metrics.close()
     pgq.close()
     if not worker.threads_finished:
         # Handler threads still running (abandoned after a timeout, or released at shutdown)

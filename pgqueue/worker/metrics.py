@@ -1,0 +1,188 @@
+"""Prometheus metrics for a worker: ``pgq work --metrics-port 9108``.
+
+Counters and the duration histogram come from :class:`WorkerObserver` hooks (no database work).
+Queue depth and oldest-ready age come from ONE query over the hot table per scrape
+(``queue_depths``), run on a small connection of the exporter's own (not the worker's pool),
+and reused for a second when scrapes come in faster than that. Every worker exports the same
+queue gauges: aggregate them with ``max by (queue, state)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from pgqueue.db.queries import query
+from pgqueue.errors import ConfigurationError
+from pgqueue.worker.context import ClaimedJob
+from pgqueue.worker.observer import WorkerObserver, Written
+from pgqueue.worker.outcome import Outcome
+
+log = logging.getLogger("pgqueue.worker.metrics")
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+_STATES = ("ready", "scheduled", "running")
+
+
+class WorkerMetrics(WorkerObserver):
+    """The worker's counters and histogram, in a registry of its own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        labels = ["queue", "task"]
+
+        def counter(name: str, doc: str, names: list[str] = labels) -> Counter:
+            return Counter(name, doc, names, registry=self.registry)
+
+        self.claimed = counter("pgqueue_jobs_claimed", "Jobs claimed by this worker.")
+        self.succeeded = counter("pgqueue_jobs_succeeded", "Jobs that succeeded.")
+        self.failed = counter("pgqueue_jobs_failed", "Attempts that raised (or timed out).")
+        self.retried = counter("pgqueue_jobs_retried", "Attempts rescheduled for a retry.")
+        self.dead = counter("pgqueue_jobs_dead", "Jobs moved to the dead letters.")
+        self.cancelled = counter("pgqueue_jobs_cancelled", "Jobs cancelled while running.")
+        self.stale = counter(
+            "pgqueue_stale_writes", "Outcomes ignored because the lease was no longer held."
+        )
+        self.lost = counter("pgqueue_leases_lost", "Leases this worker found it had lost.")
+        self.duration = Histogram(
+            "pgqueue_job_duration_seconds",
+            "Handler run time per attempt.",
+            labels,
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.reaped = Counter(
+            "pgqueue_reaper_recovered_jobs",
+            "Jobs with expired leases recovered by this worker's reaper.",
+            registry=self.registry,
+        )
+        self.db_errors = counter(
+            "pgqueue_db_errors", "Database errors seen by the worker's services.", ["service"]
+        )
+        self._by_written = {
+            "succeeded": self.succeeded,
+            "retry": self.retried,
+            "dead": self.dead,
+            "cancelled": self.cancelled,
+            "stale": self.stale,
+        }
+
+    def job_started(self, job: ClaimedJob) -> None:
+        self.claimed.labels(job.queue, job.task).inc()
+
+    def job_written(self, outcome: Outcome, written: Written) -> None:
+        job = outcome.job
+        self._by_written[written].labels(job.queue, job.task).inc()
+        if outcome.kind in ("error", "fail"):
+            self.failed.labels(job.queue, job.task).inc()
+        if outcome.kind != "retry":  # a Retry is a deliberate reschedule, not a run to time
+            self.duration.labels(job.queue, job.task).observe(outcome.duration)
+
+    def lease_lost(self, job: ClaimedJob) -> None:
+        self.lost.labels(job.queue, job.task).inc()
+
+    def jobs_reaped(self, count: int) -> None:
+        self.reaped.inc(count)
+
+    def db_error(self, service: str) -> None:
+        self.db_errors.labels(service).inc()
+
+
+class QueueDepthCollector(Collector):
+    """Queue gauges from one ``queue_depths`` query per scrape (cached for ``max_age``)."""
+
+    def __init__(self, dsn: str, max_age: float = 1.0, timeout: float = 5.0) -> None:
+        self.dsn = dsn
+        self.max_age = max_age
+        self.timeout = timeout
+        self.queries = 0  # how many times the database was asked (tests read it)
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._rows: list[tuple[Any, ...]] = []
+        self._read_at = float("-inf")
+
+    def _read(self) -> list[tuple[Any, ...]]:
+        with self._lock:
+            if time.monotonic() - self._read_at < self.max_age:
+                return self._rows
+            try:
+                if self._conn is None or self._conn.closed:
+                    # prepare_threshold=None: safe behind a transaction-pooling PgBouncer.
+                    self._conn = psycopg.connect(
+                        self.dsn,
+                        autocommit=True,
+                        connect_timeout=int(self.timeout),
+                        prepare_threshold=None,
+                        options=f"-c statement_timeout={int(self.timeout * 1000)}",
+                    )
+                self.queries += 1
+                self._rows = self._conn.execute(query("queue_depths")).fetchall()
+            except psycopg.Error as exc:
+                log.warning("queue depth query failed error=%r", str(exc).strip()[:200])
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                raise
+            self._read_at = time.monotonic()
+            return self._rows
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily(
+            "pgqueue_queue_depth_up", "1 if the last queue depth query succeeded."
+        )
+        try:
+            rows = self._read()
+        except psycopg.Error:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        depth = GaugeMetricFamily(
+            "pgqueue_queue_depth", "Live jobs by queue and state.", labels=["queue", "state"]
+        )
+        oldest = GaugeMetricFamily(
+            "pgqueue_queue_oldest_ready_age_seconds",
+            "Age of the oldest ready job per queue (0 when none is ready).",
+            labels=["queue"],
+        )
+        for queue, *counts, age in rows:
+            for state, count in zip(_STATES, counts, strict=True):
+                depth.add_metric([queue, state], count)
+            oldest.add_metric([queue], float(age))
+        yield depth
+        yield oldest
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class MetricsServer:
+    """Serves a worker's metrics over HTTP (``/metrics``) from a background thread."""
+
+    def __init__(self, dsn: str, port: int, host: str = "0.0.0.0") -> None:
+        self.metrics = WorkerMetrics()
+        self.depths = QueueDepthCollector(dsn)
+        self.metrics.registry.register(self.depths)
+        try:
+            self.server, self.thread = start_http_server(port, host, registry=self.metrics.registry)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc}") from None
+        self.port = self.server.server_port
+        log.info("metrics served host=%s port=%s path=/metrics", host, self.port)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.depths.close()
