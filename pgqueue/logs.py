@@ -1,11 +1,67 @@
-"""Logging set-up for the ``pgq`` processes: key=value lines (default) or JSON lines."""
+"""Logging set-up for the ``pgq`` processes: key=value lines (default) or JSON lines.
+
+Every record carries the context it was logged in as extra ``key=value`` fields (unless the
+message already says them): ``worker_id`` inside a worker (:func:`bind`), and ``job_id``,
+``task``, ``attempt`` inside a job handler, so an application's own log lines in a handler can
+be traced to their job and worker too.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
+
+_bound: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
+    "pgqueue_log_fields", default=MappingProxyType({})
+)
+
+
+def bind(**fields: object) -> contextvars.Token[Mapping[str, object]]:
+    """Add fields to every record logged from this context (tasks and threads started from it
+    inherit them)."""
+    return _bound.set({**_bound.get(), **fields})
+
+
+def context_fields(message: str) -> dict[str, object]:
+    """The bound fields and the current job's, minus those the message already states."""
+    from pgqueue.worker.context import current_job
+
+    fields: dict[str, object] = {}
+    try:
+        job = current_job()
+    except LookupError:
+        pass
+    else:
+        fields.update(job_id=job.id, task=job.task, attempt=job.attempt, worker_id=job.worker_id)
+    fields = {**fields, **_bound.get()}  # job fields first, then the worker's
+    return {key: value for key, value in fields.items() if f"{key}=" not in message}
+
+
+class ContextFilter(logging.Filter):
+    """Stores :func:`context_fields` on each record (as ``record.pgq_fields``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.pgq_fields = context_fields(record.getMessage())
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        fields: Mapping[str, object] = getattr(record, "pgq_fields", {})
+        if not fields:
+            return text
+        extra = " ".join(f"{key}={value}" for key, value in fields.items())
+        head, newline, rest = text.partition("\n")  # keep tracebacks below the fields
+        return f"{head} {extra}{newline}{rest}"
 
 
 class JsonFormatter(logging.Formatter):
@@ -22,6 +78,7 @@ class JsonFormatter(logging.Formatter):
         }
         text, fields = split_fields(message)
         entry["msg"] = text
+        entry.update(getattr(record, "pgq_fields", {}))
         entry.update(fields)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
@@ -47,10 +104,8 @@ def split_fields(message: str) -> tuple[str, dict[str, str]]:
 
 def configure(level: str = "INFO", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -204,7 +204,12 @@ class Executor:
         def finished(_: asyncio.Future[Any]) -> None:
             self.abandoned -= 1
             if not future.cancelled() and future.exception() is None:
-                log.info("abandoned handler finished late; result ignored job_id=%s", ctx.id)
+                log.info(
+                    "abandoned handler finished late; result ignored job_id=%s task=%s attempt=%s",
+                    ctx.id,
+                    ctx.task,
+                    ctx.attempt,
+                )
 
         future.add_done_callback(finished)
 

@@ -67,8 +67,14 @@ class Heartbeater(Service):
             cancel_requested = alive.get((job_id, token))
             if cancel_requested is None:
                 self._lost(job_id, token)
-            elif cancel_requested and self.executor.stop_job(job_id, "cancelled", token):
-                self.log.info("cancel requested; stopping handler job_id=%s", job_id)
+            elif cancel_requested and (running := self.executor.running.get((job_id, token))):
+                self.executor.stop_job(job_id, "cancelled", token)
+                self.log.info(
+                    "cancel requested; stopping handler job_id=%s task=%s attempt=%s",
+                    job_id,
+                    running.job.task,
+                    running.job.attempt,
+                )
 
     def _lost(self, job_id: int, token: int) -> None:
         running = self.executor.running.get((job_id, token))
@@ -76,9 +82,10 @@ class Heartbeater(Service):
             return  # finished and written meanwhile: not lost
         self.observer.lease_lost(running.job)
         self.log.warning(
-            "lease lost; stopping handler job_id=%s task=%s lease_token=%s",
+            "lease lost; stopping handler job_id=%s task=%s attempt=%s lease_token=%s",
             job_id,
             running.job.task,
+            running.job.attempt,
             token,
         )
         self.executor.stop_job(job_id, "lease lost", token)

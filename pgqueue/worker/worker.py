@@ -39,6 +39,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pgqueue import logs
 from pgqueue._version import __version__
 from pgqueue.config import configured_dsn, resolve_dsn
 from pgqueue.errors import ConfigurationError
@@ -149,6 +150,7 @@ class Worker:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(self, *, handle_signals: bool = True) -> None:
+        logs.bind(worker_id=self.id)  # every record logged by this worker says which it is
         self._loop = asyncio.get_running_loop()
         self._stop_async = asyncio.Event()
         if self._stop.is_set():
@@ -251,8 +253,16 @@ class Worker:
         )
 
     def _cancel_requested(self, job_id: int) -> None:
-        if self.executor is not None and self.executor.stop_job(job_id, "cancelled"):
-            log.info("cancel requested; stopping handler job_id=%s", job_id)
+        if self.executor is None:
+            return
+        for running in [r for r in self.executor.running.values() if r.job.id == job_id]:
+            log.info(
+                "cancel requested; stopping handler job_id=%s task=%s attempt=%s",
+                job_id,
+                running.job.task,
+                running.job.attempt,
+            )
+        self.executor.stop_job(job_id, "cancelled")
 
     async def _register(self, db: WorkerDB) -> bool:
         """Register in pgqueue.workers, waiting out a database that is not up yet."""
@@ -318,6 +328,16 @@ class Worker:
                 len(rows),
                 ",".join(str(r[0]) for r in rows),
             )
+            released = {row[0] for row in rows}
+            for running in unfinished:
+                if running.job.id in released:
+                    log.info(
+                        "job released job_id=%s task=%s queue=%s attempt=%s",
+                        running.job.id,
+                        running.job.task,
+                        running.job.queue,
+                        running.job.attempt,
+                    )
 
     async def _final_write(self, write: Any, what: str) -> None:
         loop = asyncio.get_running_loop()
