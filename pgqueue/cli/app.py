@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from pgqueue import config
-from pgqueue.cli import jobs, ops, worker_cmds
+from pgqueue.cli import dashboard_cmd, jobs, ops, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.client import PgQueue
@@ -36,6 +36,7 @@ app.command("cancel")(jobs.cancel)
 app.command("pause")(jobs.pause)
 app.command("resume")(jobs.resume)
 ops.register(app)
+app.command("dashboard")(dashboard_cmd.dashboard)
 
 
 @db_app.command("url")

@@ -1,0 +1,74 @@
+"""``pgq dashboard``: serve the web dashboard."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pgqueue import inspect, logs
+from pgqueue.cli.common import DsnOption, friendly_errors
+from pgqueue.client import PgQueue
+from pgqueue.errors import ConfigurationError
+
+
+def dashboard(
+    host: Annotated[
+        str, typer.Option(help="Address to bind; anything but loopback requires auth.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8080,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PGQUEUE_DASHBOARD_TOKEN",
+            help="Require this bearer token (or open /?token=... once in the browser).",
+            show_default=False,
+        ),
+    ] = None,
+    basic_auth: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PGQUEUE_DASHBOARD_BASIC_AUTH",
+            help="Require HTTP basic auth, given as USER:PASSWORD.",
+            show_default=False,
+        ),
+    ] = None,
+    read_only: Annotated[bool, typer.Option(help="Show everything, allow no actions.")] = False,
+    secure_cookies: Annotated[
+        bool, typer.Option(help="Mark cookies Secure (when served over HTTPS).")
+    ] = False,
+    dsn: DsnOption = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+) -> None:
+    """Serve the web dashboard: queues, charts, running jobs, workers, dead letters, actions."""
+    import uvicorn
+
+    from pgqueue.dashboard import DashboardSettings, create_app
+    from pgqueue.dashboard.security import Auth, is_loopback
+
+    with friendly_errors():
+        username = password = None
+        if basic_auth is not None:
+            username, sep, password = basic_auth.partition(":")
+            if not sep or not username or not password:
+                raise ConfigurationError("--basic-auth must look like USER:PASSWORD")
+        auth = Auth(token=token or None, username=username, password=password)
+        if not auth.required and not is_loopback(host):
+            raise ConfigurationError(
+                f"refusing to serve the dashboard on {host} without authentication: "
+                "pass --token or --basic-auth (or bind to 127.0.0.1)"
+            )
+        logs.configure(log_level)
+        pgq = PgQueue(dsn)
+        inspect.queue_stats(pgq)  # fail now, with a clear message, if the database is not ready
+        app = create_app(
+            pgq,
+            DashboardSettings(auth=auth, read_only=read_only, secure_cookies=secure_cookies),
+        )
+    typer.echo(
+        f"pgqueue dashboard on http://{host}:{port}/" + (" (read-only)" if read_only else "")
+    )
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        pgq.close()

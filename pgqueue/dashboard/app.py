@@ -1,0 +1,178 @@
+"""The dashboard's HTTP application (Starlette): one page, one JSON state endpoint, actions.
+
+The page (``static/index.html`` + ``app.js``, no CDN) polls ``GET /api/state`` every couple of
+seconds and draws its tables and SVG charts itself. Actions are ``POST /api/<action>`` with a
+JSON body, authenticated and CSRF-checked (:mod:`pgqueue.dashboard.security`), refused in
+read-only mode. Every number comes from the documented views, through :mod:`pgqueue.inspect`,
+and every action from the same functions the CLI calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from pgqueue import inspect, ops
+from pgqueue.cli.common import json_default
+from pgqueue.client import PgQueue
+from pgqueue.dashboard.security import (
+    CSRF_COOKIE,
+    TOKEN_COOKIE,
+    Auth,
+    csrf_ok,
+    new_csrf_token,
+)
+from pgqueue.errors import PgQueueError
+
+STATIC = resources.files("pgqueue.dashboard") / "static"
+
+
+@dataclass
+class DashboardSettings:
+    auth: Auth = field(default_factory=Auth)
+    read_only: bool = False
+    secure_cookies: bool = False  # set when served over HTTPS (behind a proxy)
+    limit: int = 50  # rows per table
+
+
+class _Json(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, default=json_default).encode()
+
+
+def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlette:
+    settings = config or DashboardSettings()
+    page = (STATIC / "index.html").read_text(encoding="utf-8")
+
+    async def index(request: Request) -> Response:
+        if request.query_params.get("token") and settings.auth.token is not None:
+            # Trade the token in the URL for an HttpOnly cookie, and drop it from the URL.
+            response: Response = RedirectResponse("/", status_code=303)
+            _cookie(response, TOKEN_COOKIE, request.query_params["token"])
+            return response
+        csrf = request.cookies.get(CSRF_COOKIE) or new_csrf_token()
+        html = page.replace("{{csrf}}", csrf).replace(
+            "{{read_only}}", "true" if settings.read_only else "false"
+        )
+        response = HTMLResponse(html, headers={"Cache-Control": "no-store"})
+        _cookie(response, CSRF_COOKIE, csrf)
+        return response
+
+    def _cookie(response: Response, name: str, value: str) -> None:
+        response.set_cookie(
+            name, value, httponly=True, samesite="strict", secure=settings.secure_cookies
+        )
+
+    def read_state() -> dict[str, Any]:
+        dead = pgq.dead_letters(limit=settings.limit)
+        for row in dead:
+            last = row.pop("errors")[-1:] or [{}]
+            row["error_class"] = last[0].get("error")
+            row["traceback"] = last[0].get("traceback")
+        return {
+            "read_only": settings.read_only,
+            "queues": inspect.queue_stats(pgq),
+            "running": inspect.running_jobs(pgq, settings.limit),
+            "waiting": inspect.jobs(pgq, state="scheduled", limit=settings.limit),
+            "workers": inspect.workers(pgq),
+            "dead": dead,
+            "failures": inspect.recent_failures(pgq),
+            "throughput": inspect.throughput(pgq),
+        }
+
+    async def state(request: Request) -> Response:
+        return _Json(await run_in_threadpool(read_state))
+
+    actions: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "replay": lambda body: {"replayed": pgq.replay_dead_letters(ids=[_id(body)])},
+        "cancel": lambda body: {"result": pgq.cancel(_id(body))},
+        "retry": lambda body: _retried(ops.retry(pgq, [_id(body)])),
+        "pause": lambda body: _set_paused(pgq, _queue(body), True),
+        "resume": lambda body: _set_paused(pgq, _queue(body), False),
+    }
+
+    async def action(request: Request) -> Response:
+        name = request.path_params["action"]
+        if name not in actions:
+            return PlainTextResponse("unknown action", status_code=404)
+        if settings.read_only:
+            return PlainTextResponse("the dashboard is read-only", status_code=403)
+        if not csrf_ok(request):
+            return PlainTextResponse("CSRF check failed", status_code=403)
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("expected a JSON object")
+            result = await run_in_threadpool(actions[name], body)
+        except (ValueError, PgQueueError) as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        return _Json(result)
+
+    async def health(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    class AuthMiddleware(BaseHTTPMiddleware):
+        async def dispatch(
+            self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+        ) -> Response:
+            if request.url.path == "/healthz" or settings.auth.check(request):
+                return await call_next(request)
+            headers = {}
+            if settings.auth.username is not None:
+                headers["WWW-Authenticate"] = 'Basic realm="pgqueue", charset="UTF-8"'
+            return PlainTextResponse("authentication required", status_code=401, headers=headers)
+
+    return Starlette(
+        routes=[
+            Route("/", index),
+            Route("/healthz", health),
+            Route("/api/state", state),
+            Route("/api/{action}", action, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+        ],
+        middleware=[Middleware(AuthMiddleware)],
+    )
+
+
+def _id(body: dict[str, Any]) -> int:
+    value = body.get("id")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError("'id' must be a job id (an integer)")
+    return value
+
+
+def _queue(body: dict[str, Any]) -> str:
+    value = body.get("queue")
+    if not isinstance(value, str):
+        raise ValueError("'queue' must be a queue name")
+    return value
+
+
+def _retried(result: ops.RetryResult) -> dict[str, Any]:
+    return {"ready": result.made_ready, "replayed": result.replayed}
+
+
+def _set_paused(pgq: PgQueue, queue: str, paused: bool) -> dict[str, Any]:
+    if paused:
+        pgq.pause_queue(queue)
+    else:
+        pgq.resume_queue(queue)
+    return {"queue": queue, "paused": paused}

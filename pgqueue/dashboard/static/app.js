@@ -1,0 +1,216 @@
+// pgqueue dashboard: polls /api/state, renders tables and SVG charts, posts actions.
+// No framework and no CDN: everything the page needs is served by `pgq dashboard`.
+"use strict";
+
+const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+const COLORS = ["#2f6fdf", "#2c8a4b", "#d9822b", "#8e44ad", "#c7362f", "#16a2b8", "#7f8c8d"];
+const HISTORY = 150; // depth samples kept (5 minutes at one every 2 s)
+const depthHistory = new Map(); // queue -> [[time ms, ready]]
+let readOnly = document.querySelector('meta[name="read-only"]').content === "true";
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "onclick") node.addEventListener("click", value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(child ?? ""));
+  }
+  return node;
+}
+
+function seconds(value) {
+  if (value === null || value === undefined) return "";
+  const s = Math.max(0, Math.round(value));
+  if (s < 60) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m " + (s % 60) + "s";
+  return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+}
+
+function when(iso) {
+  return iso ? new Date(iso).toLocaleTimeString() : "";
+}
+
+function num(value, col) {
+  return el("td", { class: "num", "data-col": col }, String(value));
+}
+
+function button(label, action, body) {
+  if (readOnly) return "";
+  return el("button", { "data-action": action, onclick: () => act(action, body) }, label);
+}
+
+function fill(id, rows, render, emptyText) {
+  const body = document.querySelector(`#${id} tbody`);
+  const cols = document.querySelectorAll(`#${id} thead th`).length;
+  body.replaceChildren(
+    ...(rows.length ? rows.map(render) : [el("tr", {}, el("td", { colspan: cols, class: "empty" }, emptyText))])
+  );
+}
+
+async function act(action, body) {
+  const message = document.getElementById("message");
+  const response = await fetch(`/api/${action}`, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": CSRF },
+    body: JSON.stringify(body),
+  });
+  message.textContent = response.ok
+    ? `${action}: done`
+    : `${action} failed: ${await response.text()}`;
+  await refresh();
+}
+
+function renderQueues(queues) {
+  fill("queues", queues, (q) =>
+    el("tr", { "data-queue": q.queue },
+      el("td", {}, q.queue),
+      num(q.ready, "ready"), num(q.scheduled, "scheduled"), num(q.running, "running"),
+      num(q.dead, "dead"),
+      el("td", { "data-col": "oldest_ready_age" }, seconds(q.oldest_ready_age)),
+      num(q.succeeded_per_min, "succeeded_per_min"), num(q.failed_per_min, "failed_per_min"),
+      el("td", { class: q.paused ? "paused" : "" }, q.paused ? "paused" : "active"),
+      el("td", {}, q.paused ? button("resume", "resume", { queue: q.queue })
+                            : button("pause", "pause", { queue: q.queue }))),
+    "no queues yet");
+}
+
+function renderRunning(running) {
+  fill("running", running, (j) =>
+    el("tr", { "data-job": j.id },
+      el("td", {}, String(j.id)), el("td", {}, j.queue), el("td", {}, j.task),
+      el("td", {}, `${j.attempt}/${j.max_attempts}`),
+      el("td", {}, j.host ? `${j.host}:${j.pid}` : String(j.worker_id || "").slice(0, 8)),
+      el("td", {}, seconds(j.running_for)), el("td", {}, seconds(j.lease_left)),
+      el("td", {}, j.cancel_requested ? "cancelling…" : button("cancel", "cancel", { id: j.id }))),
+    "nothing running");
+}
+
+function renderWaiting(waiting) {
+  fill("waiting", waiting, (j) =>
+    el("tr", { "data-job": j.id },
+      el("td", {}, String(j.id)), el("td", {}, j.queue), el("td", {}, j.task),
+      el("td", {}, `${j.attempts}/${j.max_attempts}`), el("td", {}, when(j.run_at)),
+      el("td", { class: "error" }, j.last_error || ""),
+      el("td", {}, button("retry now", "retry", { id: j.id }), " ",
+                   button("cancel", "cancel", { id: j.id }))),
+    "nothing scheduled");
+}
+
+function renderWorkers(workers) {
+  fill("workers", workers, (w) =>
+    el("tr", { "data-worker": w.id },
+      el("td", {}, w.id.slice(0, 8)), el("td", {}, w.host), el("td", {}, String(w.pid)),
+      el("td", {}, w.queues.join(",")),
+      el("td", { class: w.status === "lost" ? "lost" : "" }, w.status),
+      el("td", {}, when(w.started_at)), el("td", {}, when(w.last_seen)),
+      num(w.jobs_held, "jobs_held"), num(w.jobs_succeeded, "jobs_succeeded"),
+      num(w.jobs_dead, "jobs_dead")),
+    "no workers running");
+}
+
+function renderFailures(failures) {
+  fill("failures", failures, (f) =>
+    el("tr", {},
+      el("td", {}, f.queue), el("td", {}, f.task), num(f.retried, "retried"), num(f.dead, "dead"),
+      el("td", { class: "error" }, f.error_class ? `${f.error_class}: ${f.last_error}` : ""),
+      el("td", {}, when(f.failed_at))),
+    "no failures in the last hour");
+}
+
+function renderDead(dead) {
+  fill("dead", dead, (d) =>
+    el("tr", { "data-dead": d.id },
+      el("td", {}, String(d.id)), el("td", {}, d.queue), el("td", {}, d.task),
+      el("td", {}, `${d.attempts}/${d.max_attempts}`),
+      el("td", { class: "error" },
+        el("details", {},
+          el("summary", {}, `${d.error_class || ""}: ${d.last_error || d.reason}`),
+          el("pre", {}, d.traceback || "(no traceback)"))),
+      el("td", {}, when(d.dead_at)),
+      el("td", {}, button("replay", "replay", { id: d.id }))),
+    "no dead letters");
+}
+
+function lineChart(svgId, legendId, series, yLabel) {
+  const svg = document.getElementById(svgId);
+  const W = 600, H = 180, L = 40, R = 10, T = 10, B = 22;
+  const points = series.flatMap((s) => s.points);
+  const xs = points.map((p) => p[0]);
+  const xMin = Math.min(...xs), xMax = Math.max(...xs, xMin + 1);
+  const yMax = Math.max(1, ...points.map((p) => p[1]));
+  const x = (v) => L + ((v - xMin) / (xMax - xMin)) * (W - L - R);
+  const y = (v) => H - B - (v / yMax) * (H - T - B);
+  const ns = "http://www.w3.org/2000/svg";
+  const make = (tag, attrs, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const nodes = [
+    make("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#ccc" }),
+    make("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#ccc" }),
+    make("text", { x: L - 4, y: T + 8, "text-anchor": "end" }, String(yMax)),
+    make("text", { x: L - 4, y: H - B, "text-anchor": "end" }, "0"),
+    make("text", { x: W - R, y: H - 6, "text-anchor": "end" }, yLabel),
+  ];
+  if (points.length) {
+    nodes.push(make("text", { x: L, y: H - 6 }, new Date(xMin).toLocaleTimeString()));
+  }
+  series.forEach((s, i) => {
+    if (!s.points.length) return;
+    const d = s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
+    nodes.push(make("polyline", {
+      points: d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 2,
+      "data-series": s.name,
+    }));
+  });
+  svg.replaceChildren(...nodes);
+  document.getElementById(legendId).replaceChildren(...series.map((s, i) =>
+    el("span", {}, el("i", { style: `background:${COLORS[i % COLORS.length]}` }), s.name)));
+}
+
+function renderCharts(state) {
+  const now = Date.now();
+  for (const q of state.queues) {
+    const history = depthHistory.get(q.queue) || [];
+    history.push([now, q.ready]);
+    depthHistory.set(q.queue, history.slice(-HISTORY));
+  }
+  lineChart("depth-chart", "depth-legend",
+    [...depthHistory].map(([name, points]) => ({ name, points })), "now");
+  const byQueue = new Map();
+  for (const row of state.throughput) {
+    if (!byQueue.has(row.queue)) byQueue.set(row.queue, []);
+    byQueue.get(row.queue).push([new Date(row.minute).getTime(), row.succeeded]);
+  }
+  lineChart("throughput-chart", "throughput-legend",
+    [...byQueue].map(([name, points]) => ({ name, points })), "per minute");
+}
+
+async function refresh() {
+  try {
+    const response = await fetch("/api/state", { credentials: "same-origin" });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    const state = await response.json();
+    readOnly = state.read_only;
+    document.getElementById("mode").textContent = readOnly ? "read-only" : "";
+    renderQueues(state.queues);
+    renderRunning(state.running);
+    renderWaiting(state.waiting);
+    renderWorkers(state.workers);
+    renderFailures(state.failures);
+    renderDead(state.dead);
+    renderCharts(state);
+    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    document.body.dataset.loaded = "true";
+  } catch (error) {
+    document.getElementById("updated").textContent = "update failed: " + error.message;
+  }
+}
+
+refresh();
+setInterval(refresh, 2000);
