@@ -1,0 +1,161 @@
+"""The dashboard end to end in a real headless Chromium (Debian's chromium + chromedriver):
+the page loads, its numbers match SQL, and clicking buttons really moves jobs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from tests.dashboard_helpers import dashboard
+from tests.helpers import scalar, thread_worker, wait_for
+from tests.integration import worker_app
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    # Installed by .ci/run (apt-get install chromium chromium-driver); never downloaded.
+    assert os.path.exists(CHROMIUM), "chromium is not installed: apt-get install chromium"
+    assert os.path.exists(CHROMEDRIVER), "chromedriver missing: apt-get install chromium-driver"
+    profile = tempfile.mkdtemp(prefix="pgq-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1500",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def cells(driver: WebDriver, queue: str) -> dict[str, str]:
+    row = driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{queue}"]')
+    return {
+        td.get_attribute("data-col"): td.text
+        for td in row.find_elements(By.CSS_SELECTOR, "td[data-col]")
+    }
+
+
+def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, conn, browser):
+    pgq = worker_app.pgq
+    broken = pgq.enqueue("always_fails", conn=conn)
+    with thread_worker(pgq, app_dsn, burst=True) as w:
+        w.join()
+    for n in range(3):
+        pgq.enqueue("noop", {"n": n}, queue="emails", conn=conn)
+    pgq.enqueue("noop", queue="emails", delay=3600, conn=conn)
+    running = pgq.enqueue("async_sleep", {"seconds": 60}, queue="slow", conn=conn)
+
+    with (
+        thread_worker(pgq, app_dsn, queues=["slow"], shutdown_grace=0.1) as worker,
+        dashboard(app_dsn) as board,
+    ):
+        wait_for(lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.running_jobs") == 1)
+        browser.get(board.url + "/")
+        wait_for(
+            lambda: browser.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"),
+            message="the page to load its state",
+        )
+        assert browser.title == "pgqueue dashboard"
+
+        # Every number in the queue table is the one pgqueue.queue_stats gives.
+        stats = conn.execute(
+            "SELECT queue, ready, scheduled, running, dead FROM pgqueue.queue_stats"
+        ).fetchall()
+        assert {q for q, *_ in stats} == {"default", "emails", "slow"}
+        for queue, ready, scheduled, running_count, dead in stats:
+            shown = wait_for(lambda q=queue: cells(browser, q), message=f"queue {queue}")
+            assert (shown["ready"], shown["scheduled"], shown["running"], shown["dead"]) == (
+                str(ready),
+                str(scheduled),
+                str(running_count),
+                str(dead),
+            )
+        # The running job, its worker, and the dead letter with its error and traceback.
+        job_row = browser.find_element(By.CSS_SELECTOR, f'#running tr[data-job="{running}"]')
+        assert "async_sleep" in job_row.text
+        worker_row = browser.find_element(
+            By.CSS_SELECTOR, f'#workers tr[data-worker="{worker.worker.id}"]'
+        )
+        assert "running" in worker_row.text and "slow" in worker_row.text
+        dead_row = browser.find_element(By.CSS_SELECTOR, f'#dead tr[data-dead="{broken}"]')
+        assert "ValueError: this job is broken" in dead_row.text
+        dead_row.find_element(By.TAG_NAME, "summary").click()
+        assert "raise ValueError" in dead_row.find_element(By.TAG_NAME, "pre").text
+        # Charts are drawn (SVG, no external script): one line per queue.
+        lines = browser.find_elements(By.CSS_SELECTOR, "#depth-chart polyline")
+        assert {line.get_attribute("data-series") for line in lines} == {
+            "default",
+            "emails",
+            "slow",
+        }
+        scripts = [s.get_attribute("src") for s in browser.find_elements(By.TAG_NAME, "script")]
+        assert scripts == [board.url + "/static/app.js"]
+
+        # Replay: the click moves the job out of the dead letters and back into its queue.
+        dead_row.find_element(By.CSS_SELECTOR, 'button[data-action="replay"]').click()
+        wait_for(
+            lambda: (
+                scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (broken,))
+                == "ready"
+            ),
+            message="the replayed job",
+        )
+        assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.dead_letters") == 0
+        wait_for(
+            lambda: (
+                cells(browser, "default")["dead"] == "0"
+                and cells(browser, "default")["ready"] == "1"
+            ),
+            message="the page to show the replay",
+        )
+        # Pause a queue and cancel the running job from the page.
+        browser.find_element(
+            By.CSS_SELECTOR, '#queues tr[data-queue="emails"] button[data-action="pause"]'
+        ).click()
+        wait_for(lambda: scalar(app_dsn, "SELECT paused FROM pgqueue.queues") is True)
+        browser.find_element(
+            By.CSS_SELECTOR, f'#running tr[data-job="{running}"] button[data-action="cancel"]'
+        ).click()
+        wait_for(
+            lambda: (
+                scalar(app_dsn, "SELECT state FROM pgqueue.job_history WHERE id = %s", (running,))
+                == "cancelled"
+            ),
+            message="the cancelled job",
+        )
+        wait_for(
+            lambda: "nothing running" in browser.find_element(By.ID, "running").text,
+            message="the page to show nothing running",
+        )
+        shot = os.environ.get("PGQUEUE_SCREENSHOT")
+        if (
+            shot
+        ):  # make docs/dashboard.png: PGQUEUE_SCREENSHOT=docs/dashboard.png pytest -k chromium
+            Path(shot).parent.mkdir(parents=True, exist_ok=True)
+            browser.save_screenshot(shot)
