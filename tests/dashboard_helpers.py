@@ -77,7 +77,7 @@ def dashboard(dsn: str, *args: str, log: Path | None = None) -> Iterator[Dashboa
         process.terminate()
         process.wait(15)
         if log:
-            out.close()  # type: ignore[union-attr]
+            out.close()
 
 
 def _healthy(board: Dashboard) -> bool:

@@ -56,7 +56,7 @@ def browser() -> Iterator[WebDriver]:
 def cells(driver: WebDriver, queue: str) -> dict[str, str]:
     row = driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{queue}"]')
     return {
-        td.get_attribute("data-col"): td.text
+        str(td.get_attribute("data-col")): td.text
         for td in row.find_elements(By.CSS_SELECTOR, "td[data-col]")
     }
 
@@ -89,7 +89,7 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
         ).fetchall()
         assert {q for q, *_ in stats} == {"default", "emails", "slow"}
         for queue, ready, scheduled, running_count, dead in stats:
-            shown = wait_for(lambda q=queue: cells(browser, q), message=f"queue {queue}")
+            shown = cells(browser, queue)
             assert (shown["ready"], shown["scheduled"], shown["running"], shown["dead"]) == (
                 str(ready),
                 str(scheduled),
