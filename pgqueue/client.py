@@ -36,7 +36,8 @@ class PgQueue:
     """A queue living in one PostgreSQL database.
 
     ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
-    ``DATABASE_URL``, else the embedded server (started on first use).
+    ``DATABASE_URL``, else the embedded server (started on first use). ``prepare=False``
+    turns server-side prepared statements off (behind PgBouncer < 1.21 in transaction mode).
     """
 
     def __init__(
@@ -45,12 +46,18 @@ class PgQueue:
         *,
         max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
         pool_size: int = 10,
+        prepare: bool = True,
     ) -> None:
         if max_payload_bytes <= 0:
             raise ConfigurationError("max_payload_bytes must be positive")
         self._dsn = config.configured_dsn(dsn)
         self.max_payload_bytes = max_payload_bytes
         self.pool_size = pool_size
+        # Server-side prepared statements break behind a transaction-pooling PgBouncer older
+        # than 1.21 (statements prepared on one server connection, run on another).
+        self._conn_kwargs: dict[str, Any] = {"autocommit": True}
+        if not prepare:
+            self._conn_kwargs["prepare_threshold"] = None
         self.tasks: dict[str, Task[..., Any]] = {}
         self._lock = threading.RLock()
         self._pool: ConnectionPool | None = None
@@ -152,7 +159,7 @@ class PgQueue:
                         self.dsn,
                         min_size=1,
                         max_size=self.pool_size,
-                        kwargs={"autocommit": True},
+                        kwargs=self._conn_kwargs,
                         open=False,
                         name="pgqueue-client",
                     )
@@ -170,7 +177,7 @@ class PgQueue:
                 dsn,
                 min_size=1,
                 max_size=self.pool_size,
-                kwargs={"autocommit": True},
+                kwargs=self._conn_kwargs,
                 open=False,
                 name="pgqueue-client-async",
             )

@@ -12,6 +12,7 @@ import typer
 from pgqueue import config
 from pgqueue.cli import dashboard_cmd, jobs, ops, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
+from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.client import PgQueue
 from pgqueue.db import embedded
@@ -30,6 +31,7 @@ db_app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(cron_app, name="cron")
 app.command("work")(worker_cmds.work)
 app.command("reaper")(worker_cmds.reaper)
 app.command("cancel")(jobs.cancel)

@@ -352,6 +352,17 @@ LISTEN pgqueue_jobs
 -- name: listen_cancel
 LISTEN pgqueue_cancel
 
+-- name: listen_probe
+-- At start-up the listener checks that notifications reach it (they do not through a
+-- transaction-pooling PgBouncer): it listens here and has another connection notify it.
+LISTEN pgqueue_probe
+
+-- name: unlisten_probe
+UNLISTEN pgqueue_probe
+
+-- name: notify_probe
+SELECT pg_notify('pgqueue_probe', %(token)s)
+
 -- name: ping
 SELECT 1
 
@@ -452,3 +463,25 @@ WITH gone AS (
        AND (%(task)s::text IS NULL OR d.task = %(task)s)
     RETURNING 1)
 SELECT count(*) FROM gone
+
+-- ---------------------------------------------------------------------------------------------
+-- pg_cron: schedule pgqueue.reap() inside the database (`pgq cron install-reaper`)
+-- ---------------------------------------------------------------------------------------------
+
+-- name: pg_cron_setup
+-- Which database pg_cron runs its jobs from (NULL when pg_cron is not preloaded), and its
+-- version when the extension exists in the current database.
+SELECT current_database(), current_setting('cron.database_name', true),
+       (SELECT extversion FROM pg_extension WHERE extname = 'pg_cron')
+
+-- name: pg_cron_schedule
+-- Creates the job, or updates the one with this name (pg_cron upserts named jobs).
+SELECT cron.schedule_in_database(%(name)s, %(schedule)s, %(command)s, %(database)s)
+
+-- name: pg_cron_unschedule
+SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %(name)s
+
+-- name: pg_cron_jobs
+SELECT jobid, jobname, schedule, command, database, active
+  FROM cron.job
+ WHERE jobname = %(name)s

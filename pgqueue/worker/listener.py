@@ -1,6 +1,9 @@
 """The listener: LISTEN on a dedicated connection, so idle fetchers wake within milliseconds.
 
-It uses its own direct connection (never a transaction pooler, where LISTEN does not work).
+It uses its own direct connection (never a transaction pooler, where LISTEN does not work). On
+connecting it checks that a notification sent from another connection arrives; if none does
+(a transaction-pooling PgBouncer in the way), it says so in the log and stops: the fetcher then
+finds jobs by polling.
 When the connection drops it reconnects with backoff and wakes the fetcher once, which claims
 whatever arrived meanwhile; between notifications it checks the connection is alive, so a
 silently dead connection is noticed within ``health_interval``.
@@ -8,7 +11,9 @@ silently dead connection is noticed within ``health_interval``.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -27,6 +32,7 @@ class Listener(Service):
         on_jobs: Callable[[], None],
         on_cancel: Callable[[int], None],
         health_interval: float = 10.0,
+        probe_timeout: float = 3.0,
     ) -> None:
         super().__init__()
         self.dsn = dsn
@@ -35,7 +41,9 @@ class Listener(Service):
         self.on_cancel = on_cancel
         self.health_interval = health_interval
         self.connected = False
+        self.unusable = False  # notifications cannot reach this connection: the worker polls
         self.notifications = 0
+        self.probe_timeout = probe_timeout
 
     def interval(self) -> float:
         return 0.0
@@ -45,6 +53,15 @@ class Listener(Service):
         try:
             await conn.execute(query("listen_jobs"))
             await conn.execute(query("listen_cancel"))
+            if not await self._notifications_arrive(conn):
+                self.log.warning(
+                    "LISTEN does not work on this connection (a transaction-pooling proxy such "
+                    "as PgBouncer?): falling back to polling; pass --listen-dsn with a direct "
+                    "connection to wake up at once"
+                )
+                self.unusable = True
+                self.stop()
+                return
             self.connected = True
             self.log.info("listening for notifications")
             self.on_jobs()  # catch up on anything enqueued while we were not listening
@@ -59,3 +76,21 @@ class Listener(Service):
         finally:
             self.connected = False
             await conn.close()
+
+    async def _notifications_arrive(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Does a NOTIFY sent from another connection reach this one? Not through a
+        transaction pooler, where LISTEN stays on a server connection others then use."""
+        token = uuid.uuid4().hex
+        await conn.execute(query("listen_probe"))
+        other = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+        try:
+            await other.execute(query("notify_probe"), {"token": token})
+        finally:
+            await other.close()
+        arrived = False
+        async for notify in conn.notifies(timeout=self.probe_timeout):
+            if notify.channel == "pgqueue_probe" and notify.payload == token:
+                arrived = True
+                break
+        await conn.execute(query("unlisten_probe"))
+        return arrived
