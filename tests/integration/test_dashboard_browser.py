@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -21,6 +24,7 @@ from tests.integration import worker_app
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -53,12 +57,34 @@ def browser() -> Iterator[WebDriver]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def fresh(read: Callable[[], T]) -> T:
+    """The page re-renders a table when its data changes (every 2 s at most); an element found
+    just before that is stale. Look it up again, as a user's eyes would."""
+    for _ in range(50):
+        try:
+            return read()
+        except (StaleElementReferenceException, NoSuchElementException):
+            time.sleep(0.1)
+    return read()
+
+
 def cells(driver: WebDriver, queue: str) -> dict[str, str]:
-    row = driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{queue}"]')
-    return {
-        str(td.get_attribute("data-col")): td.text
-        for td in row.find_elements(By.CSS_SELECTOR, "td[data-col]")
-    }
+    def read() -> dict[str, str]:
+        row = driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{queue}"]')
+        return {
+            str(td.get_attribute("data-col")): td.text
+            for td in row.find_elements(By.CSS_SELECTOR, "td[data-col]")
+        }
+
+    return fresh(read)
+
+
+def click(driver: WebDriver, selector: str) -> None:
+    fresh(lambda: driver.find_element(By.CSS_SELECTOR, selector).click())
+
+
+def text(driver: WebDriver, selector: str) -> str:
+    return fresh(lambda: driver.find_element(By.CSS_SELECTOR, selector).text)
 
 
 def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, conn, browser):
@@ -97,19 +123,21 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
                 str(dead),
             )
         # The running job, its worker, and the dead letter with its error and traceback.
-        job_row = browser.find_element(By.CSS_SELECTOR, f'#running tr[data-job="{running}"]')
-        assert "async_sleep" in job_row.text
-        worker_row = browser.find_element(
-            By.CSS_SELECTOR, f'#workers tr[data-worker="{worker.worker.id}"]'
-        )
-        assert "running" in worker_row.text and "slow" in worker_row.text
-        dead_row = browser.find_element(By.CSS_SELECTOR, f'#dead tr[data-dead="{broken}"]')
-        assert "ValueError: this job is broken" in dead_row.text
-        dead_row.find_element(By.TAG_NAME, "summary").click()
-        assert "raise ValueError" in dead_row.find_element(By.TAG_NAME, "pre").text
+        assert "async_sleep" in text(browser, f'#running tr[data-job="{running}"]')
+        worker_text = text(browser, f'#workers tr[data-worker="{worker.worker.id}"]')
+        assert "running" in worker_text and "slow" in worker_text
+        dead = f'#dead tr[data-dead="{broken}"]'
+        assert "ValueError: this job is broken" in text(browser, dead)
+        click(browser, f"{dead} summary")  # unchanged rows are not re-rendered: stays open
+        assert "raise ValueError" in text(browser, f"{dead} pre")
         # Charts are drawn (SVG, no external script): one line per queue.
-        lines = browser.find_elements(By.CSS_SELECTOR, "#depth-chart polyline")
-        assert {line.get_attribute("data-series") for line in lines} == {
+        series = fresh(
+            lambda: {
+                line.get_attribute("data-series")
+                for line in browser.find_elements(By.CSS_SELECTOR, "#depth-chart polyline")
+            }
+        )
+        assert series == {
             "default",
             "emails",
             "slow",
@@ -118,7 +146,7 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
         assert scripts == [board.url + "/static/app.js"]
 
         # Replay: the click moves the job out of the dead letters and back into its queue.
-        dead_row.find_element(By.CSS_SELECTOR, 'button[data-action="replay"]').click()
+        click(browser, f'{dead} button[data-action="replay"]')
         wait_for(
             lambda: (
                 scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (broken,))
@@ -135,13 +163,9 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
             message="the page to show the replay",
         )
         # Pause a queue and cancel the running job from the page.
-        browser.find_element(
-            By.CSS_SELECTOR, '#queues tr[data-queue="emails"] button[data-action="pause"]'
-        ).click()
+        click(browser, '#queues tr[data-queue="emails"] button[data-action="pause"]')
         wait_for(lambda: scalar(app_dsn, "SELECT paused FROM pgqueue.queues") is True)
-        browser.find_element(
-            By.CSS_SELECTOR, f'#running tr[data-job="{running}"] button[data-action="cancel"]'
-        ).click()
+        click(browser, f'#running tr[data-job="{running}"] button[data-action="cancel"]')
         wait_for(
             lambda: (
                 scalar(app_dsn, "SELECT state FROM pgqueue.job_history WHERE id = %s", (running,))
@@ -150,7 +174,7 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
             message="the cancelled job",
         )
         wait_for(
-            lambda: "nothing running" in browser.find_element(By.ID, "running").text,
+            lambda: "nothing running" in text(browser, "#running"),
             message="the page to show nothing running",
         )
         shot = os.environ.get("PGQUEUE_SCREENSHOT")

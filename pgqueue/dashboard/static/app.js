@@ -41,7 +41,13 @@ function button(label, action, body) {
   return el("button", { "data-action": action, onclick: () => act(action, body) }, label);
 }
 
+const rendered = new Map(); // table id -> JSON of the rows it shows
+
 function fill(id, rows, render, emptyText) {
+  // Unchanged rows are left alone, so an opened traceback or a hovered button survives polls.
+  const key = JSON.stringify(rows) + readOnly;
+  if (rendered.get(id) === key) return;
+  rendered.set(id, key);
   const body = document.querySelector(`#${id} tbody`);
   const cols = document.querySelectorAll(`#${id} thead th`).length;
   body.replaceChildren(
