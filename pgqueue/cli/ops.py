@@ -25,18 +25,6 @@ from pgqueue.client import PgQueue
 
 jobs_app = typer.Typer(help="Live jobs: list and inspect.", no_args_is_help=True)
 
-QUEUE_COLUMNS = [
-    "queue",
-    "ready",
-    "scheduled",
-    "running",
-    "dead",
-    "oldest_ready_age",
-    "succeeded_per_min",
-    "failed_per_min",
-    "paused",
-]
-
 
 @contextmanager
 def _client(dsn: str | None) -> Iterator[PgQueue]:
@@ -72,7 +60,7 @@ def status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         _dump(data)
         return
-    print_rows(data["queues"], QUEUE_COLUMNS, as_json=False, title="queues")
+    print_rows(data["queues"], inspect.QUEUE_STATS_COLUMNS, as_json=False, title="queues")
     w = data["workers"]
     console.print(
         f"workers: {w['running']} running ({w['jobs_held']}/{w['slots']} slots busy)"
@@ -95,19 +83,10 @@ def jobs_list(
     rows = _run(
         dsn, lambda pgq: inspect.jobs(pgq, queue=queue, state=state, task=task, limit=limit)
     )
+    hidden = {"max_attempts", "created_at", "worker_id"}  # in --json and `pgq jobs show`
     print_rows(
         rows,
-        [
-            "id",
-            "queue",
-            "task",
-            "state",
-            "priority",
-            "attempts",
-            "run_at",
-            "lease_left",
-            "last_error",
-        ],
+        [c for c in inspect.JOB_COLUMNS if c not in hidden],
         as_json=as_json,
         title="jobs",
     )
@@ -151,20 +130,17 @@ def workers(
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
     rows = _run(dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
+    hidden = {
+        "concurrency",
+        "version",
+        "stopped_at",
+        "jobs_retried",
+        "jobs_cancelled",
+        "leases_lost",
+    }
     print_rows(
         rows,
-        [
-            "id",
-            "host",
-            "pid",
-            "queues",
-            "status",
-            "started_at",
-            "last_seen",
-            "jobs_held",
-            "jobs_succeeded",
-            "jobs_dead",
-        ],
+        [c for c in inspect.WORKER_COLUMNS if c not in hidden],
         as_json=as_json,
         title="workers",
         formatters={"id": lambda v: str(v)[:8], "queues": ",".join},

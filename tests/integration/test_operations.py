@@ -172,3 +172,24 @@ def test_purge_asks_first_and_deletes_only_waiting_jobs_of_the_queue(dsn, pgq, c
         "would_delete": None,
     }
     assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs") == 2
+
+
+def test_dead_workers_show_as_lost_then_are_pruned_by_the_reaper(dsn, pgq, conn):
+    conn.execute(
+        "INSERT INTO pgqueue.workers (id, host, pid, queues, concurrency, version, last_seen)"
+        " VALUES ('00000000-0000-0000-0000-000000000001', 'a', 1, '{q}', 1, 'x', now()),"
+        "        ('00000000-0000-0000-0000-000000000002', 'b', 2, '{q}', 1, 'x',"
+        "         now() - interval '5 minutes'),"
+        "        ('00000000-0000-0000-0000-000000000003', 'c', 3, '{q}', 1, 'x',"
+        "         now() - interval '2 hours')"
+    )
+    assert conn.execute(
+        "SELECT host, status FROM pgqueue.worker_status ORDER BY host"
+    ).fetchall() == [("a", "running"), ("b", "lost"), ("c", "lost")]
+    status = cli_json("status", "--dsn", dsn)
+    assert status["workers"]["running"] == 1 and status["workers"]["lost"] == 2
+    pgq.reap()  # forgets workers not seen for an hour
+    assert conn.execute("SELECT host FROM pgqueue.workers ORDER BY host").fetchall() == [
+        ("a",),
+        ("b",),
+    ]
