@@ -63,7 +63,7 @@ def main(output: Path) -> None:
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
-            "--window-size=1400,1640",
+            "--window-size=1400,2300",
             f"--user-data-dir={profile}",
         ):
             options.add_argument(flag)
