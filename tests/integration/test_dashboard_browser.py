@@ -90,8 +90,11 @@ def text(driver: WebDriver, selector: str) -> str:
 def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, conn, browser):
     pgq = worker_app.pgq
     broken = pgq.enqueue("always_fails", conn=conn)
-    with thread_worker(pgq, app_dsn, burst=True) as w:
-        w.join()
+    with thread_worker(pgq, app_dsn):
+        wait_for(
+            lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.dead_letters") == 1,
+            message="the dead letter",
+        )
     for n in range(3):
         pgq.enqueue("noop", {"n": n}, queue="emails", conn=conn)
     pgq.enqueue("noop", queue="emails", delay=3600, conn=conn)

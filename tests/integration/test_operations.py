@@ -25,13 +25,24 @@ def cli_json(*args: str):
     return json.loads(result.output)
 
 
+def all_finished(dsn: str, dead: int) -> bool:
+    """No live job left and ``dead`` dead letters (a --burst worker would not wait for the
+    retries' backoff)."""
+    return scalar(
+        dsn,
+        "SELECT (SELECT count(*) FROM pgqueue.jobs) = 0"
+        " AND (SELECT count(*) FROM pgqueue.dead_letters) = %s",
+        (dead,),
+    )
+
+
 def test_counts_flushed_with_heartbeats_feed_the_throughput_and_failure_views(app_dsn, conn):
     pgq = worker_app.pgq
     for n in range(5):
         pgq.enqueue("noop", {"n": n}, conn=conn)
     broken = pgq.enqueue("always_fails", conn=conn)
-    with thread_worker(pgq, app_dsn, burst=True, concurrency=4) as w:
-        w.join()
+    with thread_worker(pgq, app_dsn, concurrency=4) as w:
+        wait_for(lambda: all_finished(app_dsn, dead=1), message="the jobs to finish")
     worker_id = w.worker.id
     # One heartbeat statement at shutdown carried the counts: nothing is lost between beats.
     assert conn.execute(
@@ -110,8 +121,8 @@ def test_running_jobs_workers_and_status_while_a_job_runs(app_dsn, conn):
 def test_jobs_show_finds_a_job_wherever_it_is(app_dsn, conn):
     pgq = worker_app.pgq
     dead = pgq.enqueue("always_fails", conn=conn)
-    with thread_worker(pgq, app_dsn, burst=True) as w:
-        w.join()
+    with thread_worker(pgq, app_dsn):
+        wait_for(lambda: all_finished(app_dsn, dead=1), message="the dead letter")
     live = pgq.enqueue("noop", {"n": 7}, delay=3600, conn=conn)
     shown = cli_json("jobs", "show", str(dead), "--dsn", app_dsn)
     assert shown["place"] == "dead" and shown["task"] == "always_fails"
