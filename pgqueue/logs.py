@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
+from typing import Any
 
 _bound: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
     "pgqueue_log_fields", default=MappingProxyType({})
@@ -27,36 +28,45 @@ def bind(**fields: object) -> contextvars.Token[Mapping[str, object]]:
     return _bound.set({**_bound.get(), **fields})
 
 
+_job: contextvars.ContextVar[Any] | None = None  # pgqueue.worker.context's, bound lazily
+
+
 def context_fields(message: str) -> dict[str, object]:
-    """The bound fields and the current job's, minus those the message already states."""
-    from pgqueue.worker.context import current_job
+    """The current job's fields and the bound ones, minus those the message already states.
 
-    fields: dict[str, object] = {}
-    try:
-        job = current_job()
-    except LookupError:
-        pass
-    else:
-        fields.update(job_id=job.id, task=job.task, attempt=job.attempt, worker_id=job.worker_id)
-    fields = {**fields, **_bound.get()}  # job fields first, then the worker's
-    return {key: value for key, value in fields.items() if f"{key}=" not in message}
+    Called by the formatters, so in the logging call's own context (handlers run synchronously)
+    and once per record that is actually emitted."""
+    global _job  # noqa: PLW0603 - a lazy import: pgqueue.worker imports this module
+    if _job is None:
+        from pgqueue.worker.context import _current
 
-
-class ContextFilter(logging.Filter):
-    """Stores :func:`context_fields` on each record (as ``record.pgq_fields``)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.pgq_fields = context_fields(record.getMessage())
-        return True
+        _job = _current
+    job = _job.get(None)
+    bound = _bound.get()
+    if job is None:
+        fields: dict[str, object] = dict(bound)
+    else:  # job fields first, then the worker's
+        fields = {
+            "job_id": job.id,
+            "task": job.task,
+            "attempt": job.attempt,
+            "worker_id": job.worker_id,
+            **bound,
+        }
+    if "=" in message:
+        return {key: value for key, value in fields.items() if f"{key}=" not in message}
+    return fields
 
 
 class TextFormatter(logging.Formatter):
+    """``time level logger: message key=value ...`` with the context's fields appended."""
+
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        fields: Mapping[str, object] = getattr(record, "pgq_fields", {})
+        fields = context_fields(record.message)
         if not fields:
             return text
         extra = " ".join(f"{key}={value}" for key, value in fields.items())
@@ -78,7 +88,7 @@ class JsonFormatter(logging.Formatter):
         }
         text, fields = split_fields(message)
         entry["msg"] = text
-        entry.update(getattr(record, "pgq_fields", {}))
+        entry.update(context_fields(message))
         entry.update(fields)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
@@ -104,7 +114,6 @@ def split_fields(message: str) -> tuple[str, dict[str, str]]:
 
 def configure(level: str = "INFO", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(ContextFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
