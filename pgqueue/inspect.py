@@ -23,6 +23,7 @@ QUEUE_STATS_COLUMNS = (
     "dead",
     "oldest_ready_age",
     "paused",
+    "waiting",
 )
 
 

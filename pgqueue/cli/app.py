@@ -150,7 +150,7 @@ def stats(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
             pgq.close()
     print_rows(
         rows,
-        ["queue", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
+        ["queue", "waiting", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
         as_json=as_json,
         title="queues",
     )
