@@ -91,16 +91,18 @@ def test_result_raises_the_jobs_error_when_dead_or_cancelled(app_dsn, pgq):
     with pytest.raises(JobCancelledError) as cancelled:
         pgq.result(waiting, timeout=5)
     assert cancelled.value.state == "cancelled"
-    with thread_worker(APP, app_dsn):
-        with pytest.raises(JobDeadError, match="x cannot work") as died:
-            pgq.result(dead, timeout=30)
+    with (
+        thread_worker(APP, app_dsn),
+        pytest.raises(JobDeadError, match="x cannot work") as died,
+    ):
+        pgq.result(dead, timeout=30)
     assert died.value.job_id == dead and died.value.state == "dead"
 
 
 def test_result_times_out(app_dsn, pgq):
     job = pgq.enqueue(add, {"x": 1})
     started = time.monotonic()
-    with pytest.raises(ResultTimeoutError, match="did not finish within 0.5s"):
+    with pytest.raises(ResultTimeoutError, match=r"did not finish within 0\.5s"):
         pgq.result(job, timeout=0.5)
     assert time.monotonic() - started < 5
     with pytest.raises(JobNotFoundError):
