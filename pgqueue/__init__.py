@@ -21,6 +21,7 @@ from pgqueue.errors import (
     ResultUnavailableError,
     Retry,
     UnknownTaskError,
+    WorkflowNotFoundError,
 )
 from pgqueue.retry import ConstantBackoff, ExponentialBackoff
 from pgqueue.tasks import JobCall, Task
@@ -52,6 +53,7 @@ __all__ = [
     "Retry",
     "Task",
     "UnknownTaskError",
+    "WorkflowNotFoundError",
     "WorkflowRun",
     "__version__",
     "chain",

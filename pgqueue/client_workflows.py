@@ -15,6 +15,7 @@ import psycopg
 from pgqueue import retention as retention_plans
 from pgqueue.results import wait_for_result
 from pgqueue.workflow.builders import Compiled, Workflow
+from pgqueue.workflow.inspect import get_workflow, list_workflows
 from pgqueue.workflow.plan import enqueue_compiled
 from pgqueue.workflow.run import WorkflowRun
 
@@ -82,6 +83,16 @@ class WorkflowMethods:
     ) -> WorkflowRun:
         written = await self.run_async(enqueue_compiled(compiled), conn, atomic=True)
         return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
+
+    def workflow(self, workflow_id: int) -> dict[str, Any]:
+        """A workflow with its state and every job's state (the ``pgqueue.workflow_jobs``
+        view); raises :class:`~pgqueue.WorkflowNotFoundError`."""
+        return self.run(get_workflow(int(workflow_id)))
+
+    def workflows(self, *, state: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """Workflows, newest first (``pgqueue.workflow_overview``); ``state``: running,
+        failing, failed or succeeded."""
+        return self.run(list_workflows(state, limit))
 
     # -- retention -----------------------------------------------------------------------------
 

@@ -54,6 +54,10 @@ class ResultUnavailableError(PgQueueError, LookupError):
     ``result_ttl``, or the result expired."""
 
 
+class WorkflowNotFoundError(PgQueueError, LookupError):
+    """No workflow with that id (unknown, or pruned with its jobs' history)."""
+
+
 class ResultTimeoutError(PgQueueError, TimeoutError):
     """``pgq.result(..., timeout=...)`` gave up waiting; the job is still live."""
 

@@ -13,6 +13,8 @@ from pgqueue import config
 from pgqueue.cli import jobs, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
 from pgqueue.cli.dlq import dlq_app
+from pgqueue.cli.retention_cmds import retention_app
+from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue
 from pgqueue.db import embedded
 from pgqueue.db import migrate as migrations
@@ -30,6 +32,8 @@ db_app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(workflow_app, name="workflow")
+app.add_typer(retention_app, name="retention")
 app.command("work")(worker_cmds.work)
 app.command("reaper")(worker_cmds.reaper)
 app.command("cancel")(jobs.cancel)

@@ -66,7 +66,7 @@ def print_rows(
 ) -> None:
     """Rows as a rich table, or as a JSON array (``--json``) for scripts."""
     if as_json:
-        sys.stdout.write(json.dumps(list(rows), default=_json_default, indent=2) + "\n")
+        sys.stdout.write(json.dumps(list(rows), default=json_default, indent=2) + "\n")
         return
     table = Table(title=title)
     for column in columns:
@@ -89,7 +89,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, timedelta):

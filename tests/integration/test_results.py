@@ -56,19 +56,18 @@ def test_plain_acks_leave_no_row_and_result_says_so(app_dsn, pgq):
         pgq.result(ignored, timeout=1)
 
 
-def test_result_waits_for_notify_not_polling(app_dsn, pgq):
+def test_result_waits_for_notify_not_polling(app_dsn, pgq, monkeypatch):
+    # Without the notification the waiter would sleep for 10 minutes: only NOTIFY can wake it.
+    monkeypatch.setattr("pgqueue.results.RECHECK_SECONDS", 600.0)
     job = pgq.enqueue(add, {"x": 1, "y": 1})
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(pgq.result(job, timeout=60)))
     waiter.start()
     time.sleep(0.5)  # the waiter is listening and the job is still waiting for a worker
     assert not got
-    started = time.monotonic()
     with thread_worker(APP, app_dsn):
-        waiter.join(60)
+        waiter.join(120)
     assert got == [2]
-    # woken by the notification, not by the 10 s insurance re-check
-    assert time.monotonic() - started < 8
 
 
 def test_result_async(app_dsn, pgq):
@@ -104,7 +103,7 @@ def test_result_times_out(app_dsn, pgq):
     started = time.monotonic()
     with pytest.raises(ResultTimeoutError, match=r"did not finish within 0\.5s"):
         pgq.result(job, timeout=0.5)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # gave up, did not wait for ever
     with pytest.raises(JobNotFoundError):
         pgq.result(10**12, timeout=0.1)
 
