@@ -96,10 +96,15 @@ _NAMED_KINDS = (
 
 
 def free_parameter(signature: inspect.Signature, bound: Mapping[str, Any]) -> str | None:
-    """The first named parameter a partial binding left free: where a workflow step receives
-    its parents' results. None when every parameter is bound."""
+    """The first required parameter a partial binding left free: where a workflow step
+    receives its parents' results. None when every required parameter is bound (parameters
+    with defaults never receive results implicitly)."""
     for param in signature.parameters.values():
-        if param.kind in _NAMED_KINDS and param.name not in bound:
+        if (
+            param.kind in _NAMED_KINDS
+            and param.default is inspect.Parameter.empty
+            and param.name not in bound
+        ):
             return param.name
     return None
 

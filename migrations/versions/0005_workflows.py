@@ -90,8 +90,8 @@ CREATE INDEX workflow_nodes_workflow_idx ON pgqueue.workflow_nodes (workflow_id)
 --   succeeded: its result is recorded on each dependent's node; a dependent whose parents have
 --     all succeeded becomes ready (scheduled if its run_at is still ahead), with the results it
 --     receives merged into its args, and its queue is notified;
---   otherwise: every waiting descendant is cancelled (recorded in job_history), and the
---     workflow's on_failure step, if any, is enqueued once.
+--   otherwise: the workflow's on_failure step, if any, is enqueued (once per workflow), and
+--     every waiting descendant is cancelled (recorded in job_history).
 -- Called by the triggers below, so it runs in the transaction (and statement) that finished the
 -- parents: the ack, fail_jobs, reap(), cancel(). Idempotent, so the pruner's safety net may
 -- call it again.
@@ -101,7 +101,39 @@ LANGUAGE plpgsql AS $$
 DECLARE
     released integer;
 BEGIN
-    -- Failures first: nothing below a dead or cancelled job may ever become ready.
+    -- The workflow's on_failure step, enqueued by the first failure only (the UPDATE serialises
+    -- concurrent failures on the workflow row). Before the cascade below: cancelling the
+    -- descendants fires this trigger again, and the failure that started it must win.
+    WITH failed AS (
+        SELECT DISTINCT ON (n.workflow_id) n.workflow_id, f.id, f.task, f.outcome, f.error
+          FROM jsonb_to_recordset(finished) AS f(id bigint, task text, outcome text, error text)
+          JOIN pgqueue.workflow_nodes AS n ON n.job_id = f.id
+         WHERE f.outcome <> 'succeeded'
+         ORDER BY n.workflow_id, f.id
+    ), fired AS (
+        UPDATE pgqueue.workflows AS w
+           SET on_failure_job = nextval('pgqueue.jobs_id_seq')
+          FROM failed AS f
+         WHERE w.id = f.workflow_id AND w.on_failure IS NOT NULL AND w.on_failure_job IS NULL
+        RETURNING w.id, w.on_failure AS spec, w.on_failure_job AS job_id, f.id AS failed_id,
+                  f.task AS failed_task, f.outcome, f.error
+    ), node AS (
+        INSERT INTO pgqueue.workflow_nodes (job_id, workflow_id, role, parents)
+        SELECT job_id, id, 'on_failure', ARRAY[failed_id] FROM fired
+    )
+    INSERT INTO pgqueue.jobs (id, queue, task, args, priority, max_attempts, state, result_ttl)
+    SELECT job_id, spec ->> 'queue', spec ->> 'task',
+           coalesce(spec -> 'args', '{}'::jsonb)
+           || CASE WHEN spec ? 'result_arg'
+                   THEN jsonb_build_object(spec ->> 'result_arg', jsonb_build_object(
+                            'workflow_id', id, 'job_id', failed_id, 'task', failed_task,
+                            'state', outcome, 'error', error))
+                   ELSE '{}'::jsonb END,
+           (spec ->> 'priority')::smallint, (spec ->> 'max_attempts')::integer, 'ready',
+           (spec ->> 'result_ttl')::interval
+      FROM fired;
+
+    -- Failures: nothing below a dead or cancelled job may ever become ready.
     WITH RECURSIVE failed AS (
         SELECT f.id, f.outcome
           FROM jsonb_to_recordset(finished) AS f(id bigint, outcome text)
@@ -139,37 +171,6 @@ BEGIN
                 THEN now() + greatest(g.result_ttl, coalesce(r.history_retention, '0')) END
       FROM gone AS g
       LEFT JOIN pgqueue.retention AS r ON true;
-
-    -- The workflow's on_failure step, enqueued by the first failure only (the UPDATE serialises
-    -- concurrent failures on the workflow row).
-    WITH failed AS (
-        SELECT DISTINCT ON (n.workflow_id) n.workflow_id, f.id, f.task, f.outcome, f.error
-          FROM jsonb_to_recordset(finished) AS f(id bigint, task text, outcome text, error text)
-          JOIN pgqueue.workflow_nodes AS n ON n.job_id = f.id
-         WHERE f.outcome <> 'succeeded'
-         ORDER BY n.workflow_id, f.id
-    ), fired AS (
-        UPDATE pgqueue.workflows AS w
-           SET on_failure_job = nextval('pgqueue.jobs_id_seq')
-          FROM failed AS f
-         WHERE w.id = f.workflow_id AND w.on_failure IS NOT NULL AND w.on_failure_job IS NULL
-        RETURNING w.id, w.on_failure AS spec, w.on_failure_job AS job_id, f.id AS failed_id,
-                  f.task AS failed_task, f.outcome, f.error
-    ), node AS (
-        INSERT INTO pgqueue.workflow_nodes (job_id, workflow_id, role, parents)
-        SELECT job_id, id, 'on_failure', ARRAY[failed_id] FROM fired
-    )
-    INSERT INTO pgqueue.jobs (id, queue, task, args, priority, max_attempts, state, result_ttl)
-    SELECT job_id, spec ->> 'queue', spec ->> 'task',
-           coalesce(spec -> 'args', '{}'::jsonb)
-           || CASE WHEN spec ? 'result_arg'
-                   THEN jsonb_build_object(spec ->> 'result_arg', jsonb_build_object(
-                            'workflow_id', id, 'job_id', failed_id, 'task', failed_task,
-                            'state', outcome, 'error', error))
-                   ELSE '{}'::jsonb END,
-           (spec ->> 'priority')::smallint, (spec ->> 'max_attempts')::integer, 'ready',
-           (spec ->> 'result_ttl')::interval
-      FROM fired;
 
     -- Successes. Child nodes are locked in id order so concurrent acks cannot deadlock; a
     -- concurrent ack of another parent of the same child waits for the lock and then sees this

@@ -5,10 +5,10 @@ Everything here is pure: building validates the pieces, :meth:`Workflow.compile`
 writes in one transaction.
 
 Passing results: a step that follows another receives the previous result in its first
-parameter that ``.s()`` left free (a chain step after a group, and a chord callback, receive the
-list of the group's results, in group order). A step whose parameters are all bound ignores the
-result. DAG nodes receive nothing (a handler can read its parents' results with
-``pgq.result()``).
+required parameter that ``.s()`` left free (a chain step after a group, and a chord callback,
+receive the list of the group's results, in group order). A step whose required parameters are
+all bound ignores the result (parameters with defaults never receive it implicitly). DAG nodes
+receive nothing (a handler can read its parents' results with ``pgq.result()``).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class _Composite(Workflow):
     ) -> None:
         super().__init__(name=name, on_failure=on_failure, result_ttl=result_ttl)
         # group(task.s(i) for i in ...) as well as group(a.s(), b.s())
-        if len(steps) == 1 and not isinstance(steps[0], JobCall | Workflow):
+        if len(steps) == 1 and isinstance(steps[0], Iterable):
             steps = tuple(steps[0])
         for step in steps:
             if isinstance(step, Workflow) and not isinstance(step, _Composite):
