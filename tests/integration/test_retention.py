@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from typer.testing import CliRunner
 
 from pgqueue import InvalidJobError, chain
@@ -19,12 +21,15 @@ APP = workflow_app.pgq
 
 
 def count(dsn: str, table: str) -> int:
-    return scalar(dsn, f"SELECT count(*) FROM pgqueue.{table}")
+    query = sql.SQL("SELECT count(*) FROM pgqueue.{}").format(sql.Identifier(table))
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0
 
 
-def execute(dsn: str, sql: str, params: object = None) -> None:
+def execute(dsn: str, statement: str, params: Any = None) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql, params)
+        conn.execute(statement, params)
 
 
 def test_settings_defaults_changes_and_validation(pgq):
