@@ -83,16 +83,16 @@ def run(args: argparse.Namespace) -> None:
             while enqueued < args.jobs:
                 live = conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone()
                 backlog = int(live[0]) if live else 0
+                done = enqueued - backlog
+                if done >= next_report:
+                    report(f"{done:>9,} jobs through", conn)
+                    next_report += args.jobs // 10
                 if backlog < args.backlog // 2:
                     chunk = min(args.chunk, args.jobs - enqueued)
                     app.enqueue_many([app.spec("bench.noop", {}, {}) for _ in range(chunk)])
                     enqueued += chunk
                 else:
                     time.sleep(0.05)
-                done = enqueued - backlog
-                if done >= next_report:
-                    report(f"{done:>9,} jobs through", conn)
-                    next_report += args.jobs // 10
             while True:
                 live = conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone()
                 if not live or live[0] == 0:

@@ -172,10 +172,12 @@ WITH done AS (
            d.attempts, d.max_attempts, d.created_at, d.started_at, d.errors, d.worker_id,
            CASE WHEN NOT d.cancel_requested THEN d.result_json::jsonb END,
            CASE WHEN d.result_ttl IS NOT NULL
-                THEN now() + greatest(d.result_ttl, coalesce(r.history_retention, '0')) END
+                THEN now() + greatest(d.result_ttl, (SELECT r.history_retention
+                                                       FROM pgqueue.retention AS r)) END
       FROM done AS d
-      LEFT JOIN pgqueue.retention AS r ON true
-     WHERE d.cancel_requested OR d.result_ttl IS NOT NULL OR coalesce(r.record_succeeded, false)
+      -- (The settings subqueries run once per statement, not per row.)
+     WHERE d.cancel_requested OR d.result_ttl IS NOT NULL
+        OR coalesce((SELECT r.record_succeeded FROM pgqueue.retention AS r), false)
 )
 SELECT id, cancel_requested FROM done
 
