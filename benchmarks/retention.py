@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> None:
         app = PgQueue(db)
         app.set_retention(record_succeeded=True, history=args.history)
         conn = psycopg.connect(db, autocommit=True)
+        for table, options in args.autovacuum:
+            conn.execute(f"ALTER TABLE pgqueue.{table} SET ({options})")  # trusted CLI input
         conn.execute("VACUUM ANALYZE pgqueue.jobs")
         report("before", conn)
         workers = start_workers(
@@ -129,6 +131,14 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=20_000)
     parser.add_argument("--history", type=float, default=60.0, help="seconds of history kept")
     parser.add_argument("--prune-interval", type=float, default=10.0)
+    parser.add_argument(
+        "--autovacuum",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TABLE", "OPTIONS"),
+        help="extra storage options, e.g. jobs 'autovacuum_vacuum_cost_delay = 0'",
+    )
     run(parser.parse_args())
 
 
