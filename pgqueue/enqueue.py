@@ -238,19 +238,9 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     first_for_key: dict[str, int] = {}
     repeats: list[tuple[int, str]] = []
     for index, (spec, job_id) in enumerate(zip(specs, ids, strict=True)):
-        run_at = spec.run_at or (db_now + spec.delay if spec.delay else db_now)
+        run_at = due_at(spec, db_now)
         state = "scheduled" if run_at > db_now else "ready"
-        row = (
-            job_id,
-            spec.queue,
-            spec.task,
-            spec.args_json,
-            spec.priority,
-            run_at,
-            state,
-            spec.max_attempts,
-            spec.idempotency_key,
-        )
+        row = job_row(job_id, spec, run_at, state, spec.idempotency_key)
         key = spec.idempotency_key
         if key is None:
             plain.append(row)
@@ -302,18 +292,44 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     return ids_out
 
 
-def _columns(rows: Iterable[tuple[Any, ...]]) -> dict[str, list[Any]]:
-    names = (
-        "ids",
-        "queues",
-        "tasks",
-        "args",
-        "priorities",
-        "run_ats",
-        "states",
-        "max_attempts",
-        "keys",
+def due_at(spec: JobSpec, db_now: datetime) -> datetime:
+    """When the job may run, by the database clock read for the batch."""
+    return spec.run_at or (db_now + spec.delay if spec.delay else db_now)
+
+
+def job_row(job_id: int, spec: JobSpec, run_at: datetime, state: str, last: Any) -> tuple[Any, ...]:
+    """One row for the multi-row inserts (``last``: the idempotency key, or the result TTL)."""
+    return (
+        job_id,
+        spec.queue,
+        spec.task,
+        spec.args_json,
+        spec.priority,
+        run_at,
+        state,
+        spec.max_attempts,
+        last,
     )
+
+
+#: The parameters of insert_jobs / insert_jobs_keyed, in row order.
+JOB_COLUMNS = (
+    "ids",
+    "queues",
+    "tasks",
+    "args",
+    "priorities",
+    "run_ats",
+    "states",
+    "max_attempts",
+    "keys",
+)
+
+
+def _columns(
+    rows: Iterable[tuple[Any, ...]], names: Sequence[str] = JOB_COLUMNS
+) -> dict[str, list[Any]]:
+    """Rows to one array per column (the ``unnest`` parameters of the multi-row inserts)."""
     columns: dict[str, list[Any]] = {name: [] for name in names}
     for row in rows:
         for name, value in zip(names, row, strict=True):

@@ -7,8 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
-from pgqueue.client import PgQueue
+from pgqueue.cli.common import DsnOption, JsonOption, duration, open_queue, print_rows
 from pgqueue.retention import KEEP_FOREVER
 
 retention_app = typer.Typer(
@@ -27,12 +26,8 @@ def _show(settings: dict[str, Any], as_json: bool) -> None:
 @retention_app.command("show")
 def show(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """The settings every worker's ack and pruner use (the pgqueue.retention row)."""
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            settings = pgq.retention()
-        finally:
-            pgq.close()
+    with open_queue(dsn) as pgq:
+        settings = pgq.retention()
     _show(settings.as_dict(), as_json)
 
 
@@ -65,14 +60,10 @@ def set_(
     dead: float | str | None = dead_letters
     if dead_letters is not None and dead_letters != KEEP_FOREVER:
         dead = duration(dead_letters)
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            settings = pgq.set_retention(
-                history=history, record_succeeded=record_succeeded, dead_letters=dead
-            )
-        finally:
-            pgq.close()
+    with open_queue(dsn) as pgq:
+        settings = pgq.set_retention(
+            history=history, record_succeeded=record_succeeded, dead_letters=dead
+        )
     _show(settings.as_dict(), as_json)
 
 
@@ -83,12 +74,8 @@ def prune(
     as_json: JsonOption = False,
 ) -> None:
     """Run one pruning pass now (workers do this every --prune-interval)."""
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            report = pgq.prune(batch_size=batch_size)
-        finally:
-            pgq.close()
+    with open_queue(dsn) as pgq:
+        report = pgq.prune(batch_size=batch_size)
     if as_json:
         typer.echo(json.dumps(report.as_dict()))
     else:

@@ -13,11 +13,11 @@ from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
     console,
-    friendly_errors,
     json_default,
+    open_queue,
     print_rows,
 )
-from pgqueue.client import PgQueue
+from pgqueue.workflow.inspect import WORKFLOW_COLUMNS
 
 workflow_app = typer.Typer(help="Workflows: chains, groups, chords and DAGs.", no_args_is_help=True)
 
@@ -46,27 +46,11 @@ def list_(
     as_json: JsonOption = False,
 ) -> None:
     """Workflows with their state and job counts (the pgqueue.workflow_overview view)."""
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            rows = pgq.workflows(state=state, limit=limit)
-        finally:
-            pgq.close()
+    with open_queue(dsn) as pgq:
+        rows = pgq.workflows(state=state, limit=limit)
     print_rows(
         rows,
-        [
-            "id",
-            "name",
-            "state",
-            "jobs",
-            "waiting",
-            "ready",
-            "running",
-            "succeeded",
-            "cancelled",
-            "dead",
-            "created_at",
-        ],
+        [c for c in WORKFLOW_COLUMNS if c != "last_finished_at"],
         as_json=as_json,
         title="workflows",
     )
@@ -80,12 +64,8 @@ def show(
 ) -> None:
     """The workflow's graph with every job's state (a job with several parents is drawn under
     the first and referenced under the others)."""
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            workflow = pgq.workflow(workflow_id)
-        finally:
-            pgq.close()
+    with open_queue(dsn) as pgq:
+        workflow = pgq.workflow(workflow_id)
     if as_json:
         sys.stdout.write(json.dumps(workflow, default=json_default, indent=2) + "\n")
         return

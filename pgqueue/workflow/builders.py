@@ -150,31 +150,17 @@ class _Composite(Workflow):
 
 
 class Chain(_Composite):
-    """Steps one after another; each receives the previous step's result."""
+    """``chain(a.s(1), b.s(), c.s())``: a, then b(a's result), then c(b's result)."""
 
 
 class Group(_Composite):
-    """Steps in parallel; the group's result is the list of their results, in order."""
+    """``group(a.s(1), a.s(2))`` or ``group(a.s(i) for i in range(10))``: steps in parallel;
+    the group's result is the list of their results, in order."""
 
 
-def chain(
-    *steps: Step | Iterable[Step],
-    name: str | None = None,
-    on_failure: JobCall | None = None,
-    result_ttl: float | timedelta | None = None,
-) -> Chain:
-    """``chain(a.s(1), b.s(), c.s())``: a, then b(a's result), then c(b's result)."""
-    return Chain(*steps, name=name, on_failure=on_failure, result_ttl=result_ttl)
-
-
-def group(
-    *steps: Step | Iterable[Step],
-    name: str | None = None,
-    on_failure: JobCall | None = None,
-    result_ttl: float | timedelta | None = None,
-) -> Group:
-    """``group(a.s(1), a.s(2))`` or ``group(a.s(i) for i in range(10))``: run in parallel."""
-    return Group(*steps, name=name, on_failure=on_failure, result_ttl=result_ttl)
+#: The builders, by the names people know them by.
+chain = Chain
+group = Group
 
 
 def chord(

@@ -21,7 +21,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from pgqueue.db.plan import Plan, Query
-from pgqueue.enqueue import JobId, JobSpec
+from pgqueue.enqueue import JOB_COLUMNS, JobId, JobSpec, _columns, due_at, job_row
 from pgqueue.errors import InvalidJobError, JobNotFoundError
 from pgqueue.workflow.builders import Compiled, FailureStep, NodeSpec
 
@@ -123,39 +123,15 @@ def _write(
     for index, node in enumerate(nodes):
         for parent in node.parents:
             dependents[parent].append(ids[index])
-    columns: dict[str, list[Any]] = {
-        key: []
-        for key in (
-            "ids",
-            "queues",
-            "tasks",
-            "args",
-            "priorities",
-            "run_ats",
-            "states",
-            "max_attempts",
-            "result_ttls",
-        )
-    }
+    job_rows: list[tuple[Any, ...]] = []
     node_rows: list[dict[str, Any]] = []
     edges: list[tuple[int, int]] = []  # (live existing parent, new child)
     for index, (node, job_id) in enumerate(zip(nodes, ids, strict=True)):
         spec = node.spec
-        run_at = spec.run_at or (db_now + spec.delay if spec.delay else db_now)
+        run_at = due_at(spec, db_now)
         waits = bool(node.parents) or any(p in live for p in spec.depends_on)
         state = "waiting" if waits else ("scheduled" if run_at > db_now else "ready")
-        for column, value in (
-            ("ids", job_id),
-            ("queues", spec.queue),
-            ("tasks", spec.task),
-            ("args", spec.args_json),
-            ("priorities", spec.priority),
-            ("run_ats", run_at),
-            ("states", state),
-            ("max_attempts", spec.max_attempts),
-            ("result_ttls", spec.result_ttl or result_ttl),
-        ):
-            columns[column].append(value)
+        job_rows.append(job_row(job_id, spec, run_at, state, spec.result_ttl or result_ttl))
         edges.extend((parent, job_id) for parent in spec.depends_on if parent in live)
         node_rows.append(
             {
@@ -169,7 +145,7 @@ def _write(
                 "parent_results": {str(p): succeeded[p] for p in spec.depends_on if p in succeeded},
             }
         )
-    yield Query("insert_workflow_jobs", columns)
+    yield Query("insert_workflow_jobs", _columns(job_rows, (*JOB_COLUMNS[:-1], "result_ttls")))
     yield Query("insert_workflow_nodes", {"workflow_id": workflow_id, "nodes": Jsonb(node_rows)})
     if edges:
         yield Query(

@@ -183,6 +183,35 @@ def test_cancelling_a_waiting_member_cancels_its_descendants(app_dsn, pgq):
     assert [note for event, note in events(app_dsn) if event == "end"] == ["A"]
 
 
+def test_cancelling_a_running_member_cancels_what_follows(app_dsn, pgq):
+    run = pgq.enqueue_workflow(chain(step.s("A", 1.0), step.s("B")))
+    a, b = run.job_ids
+    with thread_worker(APP, app_dsn):
+        wait_for(lambda: ("start", "A") in events(app_dsn), message="A running")
+        assert pgq.cancel(a) == "cancelling"
+        # the handler finishes (it does not cooperate); its ack records it cancelled and the
+        # same statement cancels B
+        wait_for(lambda: states(app_dsn, run.id) == {a: "cancelled", b: "cancelled"})
+    assert ("start", "B") not in events(app_dsn)
+
+
+def test_enqueue_many_with_depends_on(app_dsn, pgq):
+    with psycopg.connect(app_dsn) as conn:
+        [first] = pgq.enqueue_many([step.s("first")], conn=conn)
+        ids = pgq.enqueue_many(
+            [step.s("second", depends_on=[first]), step.s("alone"), add.s(1, result_ttl=60)],
+            conn=conn,
+        )
+        conn.commit()
+    second, _, kept = ids
+    with thread_worker(APP, app_dsn):
+        assert pgq.result(second, timeout=60) == "second"
+        assert pgq.result(kept, timeout=60) == 1
+        wait_for(lambda: ("end", "alone") in events(app_dsn), message="the plain job ran")
+    order = [note for event, note in events(app_dsn) if event == "end"]
+    assert order.index("first") < order.index("second")
+
+
 def test_workflow_enqueue_is_atomic_in_the_callers_transaction(app_dsn, pgq):
     with psycopg.connect(app_dsn) as conn:
         pgq.enqueue_workflow(chain(add.s(1), add.s()), conn=conn)
