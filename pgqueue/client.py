@@ -19,6 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import admin, config
+from pgqueue.client_workflows import WorkflowMethods
 from pgqueue.db import plan as plans
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
@@ -32,7 +33,7 @@ AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
 
 
-class PgQueue:
+class PgQueue(WorkflowMethods):
     """A queue living in one PostgreSQL database.
 
     ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
@@ -92,6 +93,7 @@ class PgQueue:
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         pass_context: bool = False,
+        result_ttl: float | timedelta | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -106,12 +108,14 @@ class PgQueue:
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         pass_context: bool = False,
+        result_ttl: float | timedelta | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task: ``@pgq.task`` or ``@pgq.task(queue=..., ...)``.
 
         ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the attempt number to the
         retry delay (default: full-jitter exponential, 1 s base, 1 h cap); ``pass_context``
-        passes a :class:`~pgqueue.JobContext` as the first argument.
+        passes a :class:`~pgqueue.JobContext` as the first argument; ``result_ttl`` keeps
+        each job's return value that long (see :meth:`result`).
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
@@ -125,6 +129,7 @@ class PgQueue:
                 timeout=timeout,
                 backoff=backoff,
                 pass_context=pass_context,
+                result_ttl=result_ttl,
             )
             existing = self.tasks.get(task.name)
             if existing is not None and existing.func is not function:
@@ -299,10 +304,10 @@ class PgQueue:
         return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
 
     def enqueue_spec(self, spec: JobSpec, conn: Connection | None = None) -> JobId:
-        return self.run(enqueue_one(spec), conn)
+        return self.run(enqueue_one(spec), conn, atomic=spec.needs_transaction)
 
     async def enqueue_spec_async(self, spec: JobSpec, conn: AsyncConnection | None = None) -> JobId:
-        return await self.run_async(enqueue_one(spec), conn)
+        return await self.run_async(enqueue_one(spec), conn, atomic=spec.needs_transaction)
 
     def enqueue_many(
         self, jobs: Iterable[JobCall | JobSpec], *, conn: Connection | None = None

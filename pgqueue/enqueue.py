@@ -19,7 +19,16 @@ from pgqueue.payload import check_name, dumps
 
 #: Keyword arguments of ``enqueue`` that are options, not task arguments.
 OPTION_NAMES = frozenset(
-    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key"}
+    {
+        "queue",
+        "priority",
+        "run_at",
+        "delay",
+        "max_attempts",
+        "idempotency_key",
+        "result_ttl",
+        "depends_on",
+    }
 )
 _SMALLINT = (-32768, 32767)
 _MAX_KEY_LENGTH = 1000
@@ -58,6 +67,15 @@ class JobSpec:
     run_at: datetime | None = None
     delay: timedelta | None = None
     idempotency_key: str | None = None
+    #: Keep the return value this long (None: the ack is a plain DELETE; see pgq.result()).
+    result_ttl: timedelta | None = None
+    #: Ids of jobs that must succeed first (the job waits until they have).
+    depends_on: tuple[int, ...] = ()
+
+    @property
+    def needs_transaction(self) -> bool:
+        """Writing this job takes more than one statement, so they must share a transaction."""
+        return self.result_ttl is not None or bool(self.depends_on)
 
 
 def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,6 +106,13 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
             )
     if options.get("delay") is not None:
         checked["delay"] = to_timedelta(options["delay"], "delay")
+    if options.get("result_ttl") is not None:
+        ttl = to_timedelta(options["result_ttl"], "result_ttl")
+        if ttl <= timedelta(0):
+            raise InvalidJobError(f"result_ttl must be positive, got {options['result_ttl']!r}")
+        checked["result_ttl"] = ttl
+    if options.get("depends_on") is not None:
+        checked["depends_on"] = check_job_ids(options["depends_on"], "depends_on")
     key = options.get("idempotency_key")
     if key is not None and (
         not isinstance(key, str) or not key or len(key) > _MAX_KEY_LENGTH or "\x00" in key
@@ -97,6 +122,18 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
             f"characters without NUL, got {key!r:.80}"
         )
     return checked
+
+
+def check_job_ids(value: object, what: str) -> tuple[int, ...]:
+    """A list of job ids (ints), without repeats, in the order given."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidJobError(f"{what} must be a list of job ids, got {type(value).__name__}")
+    ids: dict[int, None] = {}
+    for item in value:
+        if not isinstance(item, int) or isinstance(item, bool) or item < 1:
+            raise InvalidJobError(f"{what} must contain job ids (positive integers), got {item!r}")
+        ids[int(item)] = None
+    return tuple(ids)
 
 
 def to_timedelta(value: object, what: str) -> timedelta:
@@ -145,11 +182,22 @@ def make_spec(
         run_at=merged.get("run_at"),
         delay=merged.get("delay"),
         idempotency_key=merged.get("idempotency_key"),
+        result_ttl=merged.get("result_ttl"),
+        depends_on=given.get("depends_on", ()),
     )
 
 
 def enqueue_one(spec: JobSpec) -> Plan[JobId]:
-    """One job through ``pgqueue.enqueue_job`` (the SQL function holds the idempotency logic)."""
+    """One job through ``pgqueue.enqueue_job`` (the SQL function holds the idempotency logic).
+
+    A job that keeps its result takes a second statement and one with ``depends_on`` goes
+    through the workflow plan: both need one transaction (``spec.needs_transaction``).
+    """
+    if spec.depends_on:
+        from pgqueue.workflow.plan import enqueue_dependents
+
+        ids = yield from enqueue_dependents([spec])
+        return ids[0]
     rows = yield Query(
         "enqueue_job",
         {
@@ -164,6 +212,8 @@ def enqueue_one(spec: JobSpec) -> Plan[JobId]:
         },
     )
     job_id, created = rows[0]
+    if created and spec.result_ttl is not None:
+        yield Query("set_result_ttl", {"ids": [job_id], "ttls": [spec.result_ttl]})
     return JobId(job_id, created)
 
 
@@ -176,6 +226,10 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     """
     if not specs:
         return []
+    if any(spec.depends_on for spec in specs):
+        from pgqueue.workflow.plan import enqueue_dependents
+
+        return (yield from enqueue_dependents(specs))
     rows = yield Query("allocate_job_ids", {"count": len(specs)})
     db_now, ids = rows[0]
     result: list[JobId | None] = [None] * len(specs)
@@ -184,19 +238,9 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     first_for_key: dict[str, int] = {}
     repeats: list[tuple[int, str]] = []
     for index, (spec, job_id) in enumerate(zip(specs, ids, strict=True)):
-        run_at = spec.run_at or (db_now + spec.delay if spec.delay else db_now)
+        run_at = due_at(spec, db_now)
         state = "scheduled" if run_at > db_now else "ready"
-        row = (
-            job_id,
-            spec.queue,
-            spec.task,
-            spec.args_json,
-            spec.priority,
-            run_at,
-            state,
-            spec.max_attempts,
-            spec.idempotency_key,
-        )
+        row = job_row(job_id, spec, run_at, state, spec.idempotency_key)
         key = spec.idempotency_key
         if key is None:
             plain.append(row)
@@ -237,21 +281,55 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
         first = result[first_for_key[key]]
         assert first is not None
         result[index] = JobId(first, False)
-    return [job_id for job_id in result if job_id is not None]
+    ids_out = [job_id for job_id in result if job_id is not None]
+    kept = [
+        (job_id, spec.result_ttl)
+        for job_id, spec in zip(ids_out, specs, strict=True)
+        if spec.result_ttl is not None and job_id.created
+    ]
+    if kept:
+        yield Query("set_result_ttl", {"ids": [i for i, _ in kept], "ttls": [t for _, t in kept]})
+    return ids_out
 
 
-def _columns(rows: Iterable[tuple[Any, ...]]) -> dict[str, list[Any]]:
-    names = (
-        "ids",
-        "queues",
-        "tasks",
-        "args",
-        "priorities",
-        "run_ats",
-        "states",
-        "max_attempts",
-        "keys",
+def due_at(spec: JobSpec, db_now: datetime) -> datetime:
+    """When the job may run, by the database clock read for the batch."""
+    return spec.run_at or (db_now + spec.delay if spec.delay else db_now)
+
+
+def job_row(job_id: int, spec: JobSpec, run_at: datetime, state: str, last: Any) -> tuple[Any, ...]:
+    """One row for the multi-row inserts (``last``: the idempotency key, or the result TTL)."""
+    return (
+        job_id,
+        spec.queue,
+        spec.task,
+        spec.args_json,
+        spec.priority,
+        run_at,
+        state,
+        spec.max_attempts,
+        last,
     )
+
+
+#: The parameters of insert_jobs / insert_jobs_keyed, in row order.
+JOB_COLUMNS = (
+    "ids",
+    "queues",
+    "tasks",
+    "args",
+    "priorities",
+    "run_ats",
+    "states",
+    "max_attempts",
+    "keys",
+)
+
+
+def _columns(
+    rows: Iterable[tuple[Any, ...]], names: Sequence[str] = JOB_COLUMNS
+) -> dict[str, list[Any]]:
+    """Rows to one array per column (the ``unnest`` parameters of the multi-row inserts)."""
     columns: dict[str, list[Any]] = {name: [] for name in names}
     for row in rows:
         for name, value in zip(names, row, strict=True):

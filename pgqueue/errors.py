@@ -27,6 +27,41 @@ class JobNotFoundError(PgQueueError, LookupError):
     """No job with that id exists (live, finished in history, or dead-lettered)."""
 
 
+class JobFailedError(PgQueueError):
+    """Raised by ``pgq.result()`` when the job ended without succeeding.
+
+    ``state`` is ``'dead'`` or ``'cancelled'``; ``error`` is the last error message recorded.
+    """
+
+    def __init__(self, job_id: int, state: str, error: str | None) -> None:
+        detail = f": {error}" if error else ""
+        super().__init__(f"job {job_id} ended {state}{detail}")
+        self.job_id = job_id
+        self.state = state
+        self.error = error
+
+
+class JobDeadError(JobFailedError):
+    """The job failed for good and is in the dead letters."""
+
+
+class JobCancelledError(JobFailedError):
+    """The job was cancelled (by an operator, or because a workflow parent failed)."""
+
+
+class ResultUnavailableError(PgQueueError, LookupError):
+    """The job exists (or existed) but its result is not kept: the job was enqueued without
+    ``result_ttl``, or the result expired."""
+
+
+class WorkflowNotFoundError(PgQueueError, LookupError):
+    """No workflow with that id (unknown, or pruned with its jobs' history)."""
+
+
+class ResultTimeoutError(PgQueueError, TimeoutError):
+    """``pgq.result(..., timeout=...)`` gave up waiting; the job is still live."""
+
+
 class Retry(Exception):
     """Raised by a handler to run the job again later without counting it as an error.
 

@@ -30,6 +30,7 @@ QUEUE_STATS_COLUMNS = (
     "dead",
     "oldest_ready_age",
     "paused",
+    "waiting",
     "succeeded_per_min",
     "failed_per_min",
 )

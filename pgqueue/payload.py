@@ -21,28 +21,33 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def dumps(value: Any, *, limit: int, what: str = "args") -> str:
-    """Serialise ``value`` to compact JSON or raise :class:`InvalidJobError` saying why not."""
+    """Serialise ``value`` to compact JSON or raise :class:`InvalidJobError` saying why not.
+
+    ``what`` names the value in messages ("args", "result").
+    """
+    are = "are" if what.endswith("s") else "is"
+    contain = "contain" if what.endswith("s") else "contains"
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except ValueError as exc:
         if "Out of range float" in str(exc):
             raise InvalidJobError(
-                f"{what} contain NaN or Infinity, which JSON cannot represent"
+                f"{what} {contain} NaN or Infinity, which JSON cannot represent"
             ) from None
         if "Circular reference" in str(exc):
-            raise InvalidJobError(f"{what} contain a circular reference") from None
-        raise InvalidJobError(f"{what} are not JSON-serialisable: {exc}") from None
+            raise InvalidJobError(f"{what} {contain} a circular reference") from None
+        raise InvalidJobError(f"{what} {are} not JSON-serialisable: {exc}") from None
     except TypeError as exc:
-        raise InvalidJobError(f"{what} are not JSON-serialisable: {exc}") from None
+        raise InvalidJobError(f"{what} {are} not JSON-serialisable: {exc}") from None
     except RecursionError:
-        raise InvalidJobError(f"{what} are nested too deeply to serialise") from None
+        raise InvalidJobError(f"{what} {are} nested too deeply to serialise") from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise InvalidJobError(
-            f"{what} contain a NUL character (U+0000), which PostgreSQL jsonb cannot store"
+            f"{what} {contain} a NUL character (U+0000), which PostgreSQL jsonb cannot store"
         )
     size = len(text.encode("utf-8"))
     if size > limit:
-        raise InvalidJobError(f"{what} are {size} bytes of JSON, over the limit of {limit} bytes")
+        raise InvalidJobError(f"{what} {are} {size} bytes of JSON, over the limit of {limit} bytes")
     return text
 
 
@@ -62,14 +67,62 @@ def check_name(value: object, what: str) -> str:
 
 
 def bind_arguments(
-    signature: inspect.Signature, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    signature: inspect.Signature,
+    name: str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    partial: bool = False,
 ) -> dict[str, Any]:
-    """Map a call's positional and keyword arguments to parameter names (checked at enqueue)."""
+    """Map a call's positional and keyword arguments to parameter names (checked at enqueue).
+
+    ``partial`` allows required parameters to be left out (a workflow step that receives its
+    parent's result); :func:`check_complete` checks them later.
+    """
     try:
-        bound = signature.bind(*args, **kwargs)
+        bound = (
+            signature.bind_partial(*args, **kwargs) if partial else signature.bind(*args, **kwargs)
+        )
     except TypeError as exc:
         raise InvalidJobError(f"arguments do not match task {name!r}: {exc}") from None
     return dict(bound.arguments)
+
+
+_NAMED_KINDS = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.KEYWORD_ONLY,
+)
+
+
+def free_parameter(signature: inspect.Signature, bound: Mapping[str, Any]) -> str | None:
+    """The first required parameter a partial binding left free: where a workflow step
+    receives its parents' results. None when every required parameter is bound (parameters
+    with defaults never receive results implicitly)."""
+    for param in signature.parameters.values():
+        if (
+            param.kind in _NAMED_KINDS
+            and param.default is inspect.Parameter.empty
+            and param.name not in bound
+        ):
+            return param.name
+    return None
+
+
+def check_complete(
+    signature: inspect.Signature, name: str, bound: Mapping[str, Any], *, given: str | None = None
+) -> None:
+    """Every required parameter is bound (``given``: one that will be filled in later)."""
+    for param in signature.parameters.values():
+        if (
+            param.kind in _NAMED_KINDS
+            and param.default is inspect.Parameter.empty
+            and param.name not in bound
+            and param.name != given
+        ):
+            raise InvalidJobError(
+                f"arguments do not match task {name!r}: missing a required argument: {param.name!r}"
+            )
 
 
 def call_arguments(

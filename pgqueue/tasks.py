@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pgqueue.enqueue import OPTION_NAMES, JobId, JobSpec, check_options, make_spec, to_timedelta
 from pgqueue.errors import InvalidJobError
-from pgqueue.payload import bind_arguments, check_name, signature_of
+from pgqueue.payload import (
+    bind_arguments,
+    check_complete,
+    check_name,
+    free_parameter,
+    signature_of,
+)
 from pgqueue.retry import Backoff, ExponentialBackoff
 
 if TYPE_CHECKING:
@@ -44,12 +50,18 @@ class Task(Generic[P, R]):
         timeout: float | timedelta | None = None,
         backoff: Backoff | None = None,
         pass_context: bool = False,
+        result_ttl: float | timedelta | None = None,
     ) -> None:
         self.app = app
         self.func = func
         self.name = check_name(name or _default_name(func), "task name")
         self.defaults = check_options(
-            {"queue": queue, "priority": priority, "max_attempts": max_attempts}
+            {
+                "queue": queue,
+                "priority": priority,
+                "max_attempts": max_attempts,
+                "result_ttl": result_ttl,
+            }
         )
         self.timeout = to_timedelta(timeout, "timeout").total_seconds() if timeout else None
         self.backoff: Backoff = backoff or ExponentialBackoff()
@@ -77,7 +89,11 @@ class Task(Generic[P, R]):
         return TaskCall(self, check_options(options), conn)
 
     def s(self, *args: Any, **kwargs: Any) -> JobCall:
-        """A job description (task + arguments + options) for bulk enqueue and workflows."""
+        """A job description (task + arguments + options) for bulk enqueue and workflows.
+
+        Required arguments may be left out: in a workflow, the first free parameter receives
+        the parent's result; anywhere else, a missing argument is an error at enqueue.
+        """
         options, task_kwargs = _split(kwargs)
         if "conn" in options:
             raise InvalidJobError(
@@ -105,7 +121,7 @@ class TaskCall:
     conn: Any = None
 
     def s(self, *args: Any, **kwargs: Any) -> JobCall:
-        bound = bind_arguments(self.task.signature, self.task.name, args, kwargs)
+        bound = bind_arguments(self.task.signature, self.task.name, args, kwargs, partial=True)
         return JobCall(self.task, bound, self.options)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobId:
@@ -125,7 +141,15 @@ class JobCall:
     args: Mapping[str, Any]
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def spec(self) -> JobSpec:
+    def spec(self, *, receives: bool = False) -> JobSpec:
+        """The validated job; ``receives``: the first free parameter will be filled in with
+        the parents' results (a workflow step), so it may be missing now."""
+        check_complete(
+            self.task.signature,
+            self.task.name,
+            self.args,
+            given=self.result_arg() if receives else None,
+        )
         return make_spec(
             self.task.name,
             self.args,
@@ -133,6 +157,11 @@ class JobCall:
             defaults=self.task.defaults,
             payload_limit=self.task.app.max_payload_bytes,
         )
+
+    def result_arg(self) -> str | None:
+        """The parameter that receives parents' results in a workflow (the first one not
+        bound here), or None: this step ignores them."""
+        return free_parameter(self.task.signature, self.args)
 
     def enqueue(self, conn: Connection | None = None) -> JobId:
         return self.task.app.enqueue_spec(self.spec(), conn=conn)

@@ -1,7 +1,7 @@
 """Operations: per-minute job counts and the views operators query (CLI, dashboard, psql).
 
 Revision ID: 0006
-Revises: 0003
+Revises: 0005
 Create Date: 2026-11-30
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import op
 
 revision: str = "0006"
-down_revision: str | None = "0003"
+down_revision: str | None = "0005"
 branch_labels: str | None = None
 depends_on: str | None = None
 
@@ -51,7 +51,8 @@ WITH live AS (
            count(*) FILTER (WHERE state = 'scheduled' AND run_at > now()) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
            min(run_at) FILTER (WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= now()))
-               AS oldest_ready_at
+               AS oldest_ready_at,
+           count(*) FILTER (WHERE state = 'waiting') AS waiting
       FROM pgqueue.jobs
      GROUP BY queue
 ), dead AS (
@@ -74,6 +75,7 @@ SELECT n.queue,
        CASE WHEN live.oldest_ready_at IS NOT NULL
             THEN greatest(now() - live.oldest_ready_at, interval '0') END AS oldest_ready_age,
        coalesce(qs.paused, false)                 AS paused,
+       coalesce(live.waiting, 0)                  AS waiting,
        round(coalesce(recent.succeeded, 0) / 5.0, 1)::double precision AS succeeded_per_min,
        round(coalesce(recent.failed, 0) / 5.0, 1)::double precision    AS failed_per_min
   FROM names AS n
@@ -158,7 +160,8 @@ WITH live AS (
            count(*) FILTER (WHERE state = 'scheduled' AND run_at > now()) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
            min(run_at) FILTER (WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= now()))
-               AS oldest_ready_at
+               AS oldest_ready_at,
+           count(*) FILTER (WHERE state = 'waiting') AS waiting
       FROM pgqueue.jobs
      GROUP BY queue
 ), dead AS (
@@ -173,7 +176,8 @@ SELECT n.queue,
        coalesce(dead.dead, 0)                     AS dead,
        CASE WHEN live.oldest_ready_at IS NOT NULL
             THEN greatest(now() - live.oldest_ready_at, interval '0') END AS oldest_ready_age,
-       coalesce(qs.paused, false)                 AS paused
+       coalesce(qs.paused, false)                 AS paused,
+       coalesce(live.waiting, 0)                  AS waiting
   FROM names AS n
   LEFT JOIN live ON live.queue = n.queue
   LEFT JOIN dead ON dead.queue = n.queue

@@ -14,6 +14,8 @@ from pgqueue.cli import dashboard_cmd, jobs, ops, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
+from pgqueue.cli.retention_cmds import retention_app
+from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue
 from pgqueue.db import embedded
 from pgqueue.db import migrate as migrations
@@ -32,6 +34,8 @@ db_app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(cron_app, name="cron")
+app.add_typer(workflow_app, name="workflow")
+app.add_typer(retention_app, name="retention")
 app.command("work")(worker_cmds.work)
 app.command("reaper")(worker_cmds.reaper)
 app.command("cancel")(jobs.cancel)
@@ -154,7 +158,7 @@ def stats(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
             pgq.close()
     print_rows(
         rows,
-        ["queue", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
+        ["queue", "waiting", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
         as_json=as_json,
         title="queues",
     )

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pgqueue.client import PgQueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
 
@@ -54,6 +55,17 @@ def friendly_errors() -> Iterator[None]:
     except psycopg.OperationalError as exc:
         err_console.print(f"[red]database unreachable:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
+
+
+@contextmanager
+def open_queue(dsn: str | None) -> Iterator[PgQueue]:
+    """A PgQueue for one command, closed afterwards, with errors as one line (exit 1)."""
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            yield pgq
+        finally:
+            pgq.close()
 
 
 def print_rows(

@@ -76,6 +76,13 @@ def work(
         ),
     ] = 5.0,
     reaper: Annotated[bool, typer.Option(help="Run the reaper inside this worker.")] = True,
+    prune_interval: Annotated[
+        float,
+        typer.Option(
+            parser=duration, metavar="DURATION", help="How often this worker prunes (retention)."
+        ),
+    ] = 60.0,
+    pruner: Annotated[bool, typer.Option(help="Prune history and dead letters here.")] = True,
     listen: Annotated[bool, typer.Option(help="LISTEN for wake-ups (else poll only).")] = True,
     listen_dsn: Annotated[
         str | None,
@@ -106,6 +113,7 @@ def work(
             shutdown_grace=shutdown_grace,
             burst=burst,
             reaper_interval=reaper_interval if reaper else None,
+            prune_interval=prune_interval if pruner else None,
             listen=listen,
             listen_dsn=listen_dsn,
             prepare=prepare,

@@ -37,7 +37,15 @@ class CopyIn:
     types: Sequence[str] = field(default_factory=tuple)
 
 
-Step = Query | CopyIn
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait up to ``timeout`` seconds for NOTIFY on a channel the connection LISTENs to (an
+    autocommit connection); the plan receives ``[(payload,)]``, or ``[]`` on timeout."""
+
+    timeout: float
+
+
+Step = Query | CopyIn | Wait
 Plan = Generator[Step, list[Row], T]
 
 
@@ -46,6 +54,10 @@ def run(plan: Plan[T], conn: psycopg.Connection[Any]) -> T:
     try:
         step = next(plan)
         while True:
+            if isinstance(step, Wait):
+                notes = conn.notifies(timeout=max(0.0, step.timeout), stop_after=1)
+                step = plan.send([(note.payload,) for note in notes])
+                continue
             with conn.cursor() as cur:
                 if isinstance(step, Query):
                     cur.execute(query(step.name), step.params)
@@ -67,6 +79,10 @@ async def run_async(plan: Plan[T], conn: psycopg.AsyncConnection[Any]) -> T:
     try:
         step = next(plan)
         while True:
+            if isinstance(step, Wait):
+                notes = conn.notifies(timeout=max(0.0, step.timeout), stop_after=1)
+                step = plan.send([(note.payload,) async for note in notes])
+                continue
             async with conn.cursor() as cur:
                 if isinstance(step, Query):
                     await cur.execute(query(step.name), step.params)

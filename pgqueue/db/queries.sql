@@ -58,8 +58,8 @@ SELECT version_num FROM pgqueue.pgqueue_alembic_version
 SELECT to_regclass('pgqueue.pgqueue_alembic_version') IS NOT NULL
 
 -- name: queue_stats
-SELECT queue, ready, scheduled, running, dead, oldest_ready_age, paused, succeeded_per_min,
-       failed_per_min
+SELECT queue, ready, scheduled, running, dead, oldest_ready_age, paused, waiting,
+       succeeded_per_min, failed_per_min
   FROM pgqueue.queue_stats
  ORDER BY queue
 
@@ -123,7 +123,7 @@ UPDATE pgqueue.jobs AS j
   FROM candidates AS c
  WHERE j.id = c.id
 RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_token,
-          j.priority, j.created_at, j.run_at
+          j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL
 
 -- name: next_due
 -- When the worker is idle: seconds until the earliest scheduled job in its queues is due (by the
@@ -171,19 +171,32 @@ RETURNING j.id, j.lease_token, j.cancel_requested
 
 -- name: ack_jobs
 -- Success: the job leaves the hot table, but only if this worker still holds it (token match).
--- A job cancelled while its handler ran is recorded as cancelled. Stale acks change nothing and
--- are reported by their absence from the result.
+-- Stale acks change nothing and are reported by their absence from the result. Most acks end
+-- there (one DELETE for the batch). A row goes to job_history only when it is wanted: the job
+-- was cancelled while its handler ran, it keeps its result (result_ttl: the task's or the
+-- call's, and every workflow member, whose dependents are settled by the history trigger in
+-- this same statement), or the operator records every succeeded job (pgqueue.retention).
 WITH done AS (
     DELETE FROM pgqueue.jobs AS j
-     USING unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS a(id, token)
+     USING unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(results)s::text[])
+           AS a(id, token, result)
      WHERE j.id = a.id AND j.lease_token = a.token AND j.state = 'running'
-    RETURNING j.*
-), cancelled AS (
+    RETURNING j.*, a.result AS result_json
+), recorded AS (
     INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
-                                     max_attempts, created_at, started_at, errors, worker_id)
-    SELECT id, queue, task, args, 'cancelled', priority, attempts, max_attempts, created_at,
-           started_at, errors, worker_id
-      FROM done WHERE cancel_requested
+                                     max_attempts, created_at, started_at, errors, worker_id,
+                                     result, keep_until)
+    SELECT d.id, d.queue, d.task, d.args,
+           CASE WHEN d.cancel_requested THEN 'cancelled' ELSE 'succeeded' END, d.priority,
+           d.attempts, d.max_attempts, d.created_at, d.started_at, d.errors, d.worker_id,
+           CASE WHEN NOT d.cancel_requested THEN d.result_json::jsonb END,
+           CASE WHEN d.result_ttl IS NOT NULL
+                THEN now() + greatest(d.result_ttl, (SELECT r.history_retention
+                                                       FROM pgqueue.retention AS r)) END
+      FROM done AS d
+      -- (The settings subqueries run once per statement, not per row.)
+     WHERE d.cancel_requested OR d.result_ttl IS NOT NULL
+        OR coalesce((SELECT r.record_succeeded FROM pgqueue.retention AS r), false)
 )
 SELECT id, cancel_requested FROM done
 
@@ -485,3 +498,193 @@ SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %(name)s
 SELECT jobid, jobname, schedule, command, database, active
   FROM cron.job
  WHERE jobname = %(name)s
+-- Results, workflows and retention
+-- ---------------------------------------------------------------------------------------------
+
+-- name: set_result_ttl
+-- Jobs that keep their result: set in the enqueue's own transaction, before any worker can see
+-- the job.
+UPDATE pgqueue.jobs AS j
+   SET result_ttl = u.ttl
+  FROM unnest(%(ids)s::bigint[], %(ttls)s::interval[]) AS u(id, ttl)
+ WHERE j.id = u.id
+
+-- name: lock_parent_jobs
+-- depends_on: live parents are locked FOR KEY SHARE until the enqueue commits, so a parent
+-- cannot finish (its ack would wait) before its new dependents are linked; heartbeats and
+-- other updates of the parent are not blocked by this lock mode.
+SELECT j.id, n.workflow_id
+  FROM pgqueue.jobs AS j
+  LEFT JOIN pgqueue.workflow_nodes AS n ON n.job_id = j.id
+ WHERE j.id = ANY(%(ids)s::bigint[])
+ ORDER BY j.id
+   FOR KEY SHARE OF j
+
+-- name: finished_parents
+-- depends_on on jobs that already left the hot table: what became of them.
+SELECT h.id, h.state, h.result, n.workflow_id
+  FROM pgqueue.job_history AS h
+  LEFT JOIN pgqueue.workflow_nodes AS n ON n.job_id = h.id
+ WHERE h.id = ANY(%(ids)s::bigint[])
+UNION ALL
+SELECT d.id, 'dead', NULL, NULL
+  FROM pgqueue.dead_letters AS d
+ WHERE d.id = ANY(%(ids)s::bigint[])
+
+-- name: insert_workflow
+INSERT INTO pgqueue.workflows (name, on_failure)
+VALUES (%(name)s, %(on_failure)s::jsonb)
+RETURNING id
+
+-- name: insert_workflow_jobs
+INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
+                          result_ttl)
+SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, result_ttl
+  FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
+              %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
+              %(max_attempts)s::integer[], %(result_ttls)s::interval[])
+       AS u(id, queue, task, args, priority, run_at, state, max_attempts, result_ttl)
+
+-- name: insert_workflow_nodes
+INSERT INTO pgqueue.workflow_nodes (job_id, workflow_id, name, parents, dependents, receive,
+                                    result_arg, parent_results)
+SELECT n.job_id, %(workflow_id)s, n.name, n.parents, n.dependents, n.receive, n.result_arg,
+       coalesce(n.parent_results, '{}'::jsonb)
+  FROM jsonb_to_recordset(%(nodes)s::jsonb)
+       AS n(job_id bigint, name text, parents bigint[], dependents bigint[], receive text,
+            result_arg text, parent_results jsonb)
+
+-- name: link_parents
+-- New dependents of live jobs that existed before this enqueue: appended to the parent's node
+-- (a parent outside any workflow joins this one), and the parent keeps its result from now on
+-- so that its ack records it and settles the dependents in the same statement.
+WITH edges AS (
+    SELECT parent, array_agg(child ORDER BY child) AS children
+      FROM unnest(%(parents)s::bigint[], %(children)s::bigint[]) AS e(parent, child)
+     GROUP BY parent
+), kept AS (
+    UPDATE pgqueue.jobs AS j
+       SET result_ttl = %(result_ttl)s::interval
+      FROM edges AS e
+     WHERE j.id = e.parent AND j.result_ttl IS NULL
+)
+INSERT INTO pgqueue.workflow_nodes AS n (job_id, workflow_id, dependents)
+SELECT parent, %(workflow_id)s, children FROM edges
+ON CONFLICT (job_id) DO UPDATE SET dependents = n.dependents || excluded.dependents
+
+-- name: listen_results
+LISTEN pgqueue_results
+
+-- name: job_outcome
+-- Where a job is now, for pgq.result(): live, recorded in job_history, or dead.
+SELECT 'live', j.state, j.result_ttl IS NOT NULL, NULL::jsonb, j.errors -> -1 ->> 'message',
+       false
+  FROM pgqueue.jobs AS j
+ WHERE j.id = %(job_id)s
+UNION ALL
+SELECT 'history', h.state, h.keep_until IS NOT NULL, h.result, h.errors -> -1 ->> 'message',
+       coalesce(h.keep_until < now(), false)
+  FROM pgqueue.job_history AS h
+ WHERE h.id = %(job_id)s
+UNION ALL
+SELECT 'dead', 'dead', true, NULL, d.last_error, false
+  FROM pgqueue.dead_letters AS d
+ WHERE d.id = %(job_id)s
+
+-- name: list_workflows
+SELECT id, name, state, jobs, waiting, ready, running, succeeded, cancelled, dead, created_at,
+       last_finished_at
+  FROM pgqueue.workflow_overview
+ WHERE (%(state)s::text IS NULL OR state = %(state)s)
+ ORDER BY id DESC
+ LIMIT %(limit)s
+
+-- name: get_workflow
+SELECT o.id, o.name, o.state, o.created_at, o.last_finished_at, w.on_failure ->> 'task',
+       w.on_failure_job
+  FROM pgqueue.workflow_overview AS o
+  JOIN pgqueue.workflows AS w ON w.id = o.id
+ WHERE o.id = %(workflow_id)s
+
+-- name: workflow_members
+SELECT job_id, role, name, task, queue, state, parents, dependents, attempts, result,
+       last_error, created_at, finished_at
+  FROM pgqueue.workflow_jobs
+ WHERE workflow_id = %(workflow_id)s
+ ORDER BY job_id
+
+-- name: get_retention
+SELECT history_retention, record_succeeded, dead_letter_retention, updated_at
+  FROM pgqueue.retention
+
+-- name: ensure_retention
+INSERT INTO pgqueue.retention DEFAULT VALUES ON CONFLICT (id) DO NOTHING
+
+-- name: set_retention
+-- NULL parameters leave a setting as it is; dead_letter_retention is set (to a value, or NULL:
+-- keep forever) only when set_dead_letters is true.
+UPDATE pgqueue.retention AS r
+   SET history_retention = coalesce(%(history)s::interval, r.history_retention),
+       record_succeeded = coalesce(%(record_succeeded)s::boolean, r.record_succeeded),
+       dead_letter_retention = CASE WHEN %(set_dead_letters)s::boolean
+                                    THEN %(dead_letters)s::interval
+                                    ELSE r.dead_letter_retention END,
+       updated_at = now()
+RETURNING history_retention, record_succeeded, dead_letter_retention, updated_at
+
+-- name: prune_history
+-- One small batch of job_history past its retention: rows without a kept result once the
+-- history retention has passed, rows with one once keep_until has. SKIP LOCKED lets every
+-- worker's pruner run at once. Workflow nodes of pruned jobs go with them; the ids of their
+-- workflows come back so that emptied workflows can be removed.
+WITH doomed AS MATERIALIZED (
+    SELECT o.id FROM (
+        SELECT h.id
+          FROM pgqueue.job_history AS h
+         WHERE h.keep_until IS NULL
+           AND h.finished_at < now() - (SELECT r.history_retention FROM pgqueue.retention AS r)
+         ORDER BY h.finished_at
+         LIMIT %(batch_size)s
+           FOR UPDATE SKIP LOCKED) AS o
+    UNION ALL
+    SELECT k.id FROM (
+        SELECT h.id
+          FROM pgqueue.job_history AS h
+         WHERE h.keep_until < now()
+         ORDER BY h.keep_until
+         LIMIT %(batch_size)s
+           FOR UPDATE SKIP LOCKED) AS k
+), gone AS (
+    DELETE FROM pgqueue.job_history AS h USING doomed AS d WHERE h.id = d.id RETURNING h.id
+), nodes AS (
+    DELETE FROM pgqueue.workflow_nodes AS n USING gone AS g WHERE n.job_id = g.id
+    RETURNING n.workflow_id
+)
+SELECT (SELECT count(*) FROM gone), (SELECT array_agg(DISTINCT workflow_id) FROM nodes)
+
+-- name: prune_dead_letters
+-- One small batch of dead letters older than dead_letter_retention (none when it is NULL).
+WITH doomed AS MATERIALIZED (
+    SELECT d.id
+      FROM pgqueue.dead_letters AS d
+     WHERE d.dead_at < now() - (SELECT r.dead_letter_retention FROM pgqueue.retention AS r)
+     ORDER BY d.dead_at
+     LIMIT %(batch_size)s
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pgqueue.dead_letters AS d USING doomed AS x WHERE d.id = x.id RETURNING d.id
+), nodes AS (
+    DELETE FROM pgqueue.workflow_nodes AS n USING gone AS g WHERE n.job_id = g.id
+    RETURNING n.workflow_id
+)
+SELECT (SELECT count(*) FROM gone), (SELECT array_agg(DISTINCT workflow_id) FROM nodes)
+
+-- name: prune_workflows
+-- Workflows whose every member has been pruned.
+DELETE FROM pgqueue.workflows AS w
+ WHERE w.id = ANY(%(ids)s::bigint[])
+   AND NOT EXISTS (SELECT 1 FROM pgqueue.workflow_nodes AS n WHERE n.workflow_id = w.id)
+RETURNING w.id
+
+-- name: settle_waiting
+SELECT pgqueue.settle_waiting(%(max_parents)s)

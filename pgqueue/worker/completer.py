@@ -60,7 +60,11 @@ class Completer(Service):
         if acks:
             rows = await self.db.fetch(
                 "ack_jobs",
-                {"ids": [o.job.id for o in acks], "tokens": [o.job.lease_token for o in acks]},
+                {
+                    "ids": [o.job.id for o in acks],
+                    "tokens": [o.job.lease_token for o in acks],
+                    "results": [o.result for o in acks],
+                },
             )
             # A job cancelled while its handler ran is recorded as cancelled by ack_jobs.
             done: dict[int, bool] = {row[0]: row[1] for row in rows}

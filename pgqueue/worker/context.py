@@ -30,6 +30,8 @@ class ClaimedJob:
     priority: int
     created_at: datetime
     run_at: datetime
+    #: The job keeps its return value (result_ttl set), so the worker stores it with the ack.
+    wants_result: bool = False
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:

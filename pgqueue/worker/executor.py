@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgqueue.errors import Fail, InvalidJobError, JobCancelled, Retry
-from pgqueue.payload import call_arguments
+from pgqueue.payload import call_arguments, dumps
 from pgqueue.tasks import Task
 from pgqueue.worker.context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.worker.outcome import Outcome
@@ -116,9 +116,9 @@ class Executor:
             args.insert(0, ctx)
         try:
             if task.is_async:
-                await self._run_async(task, ctx, args, kwargs)
+                value = await self._run_async(task, ctx, args, kwargs)
             else:
-                await self._run_sync(task, ctx, args, kwargs)
+                value = await self._run_sync(task, ctx, args, kwargs)
         except asyncio.CancelledError:
             return self._stopped(running, None)
         except JobCancelled as exc:
@@ -135,7 +135,17 @@ class Executor:
                 return self._stopped(running, exc)
             return self._failed(task, job, exc)
         # Finished, even if asked to stop meanwhile: report it (the ack is fenced anyway).
-        return Outcome(job, "ack")
+        if not job.wants_result:
+            return Outcome(job, "ack")  # nobody reads the value: do not even serialise it
+        try:
+            result = dumps(value, limit=task.app.max_payload_bytes, what="result")
+        except InvalidJobError as exc:
+            # Storing it can never work, so retrying cannot help: fail for good, saying why.
+            error = InvalidJobError(
+                f"task {task.name!r} returned a value that cannot be stored: {exc}"
+            )
+            return Outcome.from_exception(job, "fail", error, self.worker_id)
+        return Outcome(job, "ack", result=result)
 
     def _failed(self, task: Task[..., Any], job: ClaimedJob, exc: BaseException) -> Outcome:
         delay = task.backoff(job.attempt) if job.attempt < job.max_attempts else 0.0
@@ -155,7 +165,7 @@ class Executor:
 
     async def _run_async(
         self, task: Task[..., Any], ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
-    ) -> None:
+    ) -> Any:
         token = set_current(ctx)
         # A timeout is one more reason to stop the handler, set before it is cancelled so the
         # handler (and _stopped) can tell why.
@@ -165,7 +175,7 @@ class Executor:
                 task.timeout, self.stop_job, ctx.id, "timeout", ctx.job.lease_token
             )
         try:
-            await task.func(*args, **kwargs)
+            return await task.func(*args, **kwargs)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -173,7 +183,7 @@ class Executor:
 
     async def _run_sync(
         self, task: Task[..., Any], ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
-    ) -> None:
+    ) -> Any:
         context = contextvars.copy_context()
         context.run(set_current, ctx)
         loop = asyncio.get_running_loop()
@@ -184,10 +194,9 @@ class Executor:
         future.add_done_callback(self._thread_done)
         if task.timeout is None:
             # shield: cancelling our wait (shutdown) must not pretend to stop the thread.
-            await asyncio.shield(future)
-            return
+            return await asyncio.shield(future)
         try:
-            await asyncio.wait_for(asyncio.shield(future), task.timeout)
+            return await asyncio.wait_for(asyncio.shield(future), task.timeout)
         except TimeoutError:
             ctx.cancel("timeout")
             self._abandon(future, ctx)

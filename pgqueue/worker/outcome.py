@@ -26,6 +26,7 @@ class Outcome:
     delay: float = 0.0
     error: str | None = None  # JSON object describing the error
     duration: float = 0.0  # seconds the handler ran (set by the executor)
+    result: str | None = None  # the return value as JSON, for jobs that keep it (ack only)
 
     @classmethod
     def from_exception(

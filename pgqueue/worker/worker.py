@@ -13,13 +13,24 @@ Job states (``pgqueue.jobs.state``; finished jobs leave the table)::
                                                           attempts -> dead_letters  v
                                                                                   ready
 
+    waiting --(every parent succeeded: settled in the parent's ack)--> ready / scheduled
+        \\--(a parent ended dead or cancelled)--> job_history (cancelled)
+
+A successful ack deletes the row; it records it in job_history too (with the return value)
+when the job keeps its result (result_ttl, workflow members) or history is switched on.
+
 Every transition out of ``running`` is a statement fenced by ``lease_token``: only the holder
 of the current claim can make it, so a worker that lost its lease (stalled, partitioned,
 reaped) changes nothing. All times come from the database clock.
 
 Services (each a :class:`~pgqueue.worker.service.Service` in its own module): fetcher (claims),
 executor (runs handlers), completer (writes outcomes in batches), heartbeater (extends leases),
-listener (LISTEN for wake-ups and cancels), reaper (recovers expired leases).
+listener (LISTEN for wake-ups and cancels), reaper (recovers expired leases), pruner
+(retention).
+
+Workflow jobs start ``waiting`` (not in any claim index) and become ``ready`` in the statement
+that records their last parent's success; a parent ending dead or cancelled cancels them (see
+:mod:`pgqueue.workflow`).
 
 Shutdown: the first SIGTERM/SIGINT stops claiming and lets running jobs finish for up to
 ``shutdown_grace``; jobs still running then are handed back (``ready``, attempt not burned) and
@@ -52,6 +63,7 @@ from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats
+from pgqueue.worker.pruner import Pruner
 from pgqueue.worker.reaper import Reaper
 from pgqueue.worker.service import RetryDelay, Service
 
@@ -75,6 +87,7 @@ class WorkerSettings:
     shutdown_grace: float = 30.0
     burst: bool = False
     reaper_interval: float | None = 5.0  # None: this worker does not run the reaper
+    prune_interval: float | None = 60.0  # None: this worker does not prune (retention)
     listen: bool = True
     listen_dsn: str | None = None
     prepare: bool = True  # server-side prepared statements (off behind old PgBouncers)
@@ -94,6 +107,8 @@ class WorkerSettings:
             raise ConfigurationError("shutdown grace must not be negative")
         if self.reaper_interval is not None and self.reaper_interval <= 0:
             raise ConfigurationError("reaper interval must be positive")
+        if self.prune_interval is not None and self.prune_interval <= 0:
+            raise ConfigurationError("prune interval must be positive")
 
 
 class Worker:
@@ -203,6 +218,8 @@ class Worker:
             )
         if settings.reaper_interval is not None:
             services.append(Reaper(db, every=settings.reaper_interval))
+        if settings.prune_interval is not None:
+            services.append(Pruner(db, every=settings.prune_interval))
         for service in (fetcher, *services):
             service.observer = self.observer
         tasks: list[asyncio.Task[None]] = []

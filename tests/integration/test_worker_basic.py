@@ -185,7 +185,7 @@ def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, p
                 "SELECT state, attempts, errors FROM pgqueue.jobs WHERE id = %s", (job,)
             ).fetchone()
             stale = {"ids": [job], "tokens": [token]}
-            assert conn.execute(query("ack_jobs"), stale).fetchall() == []
+            assert conn.execute(query("ack_jobs"), {**stale, "results": [None]}).fetchall() == []
             assert (
                 conn.execute(
                     query("heartbeat"),

@@ -1,0 +1,85 @@
+"""``pgq retention``: how long history, results and dead letters are kept; one pruning pass."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from pgqueue.cli.common import DsnOption, JsonOption, duration, open_queue, print_rows
+from pgqueue.retention import KEEP_FOREVER
+
+retention_app = typer.Typer(
+    help="Retention of job history, results and dead letters (all workers share it).",
+    no_args_is_help=True,
+)
+
+
+def _show(settings: dict[str, Any], as_json: bool) -> None:
+    row = dict(settings)
+    if not as_json:
+        row["dead_letter_retention"] = row["dead_letter_retention"] or "until replayed"
+    print_rows([row], list(row), as_json=as_json, title="retention")
+
+
+@retention_app.command("show")
+def show(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """The settings every worker's ack and pruner use (the pgqueue.retention row)."""
+    with open_queue(dsn) as pgq:
+        settings = pgq.retention()
+    _show(settings.as_dict(), as_json)
+
+
+@retention_app.command("set")
+def set_(
+    history: Annotated[
+        float | None,
+        typer.Option(
+            parser=duration, metavar="DURATION", help="Keep job_history rows this long (0: none)."
+        ),
+    ] = None,
+    record_succeeded: Annotated[
+        bool | None,
+        typer.Option(
+            "--record-succeeded/--no-record-succeeded",
+            help="Record every succeeded job in job_history (a second row per ack).",
+        ),
+    ] = None,
+    dead_letters: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION|never",
+            help="Purge dead letters older than this; 'never' keeps them until replayed.",
+        ),
+    ] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change retention for every worker at once (settings not given stay as they are)."""
+    dead: float | str | None = dead_letters
+    if dead_letters is not None and dead_letters != KEEP_FOREVER:
+        dead = duration(dead_letters)
+    with open_queue(dsn) as pgq:
+        settings = pgq.set_retention(
+            history=history, record_succeeded=record_succeeded, dead_letters=dead
+        )
+    _show(settings.as_dict(), as_json)
+
+
+@retention_app.command("prune")
+def prune(
+    batch_size: Annotated[int, typer.Option(help="Rows deleted per statement.")] = 500,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run one pruning pass now (workers do this every --prune-interval)."""
+    with open_queue(dsn) as pgq:
+        report = pgq.prune(batch_size=batch_size)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict()))
+    else:
+        typer.echo(
+            f"pruned {report.history} history row(s), {report.dead_letters} dead letter(s), "
+            f"{report.workflows} workflow(s)"
+        )

@@ -1,0 +1,66 @@
+"""The pruner service: retention in the worker's maintenance loop.
+
+Every ``every`` seconds (jittered) it runs one pruning pass (:func:`pgqueue.retention.prune`:
+expired job history and results, dead letters past their retention, emptied workflows) in small
+batches, each statement its own transaction, with SKIP LOCKED so every worker may run it. Now
+and then it also runs the waiting-job safety net (``pgqueue.settle_waiting()``). What to keep
+is read from ``pgqueue.retention`` by the statements themselves, so all workers agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from pgqueue import retention
+from pgqueue.db.plan import Plan, Query
+from pgqueue.worker.db import WorkerDB
+from pgqueue.worker.service import Service
+
+T = TypeVar("T")
+
+#: Run the waiting-job safety net every this many passes (it reads every waiting job).
+SETTLE_EVERY = 10
+
+
+class Pruner(Service):
+    name = "pruner"
+
+    def __init__(self, db: WorkerDB, *, every: float, batch_size: int = retention.PRUNE_BATCH):
+        super().__init__()
+        self.db = db
+        self.every = every
+        self.batch_size = batch_size
+        self.passes = 0
+
+    def interval(self) -> float:
+        return self.every
+
+    async def run_once(self) -> None:
+        report = await self.drive(retention.prune(self.batch_size))
+        if report.history or report.dead_letters or report.workflows:
+            self.log.info(
+                "pruned history=%s dead_letters=%s workflows=%s",
+                report.history,
+                report.dead_letters,
+                report.workflows,
+            )
+        self.passes += 1
+        if self.passes % SETTLE_EVERY == 1:
+            settled = await self.drive(retention.settle_waiting())
+            if settled:
+                self.log.warning(
+                    "settled waiting jobs whose parents left unnoticed parents=%s", settled
+                )
+
+    async def drive(self, plan: Plan[T]) -> T:
+        """Run a plan of plain queries, each statement in its own transaction."""
+        try:
+            step = next(plan)
+            while True:
+                assert isinstance(step, Query), "the pruner runs plain queries only"
+                rows = await self.db.fetch(step.name, step.params)
+                await asyncio.sleep(0)  # let the hot path in between batches
+                step = plan.send(rows)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]

@@ -1,0 +1,14 @@
+"""Workflows: chains, groups, chords and DAGs of jobs whose readiness is decided in PostgreSQL.
+
+Build with :func:`chain`, :func:`group`, :func:`chord` or :class:`DAG`, then ``.enqueue()``
+(atomically, in the caller's transaction with ``conn=``). A job whose parents have not all
+succeeded waits in ``pgqueue.jobs`` with state ``waiting``; the statement that records a
+parent's success (the worker's ack) settles its dependents in the same transaction, and a
+parent that ends dead or cancelled cancels everything below it (and enqueues the workflow's
+``on_failure`` step). See ``pgqueue.settle_finished`` in the 0005 migration.
+"""
+
+from pgqueue.workflow.builders import DAG, Chain, Group, Node, Workflow, chain, chord, group
+from pgqueue.workflow.run import WorkflowRun
+
+__all__ = ["DAG", "Chain", "Group", "Node", "Workflow", "WorkflowRun", "chain", "chord", "group"]

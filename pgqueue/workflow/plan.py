@@ -1,0 +1,177 @@
+"""Writing workflows: one plan, run in one transaction (the caller's when ``conn`` is given).
+
+Order of work: parents that already exist (``depends_on`` job ids) are looked up and locked
+first, so bad input raises before anything is written; then the workflow row, the jobs (waiting
+when they have parents still to succeed, otherwise ready or scheduled), their nodes, and finally
+the links from existing live parents to their new dependents.
+
+The parent of a waiting job is never left unaware of it: a live parent is locked (FOR KEY SHARE)
+before the link is written, so its ack, which settles its dependents in the same statement,
+waits for this transaction and then sees the link.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from pgqueue.db.plan import Plan, Query
+from pgqueue.enqueue import JOB_COLUMNS, JobId, JobSpec, _columns, due_at, job_row
+from pgqueue.errors import InvalidJobError, JobNotFoundError
+from pgqueue.workflow.builders import Compiled, FailureStep, NodeSpec
+
+#: How long workflow members keep their results unless the workflow or the step says.
+DEFAULT_RESULT_TTL = timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    workflow_id: int
+    job_ids: list[int]
+
+
+def enqueue_compiled(compiled: Compiled) -> Plan[Written]:
+    """A chain, group, chord or DAG: always a workflow of its own."""
+    return (
+        yield from _write(
+            compiled.nodes,
+            name=compiled.name,
+            on_failure=compiled.on_failure,
+            result_ttl=compiled.result_ttl or DEFAULT_RESULT_TTL,
+            join_parents=False,
+        )
+    )
+
+
+def enqueue_dependents(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
+    """Jobs enqueued with ``depends_on=[job ids]``: each joins the workflow of its first parent
+    that has one, or a new workflow that adopts the parents."""
+    nodes = [NodeSpec(spec=spec) for spec in specs]
+    written = yield from _write(
+        nodes, name=None, on_failure=None, result_ttl=DEFAULT_RESULT_TTL, join_parents=True
+    )
+    return [JobId(job_id) for job_id in written.job_ids]
+
+
+def _write(
+    nodes: Sequence[NodeSpec],
+    *,
+    name: str | None,
+    on_failure: FailureStep | None,
+    result_ttl: timedelta,
+    join_parents: bool,
+) -> Plan[Written]:
+    for node in nodes:
+        if node.spec.idempotency_key is not None:
+            raise InvalidJobError(
+                f"idempotency_key cannot be used for workflow jobs or with depends_on "
+                f"(task {node.spec.task!r})"
+            )
+        if node.receive is not None and node.spec.depends_on:
+            raise InvalidJobError(
+                f"a workflow step that receives results cannot also depend on other jobs "
+                f"(task {node.spec.task!r}, depends_on={list(node.spec.depends_on)})"
+            )
+    external = sorted({parent for node in nodes for parent in node.spec.depends_on})
+    live: set[int] = set()
+    succeeded: dict[int, Any] = {}
+    parent_workflows: dict[int, int] = {}
+    if external:
+        rows = yield Query("lock_parent_jobs", {"ids": external})
+        for job_id, workflow_id in rows:
+            live.add(job_id)
+            if workflow_id is not None:
+                parent_workflows[job_id] = workflow_id
+        gone = [job_id for job_id in external if job_id not in live]
+        if gone:
+            found = {row[0]: row for row in (yield Query("finished_parents", {"ids": gone}))}
+            for job_id in gone:
+                if job_id not in found:
+                    raise JobNotFoundError(
+                        f"depends_on: job {job_id} not found (unknown, or it finished without "
+                        "keeping a record; a finished job can only be depended on while its "
+                        "result is kept)"
+                    )
+                _, state, result, workflow_id = found[job_id]
+                if state != "succeeded":
+                    raise InvalidJobError(
+                        f"depends_on: job {job_id} already ended {state}, so its dependents "
+                        "could never run"
+                    )
+                succeeded[job_id] = result
+                if workflow_id is not None:
+                    parent_workflows[job_id] = workflow_id
+
+    joined = [parent_workflows[p] for p in external if p in parent_workflows]
+    if join_parents and joined:
+        workflow_id = joined[0]
+    else:
+        rows = yield Query(
+            "insert_workflow",
+            {"name": name, "on_failure": _failure_json(on_failure, result_ttl)},
+        )
+        workflow_id = rows[0][0]
+
+    rows = yield Query("allocate_job_ids", {"count": len(nodes)})
+    db_now, ids = rows[0]
+    dependents: list[list[int]] = [[] for _ in nodes]
+    for index, node in enumerate(nodes):
+        for parent in node.parents:
+            dependents[parent].append(ids[index])
+    job_rows: list[tuple[Any, ...]] = []
+    node_rows: list[dict[str, Any]] = []
+    edges: list[tuple[int, int]] = []  # (live existing parent, new child)
+    for index, (node, job_id) in enumerate(zip(nodes, ids, strict=True)):
+        spec = node.spec
+        run_at = due_at(spec, db_now)
+        waits = bool(node.parents) or any(p in live for p in spec.depends_on)
+        state = "waiting" if waits else ("scheduled" if run_at > db_now else "ready")
+        job_rows.append(job_row(job_id, spec, run_at, state, spec.result_ttl or result_ttl))
+        edges.extend((parent, job_id) for parent in spec.depends_on if parent in live)
+        node_rows.append(
+            {
+                "job_id": job_id,
+                "name": node.name,
+                "parents": [ids[p] for p in node.parents] + list(spec.depends_on),
+                "dependents": dependents[index],
+                "receive": node.receive,
+                "result_arg": node.result_arg,
+                # Parents that had already succeeded count as settled from the start.
+                "parent_results": {str(p): succeeded[p] for p in spec.depends_on if p in succeeded},
+            }
+        )
+    yield Query("insert_workflow_jobs", _columns(job_rows, (*JOB_COLUMNS[:-1], "result_ttls")))
+    yield Query("insert_workflow_nodes", {"workflow_id": workflow_id, "nodes": Jsonb(node_rows)})
+    if edges:
+        yield Query(
+            "link_parents",
+            {
+                "parents": [parent for parent, _ in edges],
+                "children": [child for _, child in edges],
+                "workflow_id": workflow_id,
+                "result_ttl": result_ttl,
+            },
+        )
+    return Written(workflow_id, list(ids))
+
+
+def _failure_json(step: FailureStep | None, result_ttl: timedelta) -> str | None:
+    if step is None:
+        return None
+    spec = step.spec
+    document: dict[str, Any] = {
+        "task": spec.task,
+        "args": json.loads(spec.args_json),
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "result_ttl": f"{(spec.result_ttl or result_ttl).total_seconds()} seconds",
+    }
+    if step.result_arg is not None:
+        document["result_arg"] = step.result_arg
+    return json.dumps(document)

@@ -1,0 +1,160 @@
+"""Job results: which acks keep them, pgq.result() (sync and async) woken by NOTIFY."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import psycopg
+import pytest
+
+from pgqueue import (
+    JobCancelledError,
+    JobDeadError,
+    JobNotFoundError,
+    ResultTimeoutError,
+    ResultUnavailableError,
+)
+from tests.helpers import scalar, thread_worker, wait_for
+from tests.integration import workflow_app
+from tests.integration.workflow_app import add, async_add, plain, unstorable
+
+APP = workflow_app.pgq
+
+
+def history_rows(dsn: str) -> int:
+    return scalar(dsn, "SELECT count(*) FROM pgqueue.job_history")
+
+
+def test_result_of_a_task_that_keeps_it(app_dsn, pgq):
+    job = pgq.enqueue(add, {"x": 2, "y": 3})
+    other = pgq.enqueue(async_add, {"x": 40, "y": 2})
+    with thread_worker(APP, app_dsn):
+        assert pgq.result(job, timeout=30) == 5
+        assert pgq.result(other, timeout=30) == 42
+    # kept until keep_until, which is at least the task's result_ttl
+    with psycopg.connect(app_dsn) as conn:
+        left = conn.execute(
+            "SELECT state, result, keep_until - finished_at >= interval '1 hour'"
+            " FROM pgqueue.job_history WHERE id = %s",
+            (job,),
+        ).fetchone()
+    assert left == ("succeeded", 5, True)
+
+
+def test_plain_acks_leave_no_row_and_result_says_so(app_dsn, pgq):
+    kept = pgq.enqueue(plain, {"x": 4}, result_ttl=60)  # the call asks for it
+    ignored = pgq.enqueue(plain, {"x": 5})
+    with pytest.raises(ResultUnavailableError, match="does not keep its result"):
+        pgq.result(ignored, timeout=1)
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert pgq.result(kept, timeout=5) == 8
+    assert history_rows(app_dsn) == 1  # the plain ack was a DELETE only
+    with pytest.raises(JobNotFoundError):
+        pgq.result(ignored, timeout=1)
+
+
+def test_result_waits_for_notify_not_polling(app_dsn, pgq, monkeypatch):
+    # Without the notification the waiter would sleep for 10 minutes: only NOTIFY can wake it.
+    monkeypatch.setattr("pgqueue.results.RECHECK_SECONDS", 600.0)
+    job = pgq.enqueue(add, {"x": 1, "y": 1})
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(pgq.result(job, timeout=60)))
+    waiter.start()
+    time.sleep(0.5)  # the waiter is listening and the job is still waiting for a worker
+    assert not got
+    with thread_worker(APP, app_dsn):
+        waiter.join(120)
+    assert got == [2]
+
+
+def test_result_async(app_dsn, pgq):
+    job = pgq.enqueue(add, {"x": 20, "y": 1})
+
+    async def main() -> object:
+        try:
+            return await pgq.result_async(job, timeout=30)
+        finally:
+            await pgq.aclose()
+
+    with thread_worker(APP, app_dsn):
+        assert asyncio.run(main()) == 21
+
+
+def test_result_raises_the_jobs_error_when_dead_or_cancelled(app_dsn, pgq):
+    dead = pgq.enqueue("wf.fail", {"label": "x"}, result_ttl=60)
+    waiting = pgq.enqueue(add, {"x": 1}, delay=3600)
+    assert pgq.cancel(waiting) == "cancelled"
+    with pytest.raises(JobCancelledError) as cancelled:
+        pgq.result(waiting, timeout=5)
+    assert cancelled.value.state == "cancelled"
+    with (
+        thread_worker(APP, app_dsn),
+        pytest.raises(JobDeadError, match="x cannot work") as died,
+    ):
+        pgq.result(dead, timeout=30)
+    assert died.value.job_id == dead and died.value.state == "dead"
+
+
+def test_result_times_out(app_dsn, pgq):
+    job = pgq.enqueue(add, {"x": 1})
+    started = time.monotonic()
+    with pytest.raises(ResultTimeoutError, match=r"did not finish within 0\.5s"):
+        pgq.result(job, timeout=0.5)
+    assert time.monotonic() - started < 30  # gave up, did not wait for ever
+    with pytest.raises(JobNotFoundError):
+        pgq.result(10**12, timeout=0.1)
+
+
+def test_unserialisable_result_fails_the_job_with_a_clear_error(app_dsn, pgq):
+    job = pgq.enqueue(unstorable, {})
+    with thread_worker(APP, app_dsn):
+        with pytest.raises(JobDeadError, match="cannot be stored: result is not JSON-serialisable"):
+            pgq.result(job, timeout=30)
+        # the worker carried on: the next job runs
+        assert pgq.result(pgq.enqueue(add, {"x": 1}), timeout=30) == 1
+    with psycopg.connect(app_dsn) as conn:
+        [(error, reason)] = conn.execute(
+            "SELECT errors -> -1 ->> 'error', reason FROM pgqueue.dead_letters"
+        ).fetchall()
+    assert error == "pgqueue.errors.InvalidJobError"
+    assert "Fail" in reason
+
+
+def test_history_of_every_succeeded_job_when_switched_on(app_dsn, pgq):
+    pgq.set_retention(record_succeeded=True)
+    ids = pgq.enqueue_many([plain.s(i) for i in range(20)])
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    with psycopg.connect(app_dsn) as conn:
+        rows = conn.execute(
+            "SELECT count(*), count(result), count(keep_until) FROM pgqueue.job_history"
+            " WHERE state = 'succeeded' AND id = ANY(%s)",
+            (ids,),
+        ).fetchone()
+    assert rows == (20, 0, 0)  # recorded, but results are kept only when asked for
+
+
+def test_result_ttl_option_is_validated(pgq, conn):
+    from pgqueue import InvalidJobError
+
+    with pytest.raises(InvalidJobError, match="result_ttl must be positive"):
+        pgq.enqueue(plain, {"x": 1}, result_ttl=0)
+    with pytest.raises(InvalidJobError, match="result_ttl must be seconds"):
+        pgq.enqueue(plain, {"x": 1}, result_ttl="1h")
+    assert scalar(pgq.dsn, "SELECT count(*) FROM pgqueue.jobs") == 0
+
+
+def test_result_ttl_survives_an_idempotent_enqueue_and_a_transaction(app_dsn, pgq):
+    with psycopg.connect(app_dsn) as app_conn:
+        plain.options(result_ttl=60, idempotency_key="k", conn=app_conn).enqueue(3)
+        app_conn.rollback()
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 0
+    job = pgq.enqueue(plain, {"x": 3}, result_ttl=60, idempotency_key="k")
+    again = pgq.enqueue(plain, {"x": 3}, result_ttl=60, idempotency_key="k")
+    assert again == job and not again.created
+    with thread_worker(APP, app_dsn):
+        assert pgq.result(job, timeout=30) == 6
+    wait_for(lambda: history_rows(app_dsn) == 1)
