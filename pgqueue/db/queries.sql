@@ -77,52 +77,14 @@ SELECT u.name, u.paused, pg_notify('pgqueue_jobs', u.name) AS notified
 -- ---------------------------------------------------------------------------------------------
 
 -- name: claim_jobs
--- Claim up to %(limit)s jobs for this worker in one statement: per queue, walk the ready index
--- in (priority, run_at) order and the scheduled index for due jobs, skipping rows other workers
--- hold (SKIP LOCKED). The MATERIALIZED fence makes the row locks happen exactly once, before
--- the UPDATE. Each claim bumps lease_token: the fencing token every later write must present.
-WITH candidates AS MATERIALIZED (
-    SELECT c.id
-      FROM unnest(%(queues)s::text[]) AS q(name)
-      -- paused queues are not claimed from
-     CROSS JOIN LATERAL (SELECT NOT EXISTS (
-               SELECT 1 FROM pgqueue.queues AS qs WHERE qs.name = q.name AND qs.paused)
-           AS active) AS qa
-     CROSS JOIN LATERAL (
-           -- (FOR UPDATE is not allowed directly in a UNION branch, only in a subquery.)
-           SELECT r.* FROM (
-               SELECT j.id, j.priority, j.run_at
-                 FROM pgqueue.jobs AS j
-                WHERE qa.active AND j.queue = q.name AND j.state = 'ready'
-                  AND j.task = ANY(%(tasks)s::text[])
-                ORDER BY j.priority, j.run_at, j.id
-                LIMIT %(limit)s
-                  FOR UPDATE SKIP LOCKED) AS r
-           UNION ALL
-           SELECT s.* FROM (
-               SELECT j.id, j.priority, j.run_at
-                 FROM pgqueue.jobs AS j
-                WHERE qa.active AND j.queue = q.name AND j.state = 'scheduled'
-                  AND j.run_at <= now()
-                  AND j.task = ANY(%(tasks)s::text[])
-                ORDER BY j.run_at, j.id
-                LIMIT %(limit)s
-                  FOR UPDATE SKIP LOCKED) AS s
-     ) AS c
-     ORDER BY c.priority, c.run_at, c.id
-     LIMIT %(limit)s
-)
-UPDATE pgqueue.jobs AS j
-   SET state = 'running',
-       attempts = j.attempts + 1,
-       lease_token = j.lease_token + 1,
-       lease_expires_at = now() + %(lease)s::interval,
-       worker_id = %(worker_id)s,
-       started_at = now()
-  FROM candidates AS c
- WHERE j.id = c.id
-RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_token,
-          j.priority, j.created_at, j.run_at
+-- Claim up to %(limit)s jobs for this worker in one transaction (pgqueue.claim: SKIP LOCKED
+-- walk of the ready and due-scheduled indexes per queue; flow control when any limit, weight,
+-- concurrency key or open breaker applies). Each claim bumps lease_token: the fencing token
+-- every later write must present. A row with a NULL id means limits held work back.
+SELECT c.id, c.queue, c.task, c.args, c.attempts, c.max_attempts, c.lease_token, c.priority,
+       c.created_at, c.run_at, c.throttled
+  FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
+                     %(worker_id)s::uuid, %(running)s::integer[]) AS c
 
 -- name: next_due
 -- When the worker is idle: seconds until the earliest scheduled job in its queues is due (by the

@@ -4,6 +4,10 @@ It claims again at once while claims come back full (there is more work); otherw
 until the earliest of: a NOTIFY for one of its queues (the listener wakes it), the next
 scheduled job becoming due (a timer read from the database), or the poll interval (the fallback
 for lost notifications).
+
+Flow control: when limits (concurrency, rate, keys, breakers) held ready work back, the claim
+says so; the fetcher then claims again after the hinted delay (the next rate-limit token) or a
+short backoff (a running job elsewhere must finish first), capped at ``throttle_cap`` seconds.
 """
 
 from __future__ import annotations
@@ -40,18 +44,24 @@ class Fetcher(Service):
         self.db = db
         self.executor = executor
         self.completer = completer
+        self.queues = queues
         self.params = {
             "queues": queues,
             "tasks": task_names,
             "lease": timedelta(seconds=lease),
             "worker_id": worker_id,
             "limit": 0,
+            "running": [0] * len(queues),
         }
         self.poll_interval = poll_interval
         self.burst = burst
         self.on_burst_done = on_burst_done
         self._next_sleep = 0.0
         self._idle_empty_claims = 0
+        #: The last claim filled every free slot (more work is probably waiting).
+        self.saturated = False
+        self.throttle_cap = 1.0
+        self._throttle_backoff = 0.0
 
     def interval(self) -> float:
         return self._next_sleep
@@ -60,8 +70,13 @@ class Fetcher(Service):
         await self.executor.wait_for_slot()
         free = self.executor.free_slots()
         self.params["limit"] = free
+        self.params["running"] = self._running_per_queue()
         rows = await self.db.fetch("claim_jobs", self.params)
+        throttled: float | None = None
         for row in rows:
+            if row[0] is None:  # limits held work back (see pgqueue.claim)
+                throttled = float(row[10])
+                continue
             job = ClaimedJob.from_row(row)
             self.log.info(
                 "job started job_id=%s task=%s queue=%s attempt=%s",
@@ -72,10 +87,23 @@ class Fetcher(Service):
             )
             self.executor.start(job)
             self.observer.job_started(job)
-        if len(rows) >= free:
+        claimed = len(rows) - (throttled is not None)
+        self.saturated = claimed >= free
+        if claimed >= free:
             self._next_sleep = 0.0  # there may be more: claim again as soon as slots free up
             self._idle_empty_claims = 0
+            self._throttle_backoff = 0.0
             return
+        if throttled is not None:
+            # Work is waiting behind a limit: look again when a token is due, or soon.
+            self._throttle_backoff = min(
+                self.throttle_cap, max(0.05, self._throttle_backoff * 2)
+            )
+            wait = throttled if throttled > 0 else self._throttle_backoff
+            self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
+            self._idle_empty_claims = 0
+            return
+        self._throttle_backoff = 0.0
         if self.burst and self._burst_finished(bool(rows)):
             self.on_burst_done()
             self.stop()
@@ -90,6 +118,16 @@ class Fetcher(Service):
         if self.burst:
             # Burst mode does not wait for notifications; it polls briefly until done.
             self._next_sleep = min(self._next_sleep, 0.05)
+
+    def _running_per_queue(self) -> list[int]:
+        """This worker's running jobs per queue (the claim's fair share accounts for them)."""
+        index = {queue: i for i, queue in enumerate(self.queues)}
+        counts = [0] * len(self.queues)
+        for running in self.executor.running.values():
+            position = index.get(running.job.queue)
+            if position is not None:
+                counts[position] += 1
+        return counts
 
     def _burst_finished(self, claimed_any: bool) -> bool:
         """Nothing ready and nothing running or unwritten, twice in a row (a retry written in
