@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -18,13 +19,22 @@ from typing import Any, TypeAlias, TypeVar, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import admin, config
+from pgqueue import admin, config, flow
+from pgqueue import schedules as cron
 from pgqueue.db import plan as plans
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
-from pgqueue.errors import ConfigurationError, InvalidJobError, PgQueueError, UnknownTaskError
+from pgqueue.errors import (
+    ConfigurationError,
+    InvalidJobError,
+    PgQueueError,
+    QueueFullError,
+    UnknownTaskError,
+)
+from pgqueue.flow import UNSET, CircuitBreaker, RateLimit
 from pgqueue.payload import check_name
-from pgqueue.retry import Backoff
+from pgqueue.retry import BackoffLike
+from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, P, R, Task
 
 Connection: TypeAlias = psycopg.Connection[Any]
@@ -52,6 +62,10 @@ class PgQueue:
         self.max_payload_bytes = max_payload_bytes
         self.pool_size = pool_size
         self.tasks: dict[str, Task[..., Any]] = {}
+        #: event name -> tasks subscribed with ``@pgq.task(on=...)`` (see :meth:`publish`)
+        self.subscriptions: dict[str, list[Task[..., Any]]] = {}
+        #: schedules declared with ``@pgq.periodic``; workers write them at start-up
+        self.schedules: dict[str, Schedule] = {}
         self._lock = threading.RLock()
         self._pool: ConnectionPool | None = None
         self._async_pools: weakref.WeakKeyDictionary[
@@ -83,8 +97,15 @@ class PgQueue:
         priority: int = 0,
         max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
-        backoff: Backoff | None = None,
+        backoff: BackoffLike | None = None,
         pass_context: bool = False,
+        retry_on: Any = None,
+        no_retry_on: Any = None,
+        concurrency_limit: int | None = None,
+        key_limit: int | None = None,
+        rate_limit: str | float | RateLimit | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        on: str | tuple[str, ...] | list[str] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -97,14 +118,29 @@ class PgQueue:
         priority: int = 0,
         max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
-        backoff: Backoff | None = None,
+        backoff: BackoffLike | None = None,
         pass_context: bool = False,
+        retry_on: Any = None,
+        no_retry_on: Any = None,
+        concurrency_limit: int | None = None,
+        key_limit: int | None = None,
+        rate_limit: str | float | RateLimit | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        on: str | tuple[str, ...] | list[str] | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task: ``@pgq.task`` or ``@pgq.task(queue=..., ...)``.
 
-        ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the attempt number to the
-        retry delay (default: full-jitter exponential, 1 s base, 1 h cap); ``pass_context``
-        passes a :class:`~pgqueue.JobContext` as the first argument.
+        ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the attempt number (and
+        optionally the exception) to the retry delay (default: full-jitter exponential, 1 s
+        base, 1 h cap); ``retry_on`` / ``no_retry_on`` choose which exceptions are retried
+        (default: every ``Exception``; ``no_retry_on`` wins); ``pass_context`` passes a
+        :class:`~pgqueue.JobContext` as the first argument.
+
+        Flow control, enforced across all workers: ``concurrency_limit`` (jobs of this task
+        running at once), ``key_limit`` (running jobs per ``concurrency_key``, default 1),
+        ``rate_limit`` (``"20/s"`` or a :class:`~pgqueue.RateLimit`), ``circuit_breaker``
+        (a :class:`~pgqueue.CircuitBreaker`). ``on`` subscribes the task to events (see
+        :meth:`publish`).
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
@@ -118,14 +154,66 @@ class PgQueue:
                 timeout=timeout,
                 backoff=backoff,
                 pass_context=pass_context,
+                retry_on=retry_on,
+                no_retry_on=no_retry_on,
+                concurrency_limit=concurrency_limit,
+                key_limit=key_limit,
+                rate_limit=rate_limit,
+                circuit_breaker=circuit_breaker,
+                on=on,
             )
             existing = self.tasks.get(task.name)
             if existing is not None and existing.func is not function:
                 raise ConfigurationError(f"a different task is already named {task.name!r}")
             self.tasks[task.name] = task
+            for event in task.events:
+                subscribers = self.subscriptions.setdefault(event, [])
+                if all(t.name != task.name for t in subscribers):
+                    subscribers.append(task)
             return task
 
         return register(func) if func is not None else register
+
+    def periodic(
+        self,
+        cron_expression: str,
+        *,
+        tz: str = "UTC",
+        name: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        missed: str = "skip",
+        grace: float = 60.0,
+        max_catch_up: int = 100,
+        **task_options: Any,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a task that runs on a cron schedule: ``@pgq.periodic("*/5 * * * *")``.
+
+        The schedule (named ``name``, default the task's name) is a row in
+        ``pgqueue.schedules``, written by every worker at start-up; each tick is enqueued
+        exactly once however many workers run. ``missed`` is the policy for ticks missed
+        while no worker ran: ``"skip"`` or ``"catch_up"`` (see :mod:`pgqueue.schedules`).
+        Other keyword arguments are task options (queue, priority, max_attempts, ...).
+        """
+
+        def register(function: Callable[P, R]) -> Task[P, R]:
+            task: Task[P, R] = self.task(**task_options)(function)
+            schedule = Schedule(
+                name=name or task.name,
+                cron=cron_expression,
+                task=task.name,
+                args=dict(args or {}),
+                tz=tz,
+                queue=task.queue,
+                priority=int(task.defaults.get("priority") or 0),
+                max_attempts=int(task.defaults.get("max_attempts") or config.DEFAULT_MAX_ATTEMPTS),
+                missed=missed,
+                grace=grace,
+                max_catch_up=max_catch_up,
+            )
+            self.schedules[schedule.name] = schedule
+            return task
+
+        return register
 
     def get_task(self, name: str) -> Task[..., Any]:
         try:
@@ -292,23 +380,96 @@ class PgQueue:
         return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
 
     def enqueue_spec(self, spec: JobSpec, conn: Connection | None = None) -> JobId:
-        return self.run(enqueue_one(spec), conn)
+        if not spec.wait_if_full:
+            return self.run(enqueue_one(spec), conn)
+        waiter = _RoomWaiter(spec.wait_if_full)
+        while True:
+            try:
+                # A savepoint: a full queue must not abort the caller's transaction.
+                with self.connection(conn) as c, c.transaction():
+                    return self.run(enqueue_one(spec), c)
+            except QueueFullError as exc:
+                time.sleep(waiter.next_delay(exc))
 
     async def enqueue_spec_async(self, spec: JobSpec, conn: AsyncConnection | None = None) -> JobId:
-        return await self.run_async(enqueue_one(spec), conn)
+        if not spec.wait_if_full:
+            return await self.run_async(enqueue_one(spec), conn)
+        waiter = _RoomWaiter(spec.wait_if_full)
+        while True:
+            try:
+                async with self.connection_async(conn) as c, c.transaction():
+                    return await self.run_async(enqueue_one(spec), c)
+            except QueueFullError as exc:
+                await asyncio.sleep(waiter.next_delay(exc))
 
     def enqueue_many(
-        self, jobs: Iterable[JobCall | JobSpec], *, conn: Connection | None = None
+        self,
+        jobs: Iterable[JobCall | JobSpec],
+        *,
+        conn: Connection | None = None,
+        wait_if_full: float | None = None,
     ) -> list[JobId]:
-        """Enqueue many jobs atomically in a few statements (COPY); ids in input order."""
+        """Enqueue many jobs atomically in a few statements (COPY); ids in input order.
+
+        A batch that would overflow a bounded queue (``max_depth``) raises
+        :class:`~pgqueue.QueueFullError` before writing anything, or waits up to
+        ``wait_if_full`` seconds for room."""
         specs = _specs(jobs)
-        return self.run(enqueue_many(specs), conn, atomic=True)
+        waiter = _RoomWaiter(wait_if_full or 0.0)
+        while True:
+            try:
+                return self.run(enqueue_many(specs), conn, atomic=True)
+            except QueueFullError as exc:
+                time.sleep(waiter.next_delay(exc))
 
     async def enqueue_many_async(
-        self, jobs: Iterable[JobCall | JobSpec], *, conn: AsyncConnection | None = None
+        self,
+        jobs: Iterable[JobCall | JobSpec],
+        *,
+        conn: AsyncConnection | None = None,
+        wait_if_full: float | None = None,
     ) -> list[JobId]:
         specs = _specs(jobs)
-        return await self.run_async(enqueue_many(specs), conn, atomic=True)
+        waiter = _RoomWaiter(wait_if_full or 0.0)
+        while True:
+            try:
+                return await self.run_async(enqueue_many(specs), conn, atomic=True)
+            except QueueFullError as exc:
+                await asyncio.sleep(waiter.next_delay(exc))
+
+    # -- fan-out -----------------------------------------------------------------------------
+
+    def _event_specs(self, event: str, payload: Mapping[str, Any] | None) -> list[JobSpec]:
+        check_name(event, "event name")
+        if payload is not None and not isinstance(payload, Mapping):
+            raise InvalidJobError(
+                f"an event payload must be a JSON object (a mapping), got {type(payload).__name__}"
+            )
+        return [task.s(**dict(payload or {})).spec() for task in self.subscriptions.get(event, [])]
+
+    def publish(
+        self,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: Connection | None = None,
+    ) -> list[JobId]:
+        """Enqueue one job for every task subscribed to ``event`` (``@pgq.task(on=event)``),
+        with ``payload`` as its arguments, in one transaction (the caller's with ``conn``).
+        Every subscriber's arguments are checked before anything is written. Returns the job
+        ids in subscription order ([] when nothing subscribes)."""
+        specs = self._event_specs(event, payload)
+        return self.enqueue_many(specs, conn=conn) if specs else []
+
+    async def publish_async(
+        self,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: AsyncConnection | None = None,
+    ) -> list[JobId]:
+        specs = self._event_specs(event, payload)
+        return await self.enqueue_many_async(specs, conn=conn) if specs else []
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -358,6 +519,127 @@ class PgQueue:
         """Let workers claim from ``queue`` again (they are woken at once)."""
         self.run(admin.set_paused(check_name(queue, "queue name"), False), conn)
 
+    def configure_queue(
+        self,
+        queue: str,
+        *,
+        weight: Any = UNSET,
+        max_depth: Any = UNSET,
+        concurrency_limit: Any = UNSET,
+        rate_limit: Any = UNSET,
+        conn: Connection | None = None,
+    ) -> dict[str, Any]:
+        """Change a queue's flow-control settings (arguments left out stay as they are; None
+        clears one): ``weight`` (fair share of a worker's slots), ``max_depth`` (backpressure),
+        ``concurrency_limit`` (running at once, fleet-wide), ``rate_limit`` (``"20/s"``)."""
+        return self.run(
+            flow.configure_queue(
+                queue,
+                weight=weight,
+                max_depth=max_depth,
+                concurrency_limit=concurrency_limit,
+                rate_limit=rate_limit,
+            ),
+            conn,
+        )
+
+    def configure_task(
+        self,
+        task: str,
+        *,
+        concurrency_limit: Any = UNSET,
+        key_limit: Any = UNSET,
+        rate_limit: Any = UNSET,
+        conn: Connection | None = None,
+    ) -> dict[str, Any]:
+        """Change a task's limits in the database (the next worker start re-applies what the
+        code declares for that task)."""
+        return self.run(
+            flow.configure_task(
+                task,
+                concurrency_limit=concurrency_limit,
+                key_limit=key_limit,
+                rate_limit=rate_limit,
+            ),
+            conn,
+        )
+
+    def queue_settings(self) -> list[dict[str, Any]]:
+        return self.run(flow.list_queue_settings())
+
+    def task_limits(self) -> list[dict[str, Any]]:
+        return self.run(flow.list_task_limits())
+
+    def circuit_breakers(self) -> list[dict[str, Any]]:
+        """Every task's breaker (view ``pgqueue.circuit_breaker_status``)."""
+        return self.run(flow.list_breakers())
+
+    def reset_breaker(self, task: str) -> bool:
+        """Close a task's breaker now (its jobs are claimed again)."""
+        return self.run(flow.set_breaker(task, "closed"))
+
+    def trip_breaker(self, task: str, seconds: float | None = None) -> bool:
+        """Open a task's breaker by hand for ``seconds`` (default: its cooldown)."""
+        return self.run(flow.set_breaker(task, "open", seconds))
+
+    def sync_declarations(self, conn: Connection | None = None) -> None:
+        """Write what the code declares (task limits, breakers, ``@periodic`` schedules) to
+        the database. Workers do this at start-up."""
+        self.run(declarations(self), conn, atomic=True)
+
+    async def sync_declarations_async(self, conn: AsyncConnection | None = None) -> None:
+        await self.run_async(declarations(self), conn, atomic=True)
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        cron_expression: str,
+        task: str | Task[..., Any],
+        args: Mapping[str, Any] | None = None,
+        *,
+        tz: str = "UTC",
+        missed: str = "skip",
+        grace: float = 60.0,
+        max_catch_up: int = 100,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        conn: Connection | None = None,
+    ) -> None:
+        """Create or update a cron schedule from code at run time (a row in
+        ``pgqueue.schedules``; running workers pick it up)."""
+        spec = self.spec(task, args, {"queue": queue, "priority": priority,
+                                      "max_attempts": max_attempts})  # fmt: skip
+        definition = Schedule(
+            name=name,
+            cron=cron_expression,
+            task=spec.task,
+            args=dict(args or {}),
+            tz=tz,
+            queue=spec.queue,
+            priority=spec.priority,
+            max_attempts=spec.max_attempts,
+            missed=missed,
+            grace=grace,
+            max_catch_up=max_catch_up,
+        )
+        self.run(cron.save([definition], from_code=False), conn, atomic=True)
+
+    def unschedule(self, name: str, *, conn: Connection | None = None) -> bool:
+        return self.run(cron.delete(name), conn)
+
+    def pause_schedule(self, name: str, *, conn: Connection | None = None) -> bool:
+        return self.run(cron.set_paused(name, True), conn, atomic=True)
+
+    def resume_schedule(self, name: str, *, conn: Connection | None = None) -> bool:
+        """Resume at the next tick from now (ticks while paused are not caught up)."""
+        return self.run(cron.set_paused(name, False), conn, atomic=True)
+
+    def list_schedules(self) -> list[dict[str, Any]]:
+        return self.run(cron.list_schedules())
+
     def reap(self, max_jobs: int = 1000) -> int:
         """Run the reaper once (what `pgq reaper` and pg_cron do); returns jobs recovered."""
         return self.run(admin.reap(max_jobs))
@@ -382,7 +664,8 @@ def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:
 
 @contextmanager
 def _schema_hint() -> Iterator[None]:
-    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do."""
+    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do, and a
+    full queue (SQLSTATE PGQ01) into :class:`QueueFullError`."""
     try:
         yield
     except (
@@ -396,3 +679,37 @@ def _schema_hint() -> Iterator[None]:
             f"pgqueue's schema is not installed in this database ({exc.diag.message_primary}); "
             "run `pgq migrate` first"
         ) from exc
+    except psycopg.DatabaseError as exc:
+        full = QueueFullError.from_database(exc)
+        if full is not None:
+            raise full from exc
+        raise
+
+
+class _RoomWaiter:
+    """Backoff while a bounded queue is full, up to ``seconds`` in total (then re-raise)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.delay = 0.01
+
+    def next_delay(self, error: QueueFullError) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise error
+        self.delay = min(self.delay * 2, 1.0)
+        return min(self.delay, remaining)
+
+
+def declarations(app: PgQueue) -> plans.Plan[None]:
+    tasks = app.tasks.values()
+    yield from flow.sync_task_declarations(
+        sorted(app.tasks),
+        {
+            t.name: (t.concurrency_limit, t.key_limit, t.rate_limit)
+            for t in tasks
+            if t.declares_limits
+        },
+        {t.name: t.circuit_breaker for t in tasks if t.circuit_breaker is not None},
+    )
+    yield from cron.save(list(app.schedules.values()), from_code=True)

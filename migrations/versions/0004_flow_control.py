@@ -107,11 +107,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
     final_state text;
 BEGIN
+    -- Succeeded jobs are deleted while running (ack); a waiting job deleted without a trace
+    -- (an enqueue taking back its duplicate, an operator's DELETE) keeps nothing.
     final_state := CASE
         WHEN EXISTS (SELECT 1 FROM pgqueue.dead_letters AS d WHERE d.id = OLD.id) THEN 'dead'
         WHEN EXISTS (SELECT 1 FROM pgqueue.job_history AS h
                       WHERE h.id = OLD.id AND h.state = 'cancelled') THEN 'cancelled'
-        ELSE 'succeeded' END;
+        WHEN OLD.state = 'running' THEN 'succeeded' END;
     IF final_state = ANY(coalesce(OLD.unique_states, ARRAY['succeeded'])) THEN
         INSERT INTO pgqueue.idempotency_keys AS k
             (key, job_id, queue, task, state, expires_at)

@@ -12,7 +12,9 @@ import typer
 from pgqueue import config
 from pgqueue.cli import jobs, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
+from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
+from pgqueue.cli.flow import breaker_app, queue_app, task_app
 from pgqueue.client import PgQueue
 from pgqueue.db import embedded
 from pgqueue.db import migrate as migrations
@@ -30,6 +32,10 @@ db_app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(cron_app, name="cron")
+app.add_typer(queue_app, name="queue")
+app.add_typer(task_app, name="task")
+app.add_typer(breaker_app, name="breaker")
 app.command("work")(worker_cmds.work)
 app.command("reaper")(worker_cmds.reaper)
 app.command("cancel")(jobs.cancel)

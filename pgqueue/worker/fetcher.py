@@ -96,9 +96,7 @@ class Fetcher(Service):
             return
         if throttled is not None:
             # Work is waiting behind a limit: look again when a token is due, or soon.
-            self._throttle_backoff = min(
-                self.throttle_cap, max(0.05, self._throttle_backoff * 2)
-            )
+            self._throttle_backoff = min(self.throttle_cap, max(0.05, self._throttle_backoff * 2))
             wait = throttled if throttled > 0 else self._throttle_backoff
             self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
             self._idle_empty_claims = 0

@@ -196,6 +196,7 @@ def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, p
                         "dead": 0,
                         "cancelled": 0,
                         "lost": 0,
+                        "concurrency": 10,
                     },
                 ).fetchall()
                 == []
