@@ -14,14 +14,20 @@ from pgqueue.errors import (
     JobCancelled,
     JobNotFoundError,
     PgQueueError,
+    QueueFullError,
     Retry,
     UnknownTaskError,
 )
-from pgqueue.retry import ConstantBackoff, ExponentialBackoff
+from pgqueue.flow import UNSET, CircuitBreaker, RateLimit
+from pgqueue.retry import ConstantBackoff, ExponentialBackoff, RetryPolicy
+from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, Task
 from pgqueue.worker.context import JobContext, current_job
+from pgqueue.worker.executor import JobTimeout
 
 __all__ = [
+    "UNSET",
+    "CircuitBreaker",
     "ConfigurationError",
     "ConstantBackoff",
     "ExponentialBackoff",
@@ -33,9 +39,14 @@ __all__ = [
     "JobId",
     "JobNotFoundError",
     "JobSpec",
+    "JobTimeout",
     "PgQueue",
     "PgQueueError",
+    "QueueFullError",
+    "RateLimit",
     "Retry",
+    "RetryPolicy",
+    "Schedule",
     "Task",
     "UnknownTaskError",
     "__version__",
