@@ -15,19 +15,7 @@ from pgqueue.client import PgQueue
 
 cron_app = typer.Typer(help="Cron schedules: list, pause, resume, delete.", no_args_is_help=True)
 
-_COLUMNS = [
-    "name",
-    "cron",
-    "timezone",
-    "task",
-    "queue",
-    "missed",
-    "paused",
-    "next_tick",
-    "last_tick",
-    "ticks_enqueued",
-    "ticks_skipped",
-]
+_COLUMNS = ["name", "cron", "timezone", "task", "missed", "paused", "next_tick", "ticks_enqueued"]
 
 
 @cron_app.command("list")
