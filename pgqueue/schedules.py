@@ -14,7 +14,7 @@ Missed ticks (no worker ran, or every worker was late by more than ``grace``):
   ones), each job with ``run_at`` = its tick (``current_job().run_at``).
 
 Expressions have five fields, or six with seconds last (croniter's convention:
-``"*/10 * * * * *"`` is every ten seconds). Ticks are computed in the schedule's time zone.
+``"* * * * * */10"`` is every ten seconds). Ticks are computed in the schedule's time zone.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ async def every_second() -> None:
     await arecord("tick", f"every_second:{current_job().run_at.isoformat()}")
 
 
-@pgq.periodic("*/2 * * * * *", name="every_two_seconds", queue="cron")
+@pgq.periodic("* * * * * */2", name="every_two_seconds", queue="cron")
 async def every_two_seconds() -> None:
     await arecord("tick", f"every_two_seconds:{current_job().run_at.isoformat()}")
 
