@@ -142,9 +142,11 @@ def test_missed_ticks_follow_the_schedules_policy(app_dsn, tmp_path, policy):
         jobs = conn.execute(
             "SELECT run_at FROM pgqueue.jobs WHERE task = 'hold' ORDER BY run_at"
         ).fetchall()
-        enqueued, skipped = conn.execute(
+        row = conn.execute(
             "SELECT ticks_enqueued, ticks_skipped FROM pgqueue.schedules WHERE name = 'missed'"
         ).fetchone()
+    assert row is not None
+    enqueued, skipped = row
     if policy == "skip":
         # The latest tick is under a minute late (within grace): it runs; the rest are dropped.
         assert len(jobs) == 1 and enqueued == 1 and skipped == 10
