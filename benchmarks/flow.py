@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import psycopg
 
 from benchmarks.common import fresh_database, machine, server
 from benchmarks.flow_tasks import EVENTS_DDL
+from benchmarks.worker import stop
 from pgqueue import PgQueue
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,13 +39,6 @@ def start(dsn: str, count: int, *args: str) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "PGQUEUE_DSN": dsn}
     command = [sys.executable, "-m", "pgqueue.cli", "work", APP, "--log-level", "WARNING", *args]
     return [subprocess.Popen(command, cwd=ROOT, env=env) for _ in range(count)]
-
-
-def stop(workers: list[subprocess.Popen[bytes]]) -> None:
-    for w in workers:
-        w.send_signal(signal.SIGTERM)
-    for w in workers:
-        w.wait(60)
 
 
 def fresh(admin: str, name: str) -> str:

@@ -160,6 +160,15 @@ def _changes(values: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _rate_changes(rate_limit: Any) -> dict[str, Any]:
+    rate = None if rate_limit is None or rate_limit is UNSET else RateLimit.parse(rate_limit)
+    return {
+        "set_rate": rate_limit is not UNSET,
+        "rate_limit": rate.rate if rate else None,
+        "rate_burst": rate.bucket if rate else None,
+    }
+
+
 def configure_queue(
     queue: str,
     *,
@@ -174,16 +183,10 @@ def configure_queue(
     for value, what in ((max_depth, "max_depth"), (concurrency_limit, "concurrency_limit")):
         if value is not UNSET:
             check_limit(value, what)
-    rate = None if rate_limit in (None, UNSET) else RateLimit.parse(rate_limit)
     params = _changes(
         {"weight": weight, "max_depth": max_depth, "concurrency_limit": concurrency_limit}
     )
-    params.update(
-        queue=queue,
-        set_rate=rate_limit is not UNSET,
-        rate_limit=rate.rate if rate else None,
-        rate_burst=rate.bucket if rate else None,
-    )
+    params.update(queue=queue, **_rate_changes(rate_limit))
     rows = yield Query("configure_queue", params)
     return dict(zip(QUEUE_COLUMNS, rows[0][: len(QUEUE_COLUMNS)], strict=True))
 
@@ -200,14 +203,8 @@ def configure_task(
         check_limit(concurrency_limit, "concurrency_limit")
     if key_limit is not UNSET:
         key_limit = check_limit(key_limit, "key_limit") or 1
-    rate = None if rate_limit in (None, UNSET) else RateLimit.parse(rate_limit)
     params = _changes({"concurrency_limit": concurrency_limit, "key_limit": key_limit})
-    params.update(
-        task=task,
-        set_rate=rate_limit is not UNSET,
-        rate_limit=rate.rate if rate else None,
-        rate_burst=rate.bucket if rate else None,
-    )
+    params.update(task=task, **_rate_changes(rate_limit))
     rows = yield Query("configure_task", params)
     return dict(zip(TASK_COLUMNS, rows[0], strict=True))
 

@@ -127,3 +127,15 @@ def spawn_worker(
         )
     with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+    """SIGTERM every worker process, then check each drained and exited 0."""
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        try:
+            assert worker.wait(timeout) == 0
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            raise

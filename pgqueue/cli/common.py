@@ -56,6 +56,18 @@ def friendly_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
+def with_app(dsn: str | None, action: Callable[[Any], T]) -> T:
+    """Run ``action(pgq)`` with a client on ``dsn`` (closed afterwards), errors made friendly."""
+    from pgqueue.client import PgQueue
+
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            return action(pgq)
+        finally:
+            pgq.close()
+
+
 def print_rows(
     rows: Sequence[dict[str, Any]],
     columns: Sequence[str],

@@ -10,8 +10,7 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, friendly_errors, print_rows
-from pgqueue.client import PgQueue
+from pgqueue.cli.common import DsnOption, JsonOption, print_rows, with_app
 
 cron_app = typer.Typer(help="Cron schedules: list, pause, resume, delete.", no_args_is_help=True)
 
@@ -21,26 +20,13 @@ _COLUMNS = ["name", "cron", "timezone", "task", "missed", "paused", "next_tick",
 @cron_app.command("list")
 def list_schedules(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every schedule: expression, next and last tick, ticks enqueued and skipped."""
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            rows = pgq.list_schedules()
-        finally:
-            pgq.close()
+    rows = with_app(dsn, lambda pgq: pgq.list_schedules())
     print_rows(rows, _COLUMNS, as_json=as_json, title="schedules")
 
 
 def _change(name: str, dsn: str | None, action: str) -> None:
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            done = {
-                "pause": pgq.pause_schedule,
-                "resume": pgq.resume_schedule,
-                "delete": pgq.unschedule,
-            }[action](name)
-        finally:
-            pgq.close()
+    methods = {"pause": "pause_schedule", "resume": "resume_schedule", "delete": "unschedule"}
+    done = with_app(dsn, lambda pgq: getattr(pgq, methods[action])(name))
     if not done:
         typer.echo(f"no schedule named {name!r}", err=True)
         raise typer.Exit(1)

@@ -9,8 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
-from pgqueue.client import PgQueue
+from pgqueue.cli.common import DsnOption, JsonOption, duration, print_rows, with_app
 from pgqueue.errors import ConfigurationError
 from pgqueue.flow import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS, UNSET, RateLimit
 
@@ -50,10 +49,6 @@ def _rate(value: str | None, burst: float | None) -> Any:
     return RateLimit.parse(value, burst)
 
 
-def _with(dsn: str | None) -> PgQueue:
-    return PgQueue(dsn)
-
-
 @queue_app.command("set")
 def queue_set(
     queue: Annotated[str, typer.Argument(help="Queue name.")],
@@ -69,30 +64,23 @@ def queue_set(
     dsn: DsnOption = None,
 ) -> None:
     """Change a queue's settings (workers apply them at their next claim)."""
-    with friendly_errors():
-        pgq = _with(dsn)
-        try:
-            row = pgq.configure_queue(
-                queue,
-                weight=_int(weight, "weight"),
-                max_depth=_int(max_depth, "max-depth"),
-                concurrency_limit=_int(concurrency, "concurrency"),
-                rate_limit=_rate(rate, burst),
-            )
-        finally:
-            pgq.close()
+    row = with_app(
+        dsn,
+        lambda pgq: pgq.configure_queue(
+            queue,
+            weight=_int(weight, "weight"),
+            max_depth=_int(max_depth, "max-depth"),
+            concurrency_limit=_int(concurrency, "concurrency"),
+            rate_limit=_rate(rate, burst),
+        ),
+    )
     print_rows([row], QUEUE_COLUMNS, as_json=False, title="queue")
 
 
 @queue_app.command("list")
 def queue_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every configured queue's settings (depth: `pgq stats` or view pgqueue.queue_depth)."""
-    with friendly_errors():
-        pgq = _with(dsn)
-        try:
-            rows = pgq.queue_settings()
-        finally:
-            pgq.close()
+    rows = with_app(dsn, lambda pgq: pgq.queue_settings())
     print_rows(rows, QUEUE_COLUMNS, as_json=as_json, title="queues")
 
 
@@ -110,41 +98,29 @@ def task_set(
     dsn: DsnOption = None,
 ) -> None:
     """Change a task's limits (a worker start re-applies what the code declares)."""
-    with friendly_errors():
-        pgq = _with(dsn)
-        try:
-            row = pgq.configure_task(
-                task,
-                concurrency_limit=_int(concurrency, "concurrency"),
-                key_limit=_int(key_limit, "key-limit"),
-                rate_limit=_rate(rate, burst),
-            )
-        finally:
-            pgq.close()
+    row = with_app(
+        dsn,
+        lambda pgq: pgq.configure_task(
+            task,
+            concurrency_limit=_int(concurrency, "concurrency"),
+            key_limit=_int(key_limit, "key-limit"),
+            rate_limit=_rate(rate, burst),
+        ),
+    )
     print_rows([row], TASK_COLUMNS, as_json=False, title="task")
 
 
 @task_app.command("list")
 def task_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every task with limits (table pgqueue.task_limits)."""
-    with friendly_errors():
-        pgq = _with(dsn)
-        try:
-            rows = pgq.task_limits()
-        finally:
-            pgq.close()
+    rows = with_app(dsn, lambda pgq: pgq.task_limits())
     print_rows(rows, TASK_COLUMNS, as_json=as_json, title="task limits")
 
 
 @breaker_app.command("list")
 def breaker_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every circuit breaker (view pgqueue.circuit_breaker_status)."""
-    with friendly_errors():
-        pgq = _with(dsn)
-        try:
-            rows = pgq.circuit_breakers()
-        finally:
-            pgq.close()
+    rows = with_app(dsn, lambda pgq: pgq.circuit_breakers())
     print_rows(rows, BREAKER_COLUMNS, as_json=as_json, title="circuit breakers")
 
 
@@ -170,15 +146,12 @@ def breaker_open(
 
 
 def _set_breaker(task: str, dsn: str | None, open_for: float | None) -> None:
-    with friendly_errors():
-        pgq = _with(dsn)
-        try:
-            if open_for is None:
-                found = pgq.reset_breaker(task)
-            else:
-                found = pgq.trip_breaker(task, open_for if open_for >= 0 else None)
-        finally:
-            pgq.close()
+    if open_for is None:
+        found = with_app(dsn, lambda pgq: pgq.reset_breaker(task))
+    else:
+        found = with_app(
+            dsn, lambda pgq: pgq.trip_breaker(task, open_for if open_for >= 0 else None)
+        )
     if not found:
         typer.echo(f"task {task!r} has no circuit breaker", err=True)
         raise typer.Exit(1)

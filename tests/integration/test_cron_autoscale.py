@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import subprocess
 import time
 from collections import Counter
 from datetime import datetime, timedelta
@@ -14,24 +13,13 @@ from typer.testing import CliRunner
 
 from pgqueue import PgQueue
 from pgqueue.cli import app as cli_app
-from tests.helpers import ledger, scalar, spawn_worker, wait_for
+from tests.helpers import ledger, scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import cron_app
 
 pytestmark = pytest.mark.slow
 
 CRON_APP = "tests.integration.cron_app:pgq"
 FLOW_APP = "tests.integration.flow_app:pgq"
-
-
-def stop_all(workers: list[subprocess.Popen[bytes]]) -> None:
-    for w in workers:
-        w.terminate()
-    for w in workers:
-        try:
-            assert w.wait(60) == 0
-        except subprocess.TimeoutExpired:
-            w.kill()
-            raise
 
 
 def ticks(dsn: str) -> Counter[str]:
@@ -54,7 +42,7 @@ def test_each_tick_is_enqueued_exactly_once_with_four_workers(app_dsn, tmp_path)
             message="eight ticks",
         )
     finally:
-        stop_all(workers)
+        stop_workers(workers)
     seen = ticks(app_dsn)
     assert max(seen.values()) == 1, [k for k, n in seen.items() if n > 1]
     # No tick missing between the first and the last one of the per-second schedule.
@@ -107,7 +95,7 @@ def test_cron_cli_list_pause_resume(app_dsn, tmp_path):
             message="resumed",
         )
     finally:
-        stop_all([worker])
+        stop_workers([worker])
     result = runner.invoke(cli_app, ["cron", "pause", "nope", "--dsn", app_dsn])
     assert result.exit_code == 1 and "no schedule named 'nope'" in result.output
 
@@ -137,7 +125,7 @@ def test_missed_ticks_follow_the_schedules_policy(app_dsn, tmp_path, policy):
         )
         time.sleep(0.5)
     finally:
-        stop_all(workers)
+        stop_workers(workers)
     with psycopg.connect(app_dsn) as conn:
         jobs = conn.execute(
             "SELECT run_at FROM pgqueue.jobs WHERE task = 'hold' ORDER BY run_at"
@@ -181,6 +169,6 @@ def test_autoscaling_grows_under_load_and_shrinks_when_idle(app_dsn, pgq, tmp_pa
             message="slots shrank back",
         )
     finally:
-        stop_all([worker])
+        stop_workers([worker])
     log = (tmp_path / "w.log").read_text()
     assert "concurrency 2 -> 3" in log and "-> 2 " in log

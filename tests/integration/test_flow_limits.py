@@ -3,29 +3,17 @@ processes: every limit holds across the fleet, enforced by the claim in PostgreS
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections import Counter
 
 import psycopg
 import pytest
 
-from tests.helpers import ledger, scalar, spawn_worker, wait_for
+from tests.helpers import ledger, scalar, spawn_worker, stop_workers, wait_for
 
 pytestmark = pytest.mark.slow
 
 APP = "tests.integration.flow_app:pgq"
-
-
-def stop_all(workers: list[subprocess.Popen[bytes]]) -> None:
-    for w in workers:
-        w.terminate()
-    for w in workers:
-        try:
-            assert w.wait(60) == 0
-        except subprocess.TimeoutExpired:
-            w.kill()
-            raise
 
 
 def max_overlap(dsn: str, job_ids: list[int] | None = None) -> int:
@@ -84,7 +72,7 @@ def test_task_concurrency_limit_holds_across_worker_processes(app_dsn, pgq, tmp_
         try:
             wait_for(lambda: len(ledger(app_dsn, "end")) == 60, timeout=90, message="all jobs done")
         finally:
-            stop_all(fleet)
+            stop_workers(fleet)
     # Reached (the cap, not a lack of slots, bounded it) and never exceeded.
     assert sampler.peak["capped"] == 3
     assert max_overlap(app_dsn, [int(i) for i in capped]) <= 3
@@ -106,7 +94,7 @@ def test_queue_concurrency_limit_and_jobs_over_it_stay_ready(app_dsn, pgq, tmp_p
         try:
             wait_for(lambda: len(ledger(app_dsn, "end")) == 12, timeout=90, message="drained")
         finally:
-            stop_all(fleet)
+            stop_workers(fleet)
     assert sampler.peak["reports:running"] == 2
     assert max_overlap(app_dsn) <= 2
     assert not pgq.dead_letters()  # held back, never failed
@@ -130,7 +118,7 @@ def test_concurrency_key_limits_running_jobs_per_key(app_dsn, pgq, tmp_path):
         try:
             wait_for(lambda: len(ledger(app_dsn, "end")) == 18, timeout=90, message="drained")
         finally:
-            stop_all(fleet)
+            stop_workers(fleet)
     assert set(sampler.peak) == {"customer:a", "customer:b", "customer:c"}
     assert max(sampler.peak.values()) <= 2
     assert scalar(app_dsn, "SELECT keyed FROM pgqueue.task_limits WHERE task = 'per_key'")
@@ -143,7 +131,7 @@ def test_rate_limit_is_a_fleet_wide_token_bucket(app_dsn, pgq, tmp_path):
     try:
         wait_for(lambda: len(ledger(app_dsn, "start")) == 40, timeout=60, message="all started")
     finally:
-        stop_all(fleet)
+        stop_workers(fleet)
     with psycopg.connect(app_dsn) as conn:
         offsets = [
             r[0]
@@ -171,7 +159,7 @@ def test_weighted_fair_share_low_priority_progresses_under_a_flood(app_dsn, pgq,
     try:
         wait_for(lambda: len(ledger(app_dsn, "start")) >= 200, timeout=90, message="progress")
     finally:
-        stop_all(fleet)
+        stop_workers(fleet)
     first = [r[5] for r in ledger(app_dsn, "start")][:200]
     share = first.count("bulk") / len(first)
     # Its share is 20 %; under strict priority order it would have been 0 %.
@@ -185,6 +173,6 @@ def test_without_weights_priority_order_is_global(app_dsn, pgq, tmp_path):
     try:
         wait_for(lambda: len(ledger(app_dsn, "start")) == 40, timeout=60, message="drained")
     finally:
-        stop_all(fleet)
+        stop_workers(fleet)
     order = [r[5] for r in ledger(app_dsn, "start")]
     assert order[:16].count("b") >= 14  # b (priority 0) first, give or take one claim batch

@@ -3,7 +3,6 @@ jobs, with real worker processes."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 
@@ -13,23 +12,12 @@ from typer.testing import CliRunner
 
 from pgqueue import PgQueue, QueueFullError
 from pgqueue.cli import app as cli_app
-from tests.helpers import ledger, scalar, spawn_worker, wait_for
+from tests.helpers import ledger, scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import flow_app
 
 pytestmark = pytest.mark.slow
 
 APP = "tests.integration.flow_app:pgq"
-
-
-def stop_all(workers: list[subprocess.Popen[bytes]]) -> None:
-    for w in workers:
-        w.terminate()
-    for w in workers:
-        try:
-            assert w.wait(60) == 0
-        except subprocess.TimeoutExpired:
-            w.kill()
-            raise
 
 
 def flow_app_on(dsn: str) -> PgQueue:
@@ -85,7 +73,7 @@ def test_circuit_breaker_opens_jobs_wait_then_a_probe_closes_it(app_dsn, pgq, tm
             message="the rest ran",
         )
     finally:
-        stop_all(workers)
+        stop_workers(workers)
     assert breaker(app_dsn)[0] == "closed"
     assert len(ledger(app_dsn, "end")) == 20 - len(pgq.dead_letters())
     assert len(ledger(app_dsn, "end")) >= 5
@@ -117,7 +105,7 @@ def test_retry_on_no_retry_on_and_custom_backoff(app_dsn, pgq, tmp_path):
     try:
         wait_for(lambda: len(pgq.dead_letters()) == 3, timeout=60, message="all dead")
     finally:
-        stop_all(workers)
+        stop_workers(workers)
     dead = {d["id"]: d for d in pgq.dead_letters()}
     assert dead[retried]["attempts"] == 4 and dead[retried]["reason"] == "max attempts reached"
     assert dead[final]["attempts"] == 1
@@ -158,7 +146,7 @@ def test_key_kept_after_success_for_unique_for(app_dsn, pgq, tmp_path):
         )
         assert pgq.enqueue("hold", {}, idempotency_key="plain").created
     finally:
-        stop_all(workers)
+        stop_workers(workers)
     with psycopg.connect(app_dsn) as conn:
         kept = conn.execute(
             "SELECT key, job_id, state FROM pgqueue.idempotency_keys ORDER BY key"
@@ -180,7 +168,7 @@ def test_unique_states_choose_which_final_states_keep_the_key(app_dsn, pgq, tmp_
     try:
         wait_for(lambda: len(pgq.dead_letters()) == 2, message="both dead")
     finally:
-        stop_all(workers)
+        stop_workers(workers)
     again = pgq.enqueue("picky", {"error": "value"}, idempotency_key="k-dead")
     assert int(again) == int(dead_kept) and not again.created
     fresh = pgq.enqueue("picky", {"error": "value"}, idempotency_key="k-free")
@@ -245,7 +233,7 @@ def test_max_depth_refuses_then_waits_for_room(app_dsn, pgq, tmp_path):
         assert ledger(app_dsn, "app-write")
         wait_for(lambda: len(ledger(app_dsn, "end")) == 6, timeout=60, message="drained")
     finally:
-        stop_all(workers)
+        stop_workers(workers)
     assert len(ids) == 5
 
 
@@ -286,7 +274,7 @@ def test_idle_workers_pick_a_future_job_up_at_its_time(app_dsn, pgq, tmp_path):
         pgq.enqueue("hold", {}, run_at=due)
         wait_for(lambda: ledger(app_dsn, "start"), timeout=30, message="delayed job started")
     finally:
-        stop_all(workers)
+        stop_workers(workers)
     late = scalar(
         app_dsn, "SELECT extract(epoch FROM min(at) - %s) FROM ledger WHERE event = 'start'", (due,)
     )
