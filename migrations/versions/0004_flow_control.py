@@ -320,6 +320,25 @@ LANGUAGE sql IMMUTABLE AS $$
            END
 $$;
 
+-- Does flow control apply to a claim from these queues for these tasks? (plpgsql so that its
+-- plan is cached: the claim_jobs query calls it on every claim.)
+CREATE FUNCTION pgqueue.flow_controlled(queues text[], tasks text[])
+RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM pgqueue.queues AS qs
+                    WHERE qs.name = ANY(queues)
+                      AND (qs.weight IS NOT NULL OR qs.concurrency_limit IS NOT NULL
+                           OR qs.rate_limit IS NOT NULL))
+        OR EXISTS (SELECT 1 FROM pgqueue.task_limits AS tl
+                    WHERE tl.task = ANY(tasks)
+                      AND (tl.concurrency_limit IS NOT NULL OR tl.rate_limit IS NOT NULL
+                           OR tl.keyed))
+        OR EXISTS (SELECT 1 FROM pgqueue.circuit_breakers AS b
+                    WHERE b.task = ANY(tasks) AND b.state <> 'closed');
+END
+$$;
+
 CREATE TYPE pgqueue.claim_candidate AS (
     id              bigint,
     queue           text,
@@ -330,11 +349,15 @@ CREATE TYPE pgqueue.claim_candidate AS (
     ord             double precision
 );
 
--- Claim up to max_jobs jobs for a worker, in one transaction.
+-- Claim up to max_jobs jobs for a worker, in one transaction. Workers call it (through the
+-- claim_jobs query) only when flow control applies to their queues or tasks; without any, the
+-- claim_jobs query claims in one plain statement and never calls this function.
 --
--- Fast path (none of the worker's queues or tasks has a weight, limit, rate, concurrency key or
--- non-closed breaker): per queue, walk the ready index in (priority, run_at) order and the
--- scheduled index for due jobs, skipping rows others hold (SKIP LOCKED); keep the best max_jobs.
+-- Without limits (weights at most): per queue, walk the ready index in (priority, run_at)
+-- order and the scheduled index for due jobs, skipping rows others hold (SKIP LOCKED); keep the
+-- best max_jobs, by weighted fair share when queues have weights: virtual time
+-- (running + rank) / weight, with the worker's running jobs per queue, so each queue gets its
+-- share of the worker's slots and idle shares flow to the others.
 --
 -- Flow-controlled path: the same walk, leaving out queues, tasks and (task, key) pairs that are
 -- already at their limit; ordered by weighted fair share when queues have weights (virtual time
@@ -363,6 +386,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_at         timestamptz := clock_timestamp();
     v_weighted     boolean;
+    v_limited      boolean;
     v_paused       text[];
     v_blocked_q    text[];
     v_blocked_t    text[];
@@ -373,31 +397,37 @@ DECLARE
     v_held_back    boolean := false;
     v_wait_hint    double precision;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgqueue.queues AS qs
-                    WHERE qs.name = ANY(p_queues)
-                      AND (qs.weight IS NOT NULL OR qs.concurrency_limit IS NOT NULL
-                           OR qs.rate_limit IS NOT NULL))
-       AND NOT EXISTS (SELECT 1 FROM pgqueue.task_limits AS tl
-                        WHERE tl.task = ANY(p_tasks)
-                          AND (tl.concurrency_limit IS NOT NULL OR tl.rate_limit IS NOT NULL
-                               OR tl.keyed))
-       AND NOT EXISTS (SELECT 1 FROM pgqueue.circuit_breakers AS b
-                        WHERE b.task = ANY(p_tasks) AND b.state <> 'closed')
-    THEN
-        -- The fast path: the claim as it is without flow control.
+    SELECT coalesce(bool_or(qs.weight IS NOT NULL), false),
+           coalesce(bool_or(qs.concurrency_limit IS NOT NULL OR qs.rate_limit IS NOT NULL), false)
+      INTO v_weighted, v_limited
+      FROM pgqueue.queues AS qs
+     WHERE qs.name = ANY(p_queues)
+       AND (qs.weight IS NOT NULL OR qs.concurrency_limit IS NOT NULL
+            OR qs.rate_limit IS NOT NULL);
+    v_limited := v_limited
+        OR EXISTS (SELECT 1 FROM pgqueue.task_limits AS tl
+                    WHERE tl.task = ANY(p_tasks)
+                      AND (tl.concurrency_limit IS NOT NULL OR tl.rate_limit IS NOT NULL
+                           OR tl.keyed))
+        OR EXISTS (SELECT 1 FROM pgqueue.circuit_breakers AS b
+                    WHERE b.task = ANY(p_tasks) AND b.state <> 'closed');
+    IF NOT v_limited THEN
+        -- No limits: one statement, ordered by weighted fair share when queues have weights.
         RETURN QUERY
-        WITH candidates AS MATERIALIZED (
-            SELECT c.id
-              FROM unnest(p_queues) AS q(name)
-             CROSS JOIN LATERAL (SELECT NOT EXISTS (
-                       SELECT 1 FROM pgqueue.queues AS qs WHERE qs.name = q.name AND qs.paused)
-                   AS active) AS qa
+        WITH mine AS (
+            SELECT q.name, coalesce(p_running[q.pos::integer], 0) AS running,
+                   coalesce(qs.weight, 1)::double precision AS weight
+              FROM unnest(p_queues) WITH ORDINALITY AS q(name, pos)
+              LEFT JOIN pgqueue.queues AS qs ON qs.name = q.name
+             WHERE NOT coalesce(qs.paused, false)
+        ), walked AS (
+            SELECT m.name AS queue, m.running, m.weight, c.*
+              FROM mine AS m
              CROSS JOIN LATERAL (
                    SELECT r.* FROM (
                        SELECT j.id, j.priority, j.run_at
                          FROM pgqueue.jobs AS j
-                        WHERE qa.active AND j.queue = q.name AND j.state = 'ready'
-                          AND j.task = ANY(p_tasks)
+                        WHERE j.queue = m.name AND j.state = 'ready' AND j.task = ANY(p_tasks)
                         ORDER BY j.priority, j.run_at, j.id
                         LIMIT p_limit
                           FOR UPDATE SKIP LOCKED) AS r
@@ -405,14 +435,20 @@ BEGIN
                    SELECT s.* FROM (
                        SELECT j.id, j.priority, j.run_at
                          FROM pgqueue.jobs AS j
-                        WHERE qa.active AND j.queue = q.name AND j.state = 'scheduled'
-                          AND j.run_at <= now()
+                        WHERE j.queue = m.name AND j.state = 'scheduled' AND j.run_at <= now()
                           AND j.task = ANY(p_tasks)
                         ORDER BY j.run_at, j.id
                         LIMIT p_limit
                           FOR UPDATE SKIP LOCKED) AS s
              ) AS c
-             ORDER BY c.priority, c.run_at, c.id
+        ), candidates AS MATERIALIZED (
+            SELECT w.id
+              FROM walked AS w
+             ORDER BY CASE WHEN v_weighted
+                           THEN (w.running + row_number() OVER (
+                                    PARTITION BY w.queue ORDER BY w.priority, w.run_at, w.id))
+                                / w.weight END,
+                      w.priority, w.run_at, w.id
              LIMIT p_limit
         ), claimed AS (
             UPDATE pgqueue.jobs AS j
@@ -432,8 +468,7 @@ BEGIN
     END IF;
 
     -- 1. What is already at its limit (a snapshot read; exact checks come later under locks).
-    SELECT coalesce(bool_or(qs.weight IS NOT NULL), false),
-           coalesce(array_agg(qs.name) FILTER (WHERE qs.paused), '{}'),
+    SELECT coalesce(array_agg(qs.name) FILTER (WHERE qs.paused), '{}'),
            coalesce(array_agg(qs.name) FILTER (WHERE NOT qs.paused AND (
                (qs.concurrency_limit IS NOT NULL
                 AND (SELECT count(*) FROM pgqueue.jobs AS j
@@ -446,7 +481,7 @@ BEGIN
                FILTER (WHERE NOT qs.paused AND qs.rate_limit IS NOT NULL
                        AND pgqueue.bucket_tokens(qs.tokens, qs.tokens_at, qs.rate_limit,
                                                  qs.rate_burst, v_at) < 1)
-      INTO v_weighted, v_paused, v_blocked_q, v_wait_hint
+      INTO v_paused, v_blocked_q, v_wait_hint
       FROM pgqueue.queues AS qs
      WHERE qs.name = ANY(p_queues);
 
@@ -787,6 +822,7 @@ DROP VIEW pgqueue.queue_depth;
 DROP TABLE pgqueue.schedules;
 DROP FUNCTION pgqueue.claim(text[], text[], integer, interval, uuid, integer[]);
 DROP TYPE pgqueue.claim_candidate;
+DROP FUNCTION pgqueue.flow_controlled(text[], text[]);
 DROP FUNCTION pgqueue.bucket_tokens(double precision, timestamptz, double precision,
                                     double precision, timestamptz);
 DROP FUNCTION pgqueue.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);

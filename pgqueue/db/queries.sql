@@ -108,14 +108,66 @@ SELECT u.name, u.paused, pg_notify('pgqueue_jobs', u.name) AS notified
 -- ---------------------------------------------------------------------------------------------
 
 -- name: claim_jobs
--- Claim up to %(limit)s jobs for this worker in one transaction (pgqueue.claim: SKIP LOCKED
--- walk of the ready and due-scheduled indexes per queue; flow control when any limit, weight,
--- concurrency key or open breaker applies). Each claim bumps lease_token: the fencing token
--- every later write must present. A row with a NULL id means limits held work back.
-SELECT c.id, c.queue, c.task, c.args, c.attempts, c.max_attempts, c.lease_token, c.priority,
-       c.created_at, c.run_at, c.throttled
+-- Claim up to %(limit)s jobs for this worker in one statement: per queue, walk the ready index
+-- in (priority, run_at) order and the scheduled index for due jobs, skipping rows other workers
+-- hold (SKIP LOCKED). The MATERIALIZED fence makes the row locks happen exactly once, before
+-- the UPDATE. Each claim bumps lease_token: the fencing token every later write must present.
+-- When flow control applies to these queues or tasks (weights, concurrency or rate limits,
+-- keyed jobs, a breaker not closed: the `flow` check), this walk is skipped and pgqueue.claim
+-- does the claim instead (both are gated by one-time filters: only one of them runs). A row
+-- with a NULL id means limits held work back (see pgqueue.claim).
+WITH flow AS MATERIALIZED (
+    SELECT pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[]) AS controlled
+), candidates AS MATERIALIZED (
+    SELECT c.id
+      FROM unnest(%(queues)s::text[]) AS q(name)
+      -- paused queues are not claimed from
+     CROSS JOIN LATERAL (SELECT NOT EXISTS (
+               SELECT 1 FROM pgqueue.queues AS qs WHERE qs.name = q.name AND qs.paused)
+           AS active) AS qa
+     CROSS JOIN LATERAL (
+           -- (FOR UPDATE is not allowed directly in a UNION branch, only in a subquery.)
+           SELECT r.* FROM (
+               SELECT j.id, j.priority, j.run_at
+                 FROM pgqueue.jobs AS j
+                WHERE qa.active AND j.queue = q.name AND j.state = 'ready'
+                  AND j.task = ANY(%(tasks)s::text[])
+                ORDER BY j.priority, j.run_at, j.id
+                LIMIT %(limit)s
+                  FOR UPDATE SKIP LOCKED) AS r
+           UNION ALL
+           SELECT s.* FROM (
+               SELECT j.id, j.priority, j.run_at
+                 FROM pgqueue.jobs AS j
+                WHERE qa.active AND j.queue = q.name AND j.state = 'scheduled'
+                  AND j.run_at <= now()
+                  AND j.task = ANY(%(tasks)s::text[])
+                ORDER BY j.run_at, j.id
+                LIMIT %(limit)s
+                  FOR UPDATE SKIP LOCKED) AS s
+     ) AS c
+     WHERE NOT (SELECT f.controlled FROM flow AS f)
+     ORDER BY c.priority, c.run_at, c.id
+     LIMIT %(limit)s
+), claimed AS (
+    UPDATE pgqueue.jobs AS j
+       SET state = 'running',
+           attempts = j.attempts + 1,
+           lease_token = j.lease_token + 1,
+           lease_expires_at = now() + %(lease)s::interval,
+           worker_id = %(worker_id)s,
+           started_at = now()
+      FROM candidates AS c
+     WHERE j.id = c.id
+    RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_token,
+              j.priority, j.created_at, j.run_at
+)
+SELECT cl.*, NULL::double precision AS throttled FROM claimed AS cl
+UNION ALL
+SELECT c.*
   FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
                      %(worker_id)s::uuid, %(running)s::integer[]) AS c
+ WHERE (SELECT f.controlled FROM flow AS f)
 
 -- name: next_due
 -- When the worker is idle: seconds until the earliest scheduled job in its queues is due (by the

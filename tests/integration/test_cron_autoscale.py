@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from pgqueue import PgQueue
 from pgqueue.cli import app as cli_app
-from tests.helpers import ledger, scalar, spawn_worker, stop_workers, wait_for
+from tests.helpers import ledger, scalar, spawn_fleet, spawn_worker, stop_workers, wait_for
 from tests.integration import cron_app
 
 pytestmark = pytest.mark.slow
@@ -27,10 +27,7 @@ def ticks(dsn: str) -> Counter[str]:
 
 
 def test_each_tick_is_enqueued_exactly_once_with_four_workers(app_dsn, tmp_path):
-    workers = [
-        spawn_worker(app_dsn, "--queue", "cron", app=CRON_APP, log=tmp_path / f"w{i}.log")
-        for i in range(4)
-    ]
+    workers = spawn_fleet(app_dsn, 4, "--queue", "cron", app=CRON_APP, log_dir=tmp_path)
     try:
         wait_for(
             lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.schedules") == 3,
@@ -77,7 +74,7 @@ def test_cron_cli_list_pause_resume(app_dsn, tmp_path):
     result = runner.invoke(cli_app, ["cron", "pause", "every_second", "--dsn", app_dsn])
     assert result.exit_code == 0, result.output
     assert scalar(app_dsn, "SELECT paused FROM pgqueue.schedules WHERE name = 'every_second'")
-    worker = spawn_worker(app_dsn, "--queue", "cron", app=CRON_APP, log=tmp_path / "w.log")
+    [worker] = spawn_fleet(app_dsn, 1, "--queue", "cron", app=CRON_APP, log_dir=tmp_path)
     try:
         wait_for(
             lambda: any(k.startswith("every_two") for k in ticks(app_dsn)),
@@ -111,10 +108,7 @@ def test_missed_ticks_follow_the_schedules_policy(app_dsn, tmp_path, policy):
             "UPDATE pgqueue.schedules SET next_tick = date_trunc('minute', now())"
             " - interval '10 minutes' WHERE name = 'missed'"
         )
-    workers = [
-        spawn_worker(app_dsn, "--queue", "nowhere", app=CRON_APP, log=tmp_path / f"{i}.log")
-        for i in range(2)
-    ]
+    workers = spawn_fleet(app_dsn, 2, "--queue", "nowhere", app=CRON_APP, log_dir=tmp_path)
     try:
         wait_for(
             lambda: scalar(

@@ -9,7 +9,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from tests.helpers import ledger, scalar, spawn_worker, stop_workers, wait_for
+from tests.helpers import ledger, scalar, spawn_fleet, stop_workers, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -57,10 +57,7 @@ class RunningSampler:
 
 
 def workers(dsn, tmp_path, count=3, *args):
-    return [
-        spawn_worker(dsn, "--concurrency", "8", *args, app=APP, log=tmp_path / f"w{i}.log")
-        for i in range(count)
-    ]
+    return spawn_fleet(dsn, count, "--concurrency", "8", *args, app=APP, log_dir=tmp_path)
 
 
 def test_task_concurrency_limit_holds_across_worker_processes(app_dsn, pgq, tmp_path):
@@ -169,7 +166,7 @@ def test_weighted_fair_share_low_priority_progresses_under_a_flood(app_dsn, pgq,
 def test_without_weights_priority_order_is_global(app_dsn, pgq, tmp_path):
     pgq.enqueue_many([pgq.spec("hold", {}, {"queue": "a", "priority": 5}) for _ in range(20)])
     pgq.enqueue_many([pgq.spec("hold", {}, {"queue": "b", "priority": 0}) for _ in range(20)])
-    fleet = [spawn_worker(app_dsn, "--concurrency", "4", "--queue", "a,b", app=APP)]
+    fleet = spawn_fleet(app_dsn, 1, "--concurrency", "4", "--queue", "a,b", app=APP)
     try:
         wait_for(lambda: len(ledger(app_dsn, "start")) == 40, timeout=60, message="drained")
     finally:

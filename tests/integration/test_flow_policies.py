@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pgqueue import PgQueue, QueueFullError
 from pgqueue.cli import app as cli_app
-from tests.helpers import ledger, scalar, spawn_worker, stop_workers, wait_for
+from tests.helpers import ledger, scalar, spawn_fleet, spawn_worker, stop_workers, wait_for
 from tests.integration import flow_app
 
 pytestmark = pytest.mark.slow
@@ -30,10 +30,7 @@ def flow_app_on(dsn: str) -> PgQueue:
 
 
 def fleet(dsn, tmp_path, count=2, *args):
-    return [
-        spawn_worker(dsn, "--concurrency", "4", *args, app=APP, log=tmp_path / f"w{i}.log")
-        for i in range(count)
-    ]
+    return spawn_fleet(dsn, count, "--concurrency", "4", *args, app=APP, log_dir=tmp_path)
 
 
 # -- circuit breaker -------------------------------------------------------------------------
