@@ -349,9 +349,9 @@ CREATE TYPE pgqueue.claim_candidate AS (
     ord             double precision
 );
 
--- Claim up to max_jobs jobs for a worker, in one transaction. Workers call it (through the
--- claim_jobs query) only when flow control applies to their queues or tasks; without any, the
--- claim_jobs query claims in one plain statement and never calls this function.
+-- Claim up to max_jobs jobs for a worker, in one transaction. Workers call it (claim_flow) only
+-- while flow control applies to their queues or tasks; without any, the claim_jobs query
+-- claims in one plain statement and never calls this function.
 --
 -- Without limits (weights at most): per queue, walk the ready index in (priority, run_at)
 -- order and the scheduled index for due jobs, skipping rows others hold (SKIP LOCKED); keep the
@@ -370,7 +370,8 @@ CREATE TYPE pgqueue.claim_candidate AS (
 --
 -- Rows have throttled = NULL. When limits held work back and fewer than max_jobs were claimed,
 -- one extra row with id NULL says so; its throttled column is the seconds until a rate-limit
--- token is due (0 when unknown).
+-- token is due (0 when unknown). When no flow control applies at all, the extra row has
+-- throttled = -1 (the worker goes back to the plain claim_jobs statement).
 CREATE FUNCTION pgqueue.claim(
     p_queues  text[],
     p_tasks   text[],
@@ -464,6 +465,12 @@ BEGIN
                       j.lease_token, j.priority, j.created_at, j.run_at
         )
         SELECT cl.*, NULL::double precision FROM claimed AS cl;
+        IF NOT v_weighted THEN
+            -- Nothing here needs this function any more: tell the worker (throttled = -1).
+            RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb,
+                                NULL::integer, NULL::integer, NULL::integer, NULL::smallint,
+                                NULL::timestamptz, NULL::timestamptz, -1::double precision;
+        END IF;
         RETURN;
     END IF;
 

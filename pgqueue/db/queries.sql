@@ -112,13 +112,10 @@ SELECT u.name, u.paused, pg_notify('pgqueue_jobs', u.name) AS notified
 -- in (priority, run_at) order and the scheduled index for due jobs, skipping rows other workers
 -- hold (SKIP LOCKED). The MATERIALIZED fence makes the row locks happen exactly once, before
 -- the UPDATE. Each claim bumps lease_token: the fencing token every later write must present.
--- When flow control applies to these queues or tasks (weights, concurrency or rate limits,
--- keyed jobs, a breaker not closed: the `flow` check), this walk is skipped and pgqueue.claim
--- does the claim instead (both are gated by one-time filters: only one of them runs). A row
--- with a NULL id means limits held work back (see pgqueue.claim).
-WITH flow AS MATERIALIZED (
-    SELECT pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[]) AS controlled
-), candidates AS MATERIALIZED (
+-- When flow control applies to these queues or tasks (weights, limits, keyed jobs, a breaker
+-- not closed), a one-time filter skips the walk: the worker learns it from next_due and claims
+-- with claim_flow instead.
+WITH candidates AS MATERIALIZED (
     SELECT c.id
       FROM unnest(%(queues)s::text[]) AS q(name)
       -- paused queues are not claimed from
@@ -146,33 +143,37 @@ WITH flow AS MATERIALIZED (
                 LIMIT %(limit)s
                   FOR UPDATE SKIP LOCKED) AS s
      ) AS c
-     WHERE NOT (SELECT f.controlled FROM flow AS f)
+     WHERE NOT pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[])
      ORDER BY c.priority, c.run_at, c.id
      LIMIT %(limit)s
-), claimed AS (
-    UPDATE pgqueue.jobs AS j
-       SET state = 'running',
-           attempts = j.attempts + 1,
-           lease_token = j.lease_token + 1,
-           lease_expires_at = now() + %(lease)s::interval,
-           worker_id = %(worker_id)s,
-           started_at = now()
-      FROM candidates AS c
-     WHERE j.id = c.id
-    RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_token,
-              j.priority, j.created_at, j.run_at
 )
-SELECT cl.*, NULL::double precision AS throttled FROM claimed AS cl
-UNION ALL
-SELECT c.*
+UPDATE pgqueue.jobs AS j
+   SET state = 'running',
+       attempts = j.attempts + 1,
+       lease_token = j.lease_token + 1,
+       lease_expires_at = now() + %(lease)s::interval,
+       worker_id = %(worker_id)s,
+       started_at = now()
+  FROM candidates AS c
+ WHERE j.id = c.id
+RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_token,
+          j.priority, j.created_at, j.run_at
+
+-- name: claim_flow
+-- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
+-- held work back (throttled: seconds until the next token, or 0), or, with throttled = -1,
+-- that flow control no longer applies (claim with claim_jobs again).
+SELECT c.id, c.queue, c.task, c.args, c.attempts, c.max_attempts, c.lease_token, c.priority,
+       c.created_at, c.run_at, c.throttled
   FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
                      %(worker_id)s::uuid, %(running)s::integer[]) AS c
- WHERE (SELECT f.controlled FROM flow AS f)
 
 -- name: next_due
 -- When the worker is idle: seconds until the earliest scheduled job in its queues is due (by the
--- database clock), so it can sleep exactly that long.
-SELECT extract(epoch FROM min(n.run_at) - now())
+-- database clock), so it can sleep exactly that long; and whether flow control applies to its
+-- queues and tasks (then claim_jobs claims nothing: use claim_flow).
+SELECT extract(epoch FROM min(n.run_at) - now()),
+       pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[])
   FROM unnest(%(queues)s::text[]) AS q(name)
  CROSS JOIN LATERAL (
        SELECT j.run_at FROM pgqueue.jobs AS j

@@ -5,9 +5,12 @@ until the earliest of: a NOTIFY for one of its queues (the listener wakes it), t
 scheduled job becoming due (a timer read from the database), or the poll interval (the fallback
 for lost notifications).
 
-Flow control: when limits (concurrency, rate, keys, breakers) held ready work back, the claim
-says so; the fetcher then claims again after the hinted delay (the next rate-limit token) or a
-short backoff (a running job elsewhere must finish first), capped at ``throttle_cap`` seconds.
+Flow control: the plain claim skips its walk when weights, limits, keyed jobs or a breaker apply
+to the worker's queues or tasks; ``next_due`` (run whenever a claim was not full) says so, and
+the fetcher then claims with ``pgqueue.claim`` until that says flow control no longer applies.
+When limits held ready work back, the claim says so; the fetcher then claims again after the
+hinted delay (the next rate-limit token) or a short backoff (a running job elsewhere must
+finish first), capped at ``throttle_cap`` seconds.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from datetime import timedelta
 
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.context import ClaimedJob
-from pgqueue.worker.db import WorkerDB
+from pgqueue.worker.db import Row, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.service import Service
 
@@ -61,6 +64,8 @@ class Fetcher(Service):
         #: The last claim filled every free slot (more work is probably waiting).
         self.saturated = False
         self.throttle_cap = 1.0
+        #: Flow control applies to this worker's queues or tasks: claim with pgqueue.claim.
+        self.flow = False
         self._throttle_backoff = 0.0
 
     def interval(self) -> float:
@@ -71,12 +76,8 @@ class Fetcher(Service):
         free = self.executor.free_slots()
         self.params["limit"] = free
         self.params["running"] = self._running_per_queue()
-        rows = await self.db.fetch("claim_jobs", self.params)
-        throttled: float | None = None
+        rows, throttled = await self._claim()
         for row in rows:
-            if row[0] is None:  # limits held work back (see pgqueue.claim)
-                throttled = float(row[10])
-                continue
             job = ClaimedJob.from_row(row)
             self.log.info(
                 "job started job_id=%s task=%s queue=%s attempt=%s",
@@ -87,7 +88,7 @@ class Fetcher(Service):
             )
             self.executor.start(job)
             self.observer.job_started(job)
-        claimed = len(rows) - (throttled is not None)
+        claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
             self._next_sleep = 0.0  # there may be more: claim again as soon as slots free up
@@ -102,11 +103,16 @@ class Fetcher(Service):
             self._idle_empty_claims = 0
             return
         self._throttle_backoff = 0.0
+        due = await self.db.fetch("next_due", self.params)
+        if due and due[0][1] and not self.flow:
+            # Flow control applies (claim_jobs skipped its walk): claim the other way, now.
+            self.flow = True
+            self._next_sleep = 0.0
+            return
         if self.burst and self._burst_finished(bool(rows)):
             self.on_burst_done()
             self.stop()
             return
-        due = await self.db.fetch("next_due", self.params)
         seconds = due[0][0] if due and due[0][0] is not None else None
         self._next_sleep = (
             self.poll_interval
@@ -116,6 +122,19 @@ class Fetcher(Service):
         if self.burst:
             # Burst mode does not wait for notifications; it polls briefly until done.
             self._next_sleep = min(self._next_sleep, 0.05)
+
+    async def _claim(self) -> tuple[list[Row], float | None]:
+        """Claim with the plain statement, or with pgqueue.claim while flow control applies.
+        Returns the jobs and, when limits held work back, the seconds until a retry may succeed
+        (0: unknown)."""
+        if not self.flow:
+            return await self.db.fetch("claim_jobs", self.params), None
+        rows = await self.db.fetch("claim_flow", self.params)
+        signals = [float(row[10]) for row in rows if row[0] is None]
+        if any(signal < 0 for signal in signals):
+            self.flow = False  # no flow control applies any more
+        throttled = next((signal for signal in signals if signal >= 0), None)
+        return [row for row in rows if row[0] is not None], throttled
 
     def _running_per_queue(self) -> list[int]:
         """This worker's running jobs per queue (the claim's fair share accounts for them)."""

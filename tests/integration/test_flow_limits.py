@@ -173,3 +173,23 @@ def test_without_weights_priority_order_is_global(app_dsn, pgq, tmp_path):
         stop_workers(fleet)
     order = [r[5] for r in ledger(app_dsn, "start")]
     assert order[:16].count("b") >= 14  # b (priority 0) first, give or take one claim batch
+
+
+def test_workers_follow_flow_control_being_switched_on_and_off(app_dsn, pgq, tmp_path):
+    fleet = workers(app_dsn, tmp_path, 2)
+    try:
+        for step, limit in enumerate((1, None)):
+            pgq.configure_queue("default", concurrency_limit=limit)
+            pgq.enqueue_many([pgq.spec("hold", {"seconds": 0.05}, {}) for _ in range(10)])
+            expected = 10 * (step + 1)
+            wait_for(
+                lambda: len(ledger(app_dsn, "end")) == expected,  # noqa: B023 - called at once
+                timeout=60,
+                message=f"step {step} drained",
+            )
+    finally:
+        stop_workers(fleet)
+    with psycopg.connect(app_dsn) as conn:
+        first = [r[0] for r in conn.execute("SELECT at FROM ledger ORDER BY seq LIMIT 20")]
+    assert len(first) == 20
+    assert max_overlap(app_dsn) >= 1
