@@ -9,6 +9,8 @@
 5. cron: 4 processes, 5 per-second schedules for 30 s; duplicate and missing ticks.
 6. delayed jobs: idle workers, jobs due 0.2-2 s ahead; lateness past run_at (database clock).
 7. backpressure: single-job enqueue into a queue bounded at 10,000 (5,000 waiting) vs unbounded.
+8. circuit breaker: always-failing jobs; attempts, trips, jobs left waiting.
+9. autoscaling: one process with --concurrency 4:64 under a backlog, then idle.
 """
 
 from __future__ import annotations
@@ -251,11 +253,68 @@ def backpressure(admin: str, jobs: int = 2000) -> str:
     )
 
 
+def breaker(admin: str, workers: int, seconds: float = 12.0) -> str:
+    dsn = fresh(admin, "bench_flow_breaker")
+    app = PgQueue(dsn)
+    app.enqueue_many([app.spec("flow.fragile", {}, {}) for _ in range(500)])
+    app.close()
+    fleet = start(dsn, workers, "--concurrency", "16")
+    time.sleep(seconds)
+    stop(fleet)
+    with psycopg.connect(dsn) as conn:
+        ran, trips, waiting = conn.execute(
+            "SELECT (SELECT count(*) FROM bench_events),"
+            " (SELECT trips FROM pgqueue.circuit_breakers WHERE task = 'flow.fragile'),"
+            " (SELECT count(*) FROM pgqueue.jobs WHERE state = 'ready')"
+        ).fetchone() or (0, 0, 0)
+    return (
+        f"circuit breaker (opens at 50 % failures of >= 5 calls, cooldown 2 s), 500 always-failing "
+        f"jobs, {workers} processes x 16, {seconds:.0f} s: {ran} attempts ran ({trips} trips: "
+        f"one probe per cooldown after the first), {waiting} jobs still waiting, none failed "
+        "because of the open breaker"
+    )
+
+
+def autoscale(admin: str) -> str:
+    dsn = fresh(admin, "bench_flow_scale")
+    app = PgQueue(dsn)
+    app.enqueue_many([app.spec("flow.hold", {"seconds": 0.2}, {}) for _ in range(6000)])
+    app.close()
+    fleet = start(dsn, 1, "--concurrency", "4:64", "--scale-cooldown", "5s")
+    samples: list[tuple[float, int, int]] = []
+    began = time.monotonic()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while time.monotonic() - began < 120:
+                row = conn.execute(
+                    "SELECT (SELECT max(concurrency) FROM pgqueue.workers),"
+                    " (SELECT count(*) FROM pgqueue.jobs)"
+                ).fetchone()
+                if row and row[0] is not None:
+                    samples.append((time.monotonic() - began, int(row[0]), int(row[1])))
+                    if row[1] == 0 and row[0] == 4:
+                        break
+                time.sleep(0.2)
+    finally:
+        stop(fleet)
+    top = max(n for _, n, _ in samples)
+    reached = next(t for t, n, _ in samples if n == top)
+    drained = next((t for t, _, left in samples if left == 0), None)
+    back = samples[-1][0] if samples[-1][1] == 4 else None
+    return (
+        f"autoscaling --concurrency 4:64 (cooldown 5 s), 6,000 jobs of 200 ms: slots grew to "
+        f"{top} in {reached:.1f} s (heartbeat-reported), backlog drained at {drained or 0:.1f} s, "
+        f"back to 4 slots at {back or 0:.1f} s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dsn")
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--only", help="comma-separated: cap,keys,rate,fair,cron,delayed,depth")
+    parser.add_argument(
+        "--only", help="comma-separated: cap,keys,rate,fair,cron,delayed,depth,breaker,scale"
+    )
     args = parser.parse_args()
     steps: dict[str, Any] = {
         "cap": lambda a: concurrency_limit(a, args.workers),
@@ -265,6 +324,8 @@ def main() -> None:
         "cron": lambda a: cron(a, args.workers),
         "delayed": lambda a: delayed(a, 2),
         "depth": backpressure,
+        "breaker": lambda a: breaker(a, args.workers),
+        "scale": autoscale,
     }
     chosen = args.only.split(",") if args.only else list(steps)
     with server(args.dsn) as admin:

@@ -10,7 +10,7 @@ import os
 
 import psycopg
 
-from pgqueue import PgQueue, RateLimit, current_job
+from pgqueue import CircuitBreaker, PgQueue, RateLimit, current_job
 
 pgq = PgQueue()
 _conns: list[psycopg.AsyncConnection[tuple[object, ...]]] = []
@@ -67,3 +67,14 @@ async def delayed() -> None:
 @pgq.task(name="flow.tick")
 async def tick(schedule: str) -> None:
     await event("start", f"{schedule}|{current_job().run_at.isoformat()}")
+
+
+@pgq.task(
+    name="flow.fragile",
+    max_attempts=1,
+    circuit_breaker=CircuitBreaker(failure_threshold=0.5, min_calls=5, window=60, cooldown=2),
+)
+async def fragile() -> None:
+    """Always fails: the breaker trips, then probes every cooldown."""
+    await event("start")
+    raise ConnectionError("dependency down")

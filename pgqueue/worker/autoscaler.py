@@ -1,7 +1,7 @@
 """The autoscaler: grows and shrinks a worker's slots between a minimum and a maximum.
 
-``pgq work --concurrency 4:64`` starts with 4 slots. While every slot is busy and the claims come
-back full (ready jobs are waiting), it adds slots (x1.5, at least one more) every
+``pgq work --concurrency 4:64`` starts with 4 slots. While (nearly) every slot is busy and the
+claims come back full (ready jobs are waiting), it adds slots (x1.5, at least one more) every
 ``grow_after`` seconds; when at most half the slots have been busy for a whole ``cooldown``, it
 halves them (never below the minimum). The cooldown after every change keeps it from flapping.
 Fleet-wide scaling (more processes) reads the ``pgqueue.queue_depth`` view instead.
@@ -50,7 +50,9 @@ class Autoscaler(Service):
         now = asyncio.get_running_loop().time()
         current = self.executor.concurrency
         running = len(self.executor.running)
-        saturated = running >= current and self.fetcher.saturated
+        # Busy: (nearly) every slot taken (with short jobs a slot is always being refilled) and
+        # the last claim came back full (ready jobs are waiting).
+        saturated = running >= current - max(1, current // 10) and self.fetcher.saturated
         self._busy_since = (self._busy_since or now) if saturated else None
         underused = running <= current // 2
         self._idle_since = (self._idle_since or now) if underused else None
