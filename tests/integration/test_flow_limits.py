@@ -9,6 +9,7 @@ from collections import Counter
 import psycopg
 import pytest
 
+from pgqueue import RateLimit
 from tests.helpers import ledger, scalar, spawn_fleet, stop_workers, wait_for
 
 pytestmark = pytest.mark.slow
@@ -193,3 +194,20 @@ def test_workers_follow_flow_control_being_switched_on_and_off(app_dsn, pgq, tmp
         first = [r[0] for r in conn.execute("SELECT at FROM ledger ORDER BY seq LIMIT 20")]
     assert len(first) == 20
     assert max_overlap(app_dsn) >= 1
+
+
+def test_queue_rate_limit(app_dsn, pgq, tmp_path):
+    pgq.configure_queue("api", rate_limit=RateLimit(5, burst=2))
+    pgq.enqueue_many([pgq.spec("hold", {}, {"queue": "api"}) for _ in range(12)])
+    fleet = workers(app_dsn, tmp_path, 2, "--queue", "api")
+    try:
+        wait_for(lambda: len(ledger(app_dsn, "start")) == 12, timeout=60, message="all started")
+    finally:
+        stop_workers(fleet)
+    with psycopg.connect(app_dsn) as conn:
+        span = conn.execute(
+            "SELECT extract(epoch FROM max(at) - min(at)) FROM ledger WHERE event = 'start'"
+        ).fetchone()[0]
+    # 2 at once, then 5 per second: the 12th start cannot come before (12 - 2) / 5 = 2 s.
+    assert float(span) >= 2.0 * 0.9
+    assert scalar(app_dsn, "SELECT tokens IS NOT NULL FROM pgqueue.queues WHERE name = 'api'")
