@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._version import __version__
-from pgqueue.client import declarations
+from pgqueue.client_flow import declarations
 from pgqueue.config import configured_dsn, resolve_dsn
 from pgqueue.db import plan as plans
 from pgqueue.errors import ConfigurationError
