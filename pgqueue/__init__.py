@@ -17,20 +17,26 @@ from pgqueue.errors import (
     JobFailedError,
     JobNotFoundError,
     PgQueueError,
+    QueueFullError,
     ResultTimeoutError,
     ResultUnavailableError,
     Retry,
     UnknownTaskError,
     WorkflowNotFoundError,
 )
-from pgqueue.retry import ConstantBackoff, ExponentialBackoff
+from pgqueue.flow import UNSET, CircuitBreaker, RateLimit
+from pgqueue.retry import ConstantBackoff, ExponentialBackoff, RetryPolicy
+from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, Task
 from pgqueue.worker.context import JobContext, current_job
+from pgqueue.worker.executor import JobTimeout
 from pgqueue.workflow import DAG, Chain, Group, WorkflowRun, chain, chord, group
 
 __all__ = [
     "DAG",
+    "UNSET",
     "Chain",
+    "CircuitBreaker",
     "ConfigurationError",
     "ConstantBackoff",
     "ExponentialBackoff",
@@ -46,11 +52,16 @@ __all__ = [
     "JobId",
     "JobNotFoundError",
     "JobSpec",
+    "JobTimeout",
     "PgQueue",
     "PgQueueError",
+    "QueueFullError",
+    "RateLimit",
     "ResultTimeoutError",
     "ResultUnavailableError",
     "Retry",
+    "RetryPolicy",
+    "Schedule",
     "Task",
     "UnknownTaskError",
     "WorkflowNotFoundError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -19,13 +20,22 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import admin, config
+from pgqueue.client_flow import FlowControlMixin
 from pgqueue.client_workflows import WorkflowMethods
 from pgqueue.db import plan as plans
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
-from pgqueue.errors import ConfigurationError, InvalidJobError, PgQueueError, UnknownTaskError
+from pgqueue.errors import (
+    ConfigurationError,
+    InvalidJobError,
+    PgQueueError,
+    QueueFullError,
+    UnknownTaskError,
+)
+from pgqueue.flow import CircuitBreaker, RateLimit
 from pgqueue.payload import check_name
-from pgqueue.retry import Backoff
+from pgqueue.retry import BackoffLike
+from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, P, R, Task
 
 Connection: TypeAlias = psycopg.Connection[Any]
@@ -33,7 +43,7 @@ AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
 
 
-class PgQueue(WorkflowMethods):
+class PgQueue(WorkflowMethods, FlowControlMixin):
     """A queue living in one PostgreSQL database.
 
     ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
@@ -60,6 +70,10 @@ class PgQueue(WorkflowMethods):
         if not prepare:
             self._conn_kwargs["prepare_threshold"] = None
         self.tasks: dict[str, Task[..., Any]] = {}
+        #: event name -> tasks subscribed with ``@pgq.task(on=...)`` (see :meth:`publish`)
+        self.subscriptions: dict[str, list[Task[..., Any]]] = {}
+        #: schedules declared with ``@pgq.periodic``; workers write them at start-up
+        self.schedules: dict[str, Schedule] = {}
         self._lock = threading.RLock()
         self._pool: ConnectionPool | None = None
         self._async_pools: weakref.WeakKeyDictionary[
@@ -91,9 +105,16 @@ class PgQueue(WorkflowMethods):
         priority: int = 0,
         max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
-        backoff: Backoff | None = None,
+        backoff: BackoffLike | None = None,
         pass_context: bool = False,
         result_ttl: float | timedelta | None = None,
+        retry_on: Any = None,
+        no_retry_on: Any = None,
+        concurrency_limit: int | None = None,
+        key_limit: int | None = None,
+        rate_limit: str | float | RateLimit | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        on: str | tuple[str, ...] | list[str] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -106,16 +127,31 @@ class PgQueue(WorkflowMethods):
         priority: int = 0,
         max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
-        backoff: Backoff | None = None,
+        backoff: BackoffLike | None = None,
         pass_context: bool = False,
         result_ttl: float | timedelta | None = None,
+        retry_on: Any = None,
+        no_retry_on: Any = None,
+        concurrency_limit: int | None = None,
+        key_limit: int | None = None,
+        rate_limit: str | float | RateLimit | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        on: str | tuple[str, ...] | list[str] | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task: ``@pgq.task`` or ``@pgq.task(queue=..., ...)``.
 
-        ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the attempt number to the
-        retry delay (default: full-jitter exponential, 1 s base, 1 h cap); ``pass_context``
-        passes a :class:`~pgqueue.JobContext` as the first argument; ``result_ttl`` keeps
-        each job's return value that long (see :meth:`result`).
+        ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the attempt number (and
+        optionally the exception) to the retry delay (default: full-jitter exponential, 1 s
+        base, 1 h cap); ``retry_on`` / ``no_retry_on`` choose which exceptions are retried
+        (default: every ``Exception``; ``no_retry_on`` wins); ``pass_context`` passes a
+        :class:`~pgqueue.JobContext` as the first argument; ``result_ttl`` keeps each job's
+        return value that long (see :meth:`result`).
+
+        Flow control, enforced across all workers: ``concurrency_limit`` (jobs of this task
+        running at once), ``key_limit`` (running jobs per ``concurrency_key``, default 1),
+        ``rate_limit`` (``"20/s"`` or a :class:`~pgqueue.RateLimit`), ``circuit_breaker``
+        (a :class:`~pgqueue.CircuitBreaker`). ``on`` subscribes the task to events (see
+        :meth:`publish`).
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
@@ -130,14 +166,66 @@ class PgQueue(WorkflowMethods):
                 backoff=backoff,
                 pass_context=pass_context,
                 result_ttl=result_ttl,
+                retry_on=retry_on,
+                no_retry_on=no_retry_on,
+                concurrency_limit=concurrency_limit,
+                key_limit=key_limit,
+                rate_limit=rate_limit,
+                circuit_breaker=circuit_breaker,
+                on=on,
             )
             existing = self.tasks.get(task.name)
             if existing is not None and existing.func is not function:
                 raise ConfigurationError(f"a different task is already named {task.name!r}")
             self.tasks[task.name] = task
+            for event in task.events:
+                subscribers = self.subscriptions.setdefault(event, [])
+                if all(t.name != task.name for t in subscribers):
+                    subscribers.append(task)
             return task
 
         return register(func) if func is not None else register
+
+    def periodic(
+        self,
+        cron_expression: str,
+        *,
+        tz: str = "UTC",
+        name: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        missed: str = "skip",
+        grace: float = 60.0,
+        max_catch_up: int = 100,
+        **task_options: Any,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a task that runs on a cron schedule: ``@pgq.periodic("*/5 * * * *")``.
+
+        The schedule (named ``name``, default the task's name) is a row in
+        ``pgqueue.schedules``, written by every worker at start-up; each tick is enqueued
+        exactly once however many workers run. ``missed`` is the policy for ticks missed
+        while no worker ran: ``"skip"`` or ``"catch_up"`` (see :mod:`pgqueue.schedules`).
+        Other keyword arguments are task options (queue, priority, max_attempts, ...).
+        """
+
+        def register(function: Callable[P, R]) -> Task[P, R]:
+            task: Task[P, R] = self.task(**task_options)(function)
+            schedule = Schedule(
+                name=name or task.name,
+                cron=cron_expression,
+                task=task.name,
+                args=dict(args or {}),
+                tz=tz,
+                queue=task.queue,
+                priority=int(task.defaults.get("priority") or 0),
+                max_attempts=int(task.defaults.get("max_attempts") or config.DEFAULT_MAX_ATTEMPTS),
+                missed=missed,
+                grace=grace,
+                max_catch_up=max_catch_up,
+            )
+            self.schedules[schedule.name] = schedule
+            return task
+
+        return register
 
     def get_task(self, name: str) -> Task[..., Any]:
         try:
@@ -304,23 +392,62 @@ class PgQueue(WorkflowMethods):
         return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
 
     def enqueue_spec(self, spec: JobSpec, conn: Connection | None = None) -> JobId:
-        return self.run(enqueue_one(spec), conn, atomic=spec.needs_transaction)
+        if not spec.wait_if_full:
+            return self.run(enqueue_one(spec), conn, atomic=spec.needs_transaction)
+        waiter = _RoomWaiter(spec.wait_if_full)
+        while True:
+            try:
+                # A savepoint: a full queue must not abort the caller's transaction.
+                with self.connection(conn) as c, c.transaction():
+                    return self.run(enqueue_one(spec), c)
+            except QueueFullError as exc:
+                time.sleep(waiter.next_delay(exc))
 
     async def enqueue_spec_async(self, spec: JobSpec, conn: AsyncConnection | None = None) -> JobId:
-        return await self.run_async(enqueue_one(spec), conn, atomic=spec.needs_transaction)
+        if not spec.wait_if_full:
+            return await self.run_async(enqueue_one(spec), conn, atomic=spec.needs_transaction)
+        waiter = _RoomWaiter(spec.wait_if_full)
+        while True:
+            try:
+                async with self.connection_async(conn) as c, c.transaction():
+                    return await self.run_async(enqueue_one(spec), c)
+            except QueueFullError as exc:
+                await asyncio.sleep(waiter.next_delay(exc))
 
     def enqueue_many(
-        self, jobs: Iterable[JobCall | JobSpec], *, conn: Connection | None = None
+        self,
+        jobs: Iterable[JobCall | JobSpec],
+        *,
+        conn: Connection | None = None,
+        wait_if_full: float | None = None,
     ) -> list[JobId]:
-        """Enqueue many jobs atomically in a few statements (COPY); ids in input order."""
+        """Enqueue many jobs atomically in a few statements (COPY); ids in input order.
+
+        A batch that would overflow a bounded queue (``max_depth``) raises
+        :class:`~pgqueue.QueueFullError` before writing anything, or waits up to
+        ``wait_if_full`` seconds for room."""
         specs = _specs(jobs)
-        return self.run(enqueue_many(specs), conn, atomic=True)
+        waiter = _RoomWaiter(wait_if_full or 0.0)
+        while True:
+            try:
+                return self.run(enqueue_many(specs), conn, atomic=True)
+            except QueueFullError as exc:
+                time.sleep(waiter.next_delay(exc))
 
     async def enqueue_many_async(
-        self, jobs: Iterable[JobCall | JobSpec], *, conn: AsyncConnection | None = None
+        self,
+        jobs: Iterable[JobCall | JobSpec],
+        *,
+        conn: AsyncConnection | None = None,
+        wait_if_full: float | None = None,
     ) -> list[JobId]:
         specs = _specs(jobs)
-        return await self.run_async(enqueue_many(specs), conn, atomic=True)
+        waiter = _RoomWaiter(wait_if_full or 0.0)
+        while True:
+            try:
+                return await self.run_async(enqueue_many(specs), conn, atomic=True)
+            except QueueFullError as exc:
+                await asyncio.sleep(waiter.next_delay(exc))
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -394,7 +521,8 @@ def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:
 
 @contextmanager
 def _schema_hint() -> Iterator[None]:
-    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do."""
+    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do, and a
+    full queue (SQLSTATE PGQ01) into :class:`QueueFullError`."""
     try:
         yield
     except (
@@ -408,3 +536,23 @@ def _schema_hint() -> Iterator[None]:
             f"pgqueue's schema is not installed in this database ({exc.diag.message_primary}); "
             "run `pgq migrate` first"
         ) from exc
+    except psycopg.DatabaseError as exc:
+        full = QueueFullError.from_database(exc)
+        if full is not None:
+            raise full from exc
+        raise
+
+
+class _RoomWaiter:
+    """Backoff while a bounded queue is full, up to ``seconds`` in total (then re-raise)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.delay = 0.01
+
+    def next_delay(self, error: QueueFullError) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise error
+        self.delay = min(self.delay * 2, 1.0)
+        return min(self.delay, remaining)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pgqueue.db.plan import CopyIn, Plan, Query
-from pgqueue.errors import InvalidJobError
+from pgqueue.errors import InvalidJobError, QueueFullError
 from pgqueue.payload import check_name, dumps
 
 #: Keyword arguments of ``enqueue`` that are options, not task arguments.
@@ -26,10 +26,16 @@ OPTION_NAMES = frozenset(
         "delay",
         "max_attempts",
         "idempotency_key",
+        "concurrency_key",
+        "unique_for",
+        "unique_states",
+        "wait_if_full",
         "result_ttl",
         "depends_on",
     }
 )
+#: Final states a job can keep its idempotency key in (with ``unique_for``).
+UNIQUE_STATES = ("succeeded", "dead", "cancelled")
 _SMALLINT = (-32768, 32767)
 _MAX_KEY_LENGTH = 1000
 # Below this many jobs a multi-row INSERT beats setting up a COPY.
@@ -67,6 +73,12 @@ class JobSpec:
     run_at: datetime | None = None
     delay: timedelta | None = None
     idempotency_key: str | None = None
+    concurrency_key: str | None = None
+    #: keep the idempotency key this long after the job finished in one of unique_states
+    unique_for: timedelta | None = None
+    unique_states: tuple[str, ...] | None = None
+    #: seconds to wait for room in a full queue (max_depth) before raising QueueFullError
+    wait_if_full: float | None = None
     #: Keep the return value this long (None: the ack is a plain DELETE; see pgq.result()).
     result_ttl: timedelta | None = None
     #: Ids of jobs that must succeed first (the job waits until they have).
@@ -106,6 +118,32 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
             )
     if options.get("delay") is not None:
         checked["delay"] = to_timedelta(options["delay"], "delay")
+    for name in ("idempotency_key", "concurrency_key"):
+        key = options.get(name)
+        if key is not None and (
+            not isinstance(key, str) or not key or len(key) > _MAX_KEY_LENGTH or "\x00" in key
+        ):
+            raise InvalidJobError(
+                f"{name} must be a non-empty string of at most {_MAX_KEY_LENGTH} "
+                f"characters without NUL, got {key!r:.80}"
+            )
+    if options.get("unique_for") is not None:
+        checked["unique_for"] = to_timedelta(options["unique_for"], "unique_for")
+        if checked["unique_for"] <= timedelta(0):
+            raise InvalidJobError("unique_for must be positive")
+    states = options.get("unique_states")
+    if states is not None:
+        if isinstance(states, str):
+            states = (states,)
+        checked["unique_states"] = tuple(states)
+        unknown_states = sorted(set(checked["unique_states"]) - set(UNIQUE_STATES))
+        if unknown_states or not checked["unique_states"]:
+            raise InvalidJobError(
+                f"unique_states must name final states among {', '.join(UNIQUE_STATES)} "
+                f"(waiting and running jobs always hold their key), got {states!r}"
+            )
+    if options.get("wait_if_full") is not None:
+        checked["wait_if_full"] = to_timedelta(options["wait_if_full"], "wait_if_full")
     if options.get("result_ttl") is not None:
         ttl = to_timedelta(options["result_ttl"], "result_ttl")
         if ttl <= timedelta(0):
@@ -113,14 +151,6 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         checked["result_ttl"] = ttl
     if options.get("depends_on") is not None:
         checked["depends_on"] = check_job_ids(options["depends_on"], "depends_on")
-    key = options.get("idempotency_key")
-    if key is not None and (
-        not isinstance(key, str) or not key or len(key) > _MAX_KEY_LENGTH or "\x00" in key
-    ):
-        raise InvalidJobError(
-            f"idempotency_key must be a non-empty string of at most {_MAX_KEY_LENGTH} "
-            f"characters without NUL, got {key!r:.80}"
-        )
     return checked
 
 
@@ -173,6 +203,12 @@ def make_spec(
         raise InvalidJobError(f"args must be a JSON object (a mapping), got {type(args).__name__}")
     given = {name: value for name, value in check_options(options).items() if value is not None}
     merged = {**check_options(defaults), **given}
+    key = merged.get("idempotency_key")
+    if key is None and (merged.get("unique_for") or merged.get("unique_states")):
+        raise InvalidJobError("unique_for and unique_states need an idempotency_key")
+    if merged.get("unique_states") and not merged.get("unique_for"):
+        raise InvalidJobError("unique_states needs unique_for (how long to keep the key)")
+    wait = merged.get("wait_if_full")
     return JobSpec(
         task=task,
         args_json=dumps(dict(args), limit=payload_limit),
@@ -181,7 +217,11 @@ def make_spec(
         max_attempts=merged.get("max_attempts", 5),
         run_at=merged.get("run_at"),
         delay=merged.get("delay"),
-        idempotency_key=merged.get("idempotency_key"),
+        idempotency_key=key,
+        concurrency_key=merged.get("concurrency_key"),
+        unique_for=merged.get("unique_for"),
+        unique_states=merged.get("unique_states"),
+        wait_if_full=wait.total_seconds() if wait is not None else None,
         result_ttl=merged.get("result_ttl"),
         depends_on=given.get("depends_on", ()),
     )
@@ -209,6 +249,9 @@ def enqueue_one(spec: JobSpec) -> Plan[JobId]:
             "delay": spec.delay,
             "max_attempts": spec.max_attempts,
             "idempotency_key": spec.idempotency_key,
+            "concurrency_key": spec.concurrency_key,
+            "unique_for": spec.unique_for,
+            "unique_states": list(spec.unique_states) if spec.unique_states else None,
         },
     )
     job_id, created = rows[0]
@@ -221,8 +264,10 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     """Many jobs in few statements: ids allocated up front, then COPY (or one multi-row INSERT).
 
     Jobs with an idempotency key go through a multi-row ``INSERT ... ON CONFLICT DO NOTHING``;
-    a key repeated inside the batch yields the first job's id for every repeat. Run the plan in
-    a transaction: the jobs appear together or not at all.
+    a key repeated inside the batch yields the first job's id for every repeat, and a key held
+    by a live job or kept by a finished one (``unique_for``) yields that job's id. Bounded
+    queues (``max_depth``) are checked first: the whole batch is refused if it would overflow
+    one. Run the plan in a transaction: the jobs appear together or not at all.
     """
     if not specs:
         return []
@@ -230,6 +275,18 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
         from pgqueue.workflow.plan import enqueue_dependents
 
         return (yield from enqueue_dependents(specs))
+    per_queue: dict[str, int] = {}
+    for spec in specs:
+        per_queue[spec.queue] = per_queue.get(spec.queue, 0) + 1
+    full = yield Query(
+        "check_queue_room", {"queues": list(per_queue), "counts": list(per_queue.values())}
+    )
+    if full:
+        queue, max_depth, waiting = full[0]
+        raise QueueFullError(queue, max_depth, waiting, per_queue[queue])
+    keyed_tasks = sorted({spec.task for spec in specs if spec.concurrency_key is not None})
+    if keyed_tasks:
+        yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
     rows = yield Query("allocate_job_ids", {"count": len(specs)})
     db_now, ids = rows[0]
     result: list[JobId | None] = [None] * len(specs)
@@ -240,7 +297,7 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     for index, (spec, job_id) in enumerate(zip(specs, ids, strict=True)):
         run_at = due_at(spec, db_now)
         state = "scheduled" if run_at > db_now else "ready"
-        row = job_row(job_id, spec, run_at, state, spec.idempotency_key)
+        row = (*job_row(job_id, spec, run_at, state, spec.idempotency_key), spec.concurrency_key)
         key = spec.idempotency_key
         if key is None:
             plain.append(row)
@@ -249,34 +306,15 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
             repeats.append((index, key))
         else:
             first_for_key[key] = index
-            keyed.append((index, row))
+            unique = ",".join(spec.unique_states) if spec.unique_states else None
+            keyed.append((index, (*row, spec.unique_for, unique)))
     if plain:
         if len(plain) >= _COPY_THRESHOLD:
             yield CopyIn("copy_jobs", plain)
         else:
             yield Query("insert_jobs", _columns(plain))
     if keyed:
-        inserted = yield Query("insert_jobs_keyed", _columns([row for _, row in keyed]))
-        created_ids = {row[0] for row in inserted}
-        missing: list[str] = []
-        for index, row in keyed:
-            if row[0] in created_ids:
-                result[index] = JobId(row[0], True)
-            else:
-                missing.append(str(row[8]))
-        existing: dict[str, int] = {}
-        if missing:
-            found = yield Query("jobs_by_idempotency_keys", {"keys": missing})
-            existing = {key: job_id for key, job_id in found}
-        for index, row in keyed:
-            if result[index] is None:
-                if row[8] not in existing:
-                    # The holder of the key finished between our two statements; rare enough
-                    # that a clear error beats a retry loop in a bulk path.
-                    raise InvalidJobError(
-                        f"idempotency key {row[8]!r} was released while enqueueing; retry"
-                    )
-                result[index] = JobId(existing[row[8]], False)
+        yield from _insert_keyed(keyed, result)
     for index, key in repeats:
         first = result[first_for_key[key]]
         assert first is not None
@@ -298,7 +336,7 @@ def due_at(spec: JobSpec, db_now: datetime) -> datetime:
 
 
 def job_row(job_id: int, spec: JobSpec, run_at: datetime, state: str, last: Any) -> tuple[Any, ...]:
-    """One row for the multi-row inserts (``last``: the idempotency key, or the result TTL)."""
+    """The first nine columns of a job row (``last``: the idempotency key, or the result TTL)."""
     return (
         job_id,
         spec.queue,
@@ -312,7 +350,42 @@ def job_row(job_id: int, spec: JobSpec, run_at: datetime, state: str, last: Any)
     )
 
 
-#: The parameters of insert_jobs / insert_jobs_keyed, in row order.
+def _insert_keyed(
+    keyed: list[tuple[int, tuple[Any, ...]]], result: list[JobId | None]
+) -> Plan[None]:
+    """Keyed jobs: kept keys of finished jobs first, then insert, then the live holders."""
+    kept_rows = yield Query("kept_idempotency_keys", {"keys": [row[8] for _, row in keyed]})
+    kept: dict[str, int] = {key: job_id for key, job_id in kept_rows}
+    fresh = [(index, row) for index, row in keyed if row[8] not in kept]
+    created_ids: set[int] = set()
+    if fresh:
+        inserted = yield Query("insert_jobs_keyed", _columns([row for _, row in fresh]))
+        created_ids = {row[0] for row in inserted}
+    if created_ids:
+        # A holder that finished (keeping its key) while we inserted: take our job back.
+        raced = yield Query("drop_raced_keyed_jobs", {"ids": sorted(created_ids)})
+        for job_id, key, holder in raced:
+            created_ids.discard(job_id)
+            kept[key] = holder
+    missing = [str(row[8]) for _, row in keyed if row[0] not in created_ids and row[8] not in kept]
+    existing: dict[str, int] = dict(kept)
+    if missing:
+        found = yield Query("jobs_by_idempotency_keys", {"keys": missing})
+        existing.update({key: job_id for key, job_id in found})
+    for index, row in keyed:
+        if row[0] in created_ids:
+            result[index] = JobId(row[0], True)
+        elif row[8] in existing:
+            result[index] = JobId(existing[row[8]], False)
+        else:
+            # The holder of the key finished between our two statements; rare enough that a
+            # clear error beats a retry loop in a bulk path.
+            raise InvalidJobError(
+                f"idempotency key {row[8]!r} was released while enqueueing; retry"
+            )
+
+
+#: The parameters of insert_jobs / insert_jobs_keyed, in row order (rows may stop early).
 JOB_COLUMNS = (
     "ids",
     "queues",
@@ -323,6 +396,9 @@ JOB_COLUMNS = (
     "states",
     "max_attempts",
     "keys",
+    "concurrency_keys",
+    "unique_fors",
+    "unique_states",
 )
 
 
@@ -331,7 +407,9 @@ def _columns(
 ) -> dict[str, list[Any]]:
     """Rows to one array per column (the ``unnest`` parameters of the multi-row inserts)."""
     columns: dict[str, list[Any]] = {name: [] for name in names}
+    width = 0
     for row in rows:
-        for name, value in zip(names, row, strict=True):
+        width = len(row)
+        for name, value in zip(names, row, strict=False):
             columns[name].append(value)
-    return columns
+    return {name: values for name, values in list(columns.items())[:width]}

@@ -6,6 +6,8 @@ message names the offending value, so ``except PgQueueError`` is enough to catch
 
 from __future__ import annotations
 
+import re
+
 
 class PgQueueError(Exception):
     """Base class of every error raised by pgqueue."""
@@ -60,6 +62,33 @@ class WorkflowNotFoundError(PgQueueError, LookupError):
 
 class ResultTimeoutError(PgQueueError, TimeoutError):
     """``pgq.result(..., timeout=...)`` gave up waiting; the job is still live."""
+
+
+class QueueFullError(PgQueueError):
+    """A queue is at its ``max_depth``: the job was not enqueued (backpressure)."""
+
+    def __init__(self, queue: str, max_depth: int, waiting: int | None = None, adding: int = 1):
+        self.queue = queue
+        self.max_depth = max_depth
+        detail = f"{waiting} waiting, " if waiting is not None else ""
+        extra = f" cannot take {adding} more" if adding > 1 else ""
+        super().__init__(
+            f"queue {queue!r} is full{extra} ({detail}max_depth {max_depth}): wait for workers "
+            "to catch up, pass wait_if_full=SECONDS, or raise the queue's max_depth"
+        )
+
+    @classmethod
+    def from_database(cls, exc: BaseException) -> QueueFullError | None:
+        """The error ``pgqueue.enqueue_job`` raises for a full queue (SQLSTATE PGQ01)."""
+        if getattr(exc, "sqlstate", None) != "PGQ01":
+            return None
+        match = _FULL.match(str(getattr(getattr(exc, "diag", None), "message_primary", "")))
+        if match is None:
+            return cls("?", 0)
+        return cls(match.group(1).replace("''", "'"), int(match.group(2)))
+
+
+_FULL = re.compile(r"^queue '(.*)' is full \(max_depth (\d+)\)$", re.DOTALL)
 
 
 class Retry(Exception):

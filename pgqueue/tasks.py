@@ -16,7 +16,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pgqueue.enqueue import OPTION_NAMES, JobId, JobSpec, check_options, make_spec, to_timedelta
-from pgqueue.errors import InvalidJobError
+from pgqueue.errors import ConfigurationError, InvalidJobError
+from pgqueue.flow import CircuitBreaker, RateLimit, check_limit
 from pgqueue.payload import (
     bind_arguments,
     check_complete,
@@ -24,7 +25,7 @@ from pgqueue.payload import (
     free_parameter,
     signature_of,
 )
-from pgqueue.retry import Backoff, ExponentialBackoff
+from pgqueue.retry import BackoffLike, RetryPolicy
 
 if TYPE_CHECKING:
     from pgqueue.client import Connection, PgQueue
@@ -48,9 +49,16 @@ class Task(Generic[P, R]):
         priority: int = 0,
         max_attempts: int = 5,
         timeout: float | timedelta | None = None,
-        backoff: Backoff | None = None,
+        backoff: BackoffLike | None = None,
         pass_context: bool = False,
         result_ttl: float | timedelta | None = None,
+        retry_on: Any = None,
+        no_retry_on: Any = None,
+        concurrency_limit: int | None = None,
+        key_limit: int | None = None,
+        rate_limit: str | float | RateLimit | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        on: str | tuple[str, ...] | list[str] | None = None,
     ) -> None:
         self.app = app
         self.func = func
@@ -64,12 +72,30 @@ class Task(Generic[P, R]):
             }
         )
         self.timeout = to_timedelta(timeout, "timeout").total_seconds() if timeout else None
-        self.backoff: Backoff = backoff or ExponentialBackoff()
+        self.retry_policy = RetryPolicy.build(retry_on, no_retry_on, backoff)
+        self.backoff = self.retry_policy.backoff
+        # Flow control declared in code; workers write it to pgqueue.task_limits at start-up.
+        self.concurrency_limit = check_limit(concurrency_limit, "concurrency_limit")
+        self.key_limit = check_limit(key_limit, "key_limit")
+        self.rate_limit = RateLimit.parse(rate_limit) if rate_limit is not None else None
+        if circuit_breaker is not None and not isinstance(circuit_breaker, CircuitBreaker):
+            raise ConfigurationError("circuit_breaker must be a pgqueue.CircuitBreaker")
+        self.circuit_breaker = circuit_breaker
+        events = (on,) if isinstance(on, str) else tuple(on or ())
+        self.events = tuple(check_name(event, "event name") for event in events)
         self.pass_context = pass_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = signature_of(func, skip_first=pass_context)
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", self.name)
+
+    @property
+    def declares_limits(self) -> bool:
+        return any(v is not None for v in (self.concurrency_limit, self.key_limit, self.rate_limit))
+
+    def retry_delay(self, attempt: int, error: BaseException | None = None) -> float:
+        """Seconds before the next attempt after ``attempt`` attempts (the task's backoff)."""
+        return self.retry_policy.delay(attempt, error)
 
     @property
     def queue(self) -> str:

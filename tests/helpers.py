@@ -127,3 +127,33 @@ def spawn_worker(
         )
     with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+    """SIGTERM every worker process, then check each drained and exited 0."""
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        try:
+            assert worker.wait(timeout) == 0
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            raise
+
+
+def spawn_fleet(
+    dsn: str, count: int, *args: str, app: str = APP, log_dir: Path | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """``count`` real workers, returned once all of them are registered (so a SIGTERM finds
+    their signal handlers installed)."""
+    before = scalar(dsn, "SELECT count(*) FROM pgqueue.workers")
+    workers = [
+        spawn_worker(dsn, *args, app=app, log=log_dir / f"w{i}.log" if log_dir else None)
+        for i in range(count)
+    ]
+    wait_for(
+        lambda: scalar(dsn, "SELECT count(*) FROM pgqueue.workers") >= before + count,
+        timeout=60,
+        message=f"{count} workers registered",
+    )
+    return workers

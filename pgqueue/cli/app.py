@@ -14,6 +14,7 @@ from pgqueue.cli import dashboard_cmd, jobs, ops, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
+from pgqueue.cli.flow import breaker_app, queue_app, task_app
 from pgqueue.cli.retention_cmds import retention_app
 from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue
@@ -36,6 +37,9 @@ app.add_typer(dlq_app, name="dlq")
 app.add_typer(cron_app, name="cron")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(retention_app, name="retention")
+app.add_typer(queue_app, name="queue")
+app.add_typer(task_app, name="task")
+app.add_typer(breaker_app, name="breaker")
 app.command("work")(worker_cmds.work)
 app.command("reaper")(worker_cmds.reaper)
 app.command("cancel")(jobs.cancel)

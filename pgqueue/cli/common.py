@@ -68,6 +68,12 @@ def open_queue(dsn: str | None) -> Iterator[PgQueue]:
             pgq.close()
 
 
+def with_app(dsn: str | None, action: Callable[[PgQueue], T]) -> T:
+    """Run ``action(pgq)`` with a client from :func:`open_queue`."""
+    with open_queue(dsn) as pgq:
+        return action(pgq)
+
+
 def print_rows(
     rows: Sequence[dict[str, Any]],
     columns: Sequence[str],

@@ -40,12 +40,44 @@ def load_app(spec: str) -> PgQueue:
     return app
 
 
+def parse_concurrency(value: str) -> tuple[int, int]:
+    """``"16"`` -> (16, 16); ``"4:64"`` -> (4, 64)."""
+    low, sep, high = value.partition(":")
+    try:
+        lo = int(low)
+        hi = int(high) if sep else lo
+    except ValueError:
+        raise ConfigurationError(
+            f"--concurrency must be N or MIN:MAX (e.g. 16 or 4:64), got {value!r}"
+        ) from None
+    if not 1 <= lo <= hi:
+        raise ConfigurationError(f"--concurrency {value}: need 1 <= MIN <= MAX")
+    return lo, hi
+
+
 def work(
     app: Annotated[str, typer.Argument(help="Where your PgQueue lives: 'myapp.tasks:pgq'.")],
     queue: Annotated[
         str, typer.Option("--queue", "-q", help="Comma-separated queues.")
     ] = "default",
-    concurrency: Annotated[int, typer.Option(help="Jobs run at once in this process.")] = 10,
+    concurrency: Annotated[
+        str,
+        typer.Option(
+            help="Jobs run at once in this process: N, or MIN:MAX to autoscale the slots.",
+            metavar="N|MIN:MAX",
+        ),
+    ] = "10",
+    scale_cooldown: Annotated[
+        float,
+        typer.Option(
+            parser=duration,
+            metavar="DURATION",
+            help="With MIN:MAX: how long slots must sit idle before shrinking.",
+        ),
+    ] = 10.0,
+    scheduler: Annotated[
+        bool, typer.Option(help="Enqueue due cron ticks (safe in every worker).")
+    ] = True,
     burst: Annotated[bool, typer.Option(help="Exit 0 once nothing is ready or running.")] = False,
     lease: Annotated[
         float,
@@ -105,9 +137,13 @@ def work(
     logs.configure(log_level, log_format)
     with friendly_errors():
         pgq = load_app(app)
+        low, high = parse_concurrency(concurrency)
         settings = WorkerSettings(
             queues=[q.strip() for q in queue.split(",") if q.strip()],
-            concurrency=concurrency,
+            concurrency=high,
+            min_concurrency=low if low != high else None,
+            scale_cooldown=scale_cooldown,
+            scheduler=scheduler,
             lease=lease,
             poll_interval=poll_interval,
             shutdown_grace=shutdown_grace,

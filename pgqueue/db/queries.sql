@@ -12,7 +12,8 @@ SELECT e.id, e.created
   FROM pgqueue.enqueue_job(
            %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
            coalesce(%(run_at)s::timestamptz, now() + %(delay)s::interval),
-           %(max_attempts)s, %(idempotency_key)s) AS e
+           %(max_attempts)s, %(idempotency_key)s, %(concurrency_key)s,
+           %(unique_for)s::interval, %(unique_states)s::text[]) AS e
 
 -- name: allocate_job_ids
 -- Bulk enqueue reserves its ids up front (so COPY can write them) and reads the database clock
@@ -21,28 +22,58 @@ SELECT now(), array_agg(nextval('pgqueue.jobs_id_seq'))
   FROM generate_series(1, %(count)s)
 
 -- name: copy_jobs
-COPY pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts, idempotency_key)
+COPY pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts, idempotency_key,
+                   concurrency_key)
 FROM STDIN
 
 -- name: insert_jobs
 INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          idempotency_key)
-SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key
+                          idempotency_key, concurrency_key)
+SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key, ckey
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
               %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
-              %(max_attempts)s::integer[], %(keys)s::text[])
-       AS u(id, queue, task, args, priority, run_at, state, max_attempts, key)
+              %(max_attempts)s::integer[], %(keys)s::text[], %(concurrency_keys)s::text[])
+       AS u(id, queue, task, args, priority, run_at, state, max_attempts, key, ckey)
 
 -- name: insert_jobs_keyed
+-- unique_states travel as comma-separated text (unnest would flatten an array of arrays).
 INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          idempotency_key)
-SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key
+                          idempotency_key, concurrency_key, unique_for, unique_states)
+SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key, ckey, ufor,
+       string_to_array(ustates, ',')
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
               %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
-              %(max_attempts)s::integer[], %(keys)s::text[])
-       AS u(id, queue, task, args, priority, run_at, state, max_attempts, key)
+              %(max_attempts)s::integer[], %(keys)s::text[], %(concurrency_keys)s::text[],
+              %(unique_fors)s::interval[], %(unique_states)s::text[])
+       AS u(id, queue, task, args, priority, run_at, state, max_attempts, key, ckey, ufor,
+            ustates)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id
+
+-- name: kept_idempotency_keys
+-- Keys finished jobs still hold (unique_for not yet over).
+SELECT key, job_id FROM pgqueue.idempotency_keys
+ WHERE key = ANY(%(keys)s::text[]) AND expires_at > now()
+
+-- name: drop_raced_keyed_jobs
+-- Bulk enqueue, after inserting keyed jobs: a holder that finished and kept its key while we
+-- inserted wins; our job is taken back (this statement's snapshot sees the holder's commit).
+DELETE FROM pgqueue.jobs AS j
+ USING pgqueue.idempotency_keys AS k
+ WHERE j.id = ANY(%(ids)s::bigint[]) AND k.key = j.idempotency_key AND k.expires_at > now()
+RETURNING j.id, j.idempotency_key, k.job_id
+
+-- name: check_queue_room
+-- Bounded queues (max_depth) that cannot take this many more jobs. Counting stops at
+-- max_depth, so the check costs at most that many index entries per bounded queue.
+SELECT qs.name, qs.max_depth, pgqueue.queue_depth_up_to(qs.name, qs.max_depth)
+  FROM unnest(%(queues)s::text[], %(counts)s::integer[]) AS b(queue, adding)
+  JOIN pgqueue.queues AS qs ON qs.name = b.queue
+ WHERE qs.max_depth IS NOT NULL
+   AND pgqueue.queue_depth_up_to(qs.name, qs.max_depth) + b.adding > qs.max_depth
+
+-- name: mark_keyed_tasks
+SELECT pgqueue.mark_keyed(%(tasks)s::text[])
 
 -- name: jobs_by_idempotency_keys
 SELECT idempotency_key, id FROM pgqueue.jobs WHERE idempotency_key = ANY(%(keys)s::text[])
@@ -82,6 +113,9 @@ SELECT u.name, u.paused, pg_notify('pgqueue_jobs', u.name) AS notified
 -- in (priority, run_at) order and the scheduled index for due jobs, skipping rows other workers
 -- hold (SKIP LOCKED). The MATERIALIZED fence makes the row locks happen exactly once, before
 -- the UPDATE. Each claim bumps lease_token: the fencing token every later write must present.
+-- When flow control applies to these queues or tasks (weights, limits, keyed jobs, a breaker
+-- not closed), a one-time filter skips the walk: the worker learns it from next_due and claims
+-- with claim_flow instead.
 WITH candidates AS MATERIALIZED (
     SELECT c.id
       FROM unnest(%(queues)s::text[]) AS q(name)
@@ -110,6 +144,7 @@ WITH candidates AS MATERIALIZED (
                 LIMIT %(limit)s
                   FOR UPDATE SKIP LOCKED) AS s
      ) AS c
+     WHERE NOT pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[])
      ORDER BY c.priority, c.run_at, c.id
      LIMIT %(limit)s
 )
@@ -125,10 +160,21 @@ UPDATE pgqueue.jobs AS j
 RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_token,
           j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL
 
+-- name: claim_flow
+-- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
+-- held work back (throttled: seconds until the next token, or 0), or, with throttled = -1,
+-- that flow control no longer applies (claim with claim_jobs again).
+SELECT c.id, c.queue, c.task, c.args, c.attempts, c.max_attempts, c.lease_token, c.priority,
+       c.created_at, c.run_at, c.wants_result, c.throttled
+  FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
+                     %(worker_id)s::uuid, %(running)s::integer[]) AS c
+
 -- name: next_due
 -- When the worker is idle: seconds until the earliest scheduled job in its queues is due (by the
--- database clock), so it can sleep exactly that long.
-SELECT extract(epoch FROM min(n.run_at) - now())
+-- database clock), so it can sleep exactly that long; and whether flow control applies to its
+-- queues and tasks (then claim_jobs claims nothing: use claim_flow).
+SELECT extract(epoch FROM min(n.run_at) - now()),
+       pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[])
   FROM unnest(%(queues)s::text[]) AS q(name)
  CROSS JOIN LATERAL (
        SELECT j.run_at FROM pgqueue.jobs AS j
@@ -143,7 +189,8 @@ SELECT extract(epoch FROM min(n.run_at) - now())
 -- counts (sorted, so concurrent workers lock the rows in one order) and drops day-old counts.
 WITH me AS (
     UPDATE pgqueue.workers
-       SET last_seen = now(), jobs_succeeded = %(succeeded)s, jobs_retried = %(retried)s,
+       SET last_seen = now(), concurrency = %(concurrency)s,
+           jobs_succeeded = %(succeeded)s, jobs_retried = %(retried)s,
            jobs_dead = %(dead)s, jobs_cancelled = %(cancelled)s, leases_lost = %(lost)s
      WHERE id = %(worker_id)s
     RETURNING id
@@ -203,7 +250,8 @@ SELECT id, cancel_requested FROM done
 -- name: fail_jobs
 -- Every unsuccessful outcome, decided in one place with the row locked:
 --   cancelled (cancel requested, or the handler was cancelled) -> job_history as cancelled;
---   'fail' (handler raised Fail) or an error with no attempts left -> dead_letters;
+--   'fail' (handler raised Fail), 'no_retry' (an error the retry policy excludes) or an error
+--   with no attempts left -> dead_letters;
 --   'retry' (handler raised Retry: the attempt is not burned, no error recorded) or an error
 --   with attempts left -> back to the queue at now() + delay (delay from the task's backoff).
 WITH input AS (
@@ -215,7 +263,8 @@ WITH input AS (
     SELECT j.id, j.queue, i.kind, i.delay,
            i.error::jsonb || jsonb_build_object('at', now()) AS error,
            CASE WHEN j.cancel_requested OR i.kind = 'cancelled' THEN 'cancelled'
-                WHEN i.kind = 'fail' OR (i.kind = 'error' AND j.attempts >= j.max_attempts)
+                WHEN i.kind IN ('fail', 'no_retry')
+                     OR (i.kind = 'error' AND j.attempts >= j.max_attempts)
                     THEN 'dead'
                 ELSE 'retry'
            END AS outcome
@@ -248,6 +297,8 @@ WITH input AS (
            idempotency_key, created_at, errors || jsonb_build_array(final_error),
            final_error ->> 'message',
            CASE WHEN kind = 'fail' THEN 'failed permanently (Fail raised)'
+                WHEN kind = 'no_retry' THEN 'not retried: the task''s retry policy excludes '
+                                            || (final_error ->> 'error')
                 ELSE 'max attempts reached' END,
            worker_id
       FROM dead
@@ -688,3 +739,315 @@ RETURNING w.id
 
 -- name: settle_waiting
 SELECT pgqueue.settle_waiting(%(max_parents)s)
+-- Flow control: queue settings, task limits, circuit breakers (pgqueue/flow.py)
+-- ---------------------------------------------------------------------------------------------
+
+-- name: configure_queue
+-- Change the settings flagged set_*; a changed rate limit starts with a full bucket. Workers
+-- are woken (a looser limit may free work at once).
+WITH upserted AS (
+    INSERT INTO pgqueue.queues AS qs (name, weight, max_depth, concurrency_limit, rate_limit,
+                                      rate_burst)
+    VALUES (%(queue)s, %(weight)s, %(max_depth)s, %(concurrency_limit)s, %(rate_limit)s,
+            %(rate_burst)s)
+    ON CONFLICT (name) DO UPDATE
+       SET weight = CASE WHEN %(set_weight)s THEN excluded.weight ELSE qs.weight END,
+           max_depth = CASE WHEN %(set_max_depth)s THEN excluded.max_depth ELSE qs.max_depth END,
+           concurrency_limit = CASE WHEN %(set_concurrency_limit)s
+                                    THEN excluded.concurrency_limit
+                                    ELSE qs.concurrency_limit END,
+           rate_limit = CASE WHEN %(set_rate)s THEN excluded.rate_limit ELSE qs.rate_limit END,
+           rate_burst = CASE WHEN %(set_rate)s THEN excluded.rate_burst ELSE qs.rate_burst END,
+           tokens = CASE WHEN %(set_rate)s THEN NULL ELSE qs.tokens END,
+           tokens_at = CASE WHEN %(set_rate)s THEN NULL ELSE qs.tokens_at END,
+           updated_at = now()
+    RETURNING qs.name, qs.paused, qs.weight, qs.max_depth, qs.concurrency_limit, qs.rate_limit,
+              qs.rate_burst
+)
+SELECT u.*, pg_notify('pgqueue_jobs', u.name) AS notified
+  FROM upserted AS u
+
+-- name: configure_task
+WITH upserted AS (
+    INSERT INTO pgqueue.task_limits AS tl (task, concurrency_limit, key_limit, rate_limit,
+                                           rate_burst)
+    VALUES (%(task)s, %(concurrency_limit)s, coalesce(%(key_limit)s, 1), %(rate_limit)s,
+            %(rate_burst)s)
+    ON CONFLICT (task) DO UPDATE
+       SET concurrency_limit = CASE WHEN %(set_concurrency_limit)s
+                                    THEN excluded.concurrency_limit
+                                    ELSE tl.concurrency_limit END,
+           key_limit = CASE WHEN %(set_key_limit)s THEN excluded.key_limit ELSE tl.key_limit END,
+           rate_limit = CASE WHEN %(set_rate)s THEN excluded.rate_limit ELSE tl.rate_limit END,
+           rate_burst = CASE WHEN %(set_rate)s THEN excluded.rate_burst ELSE tl.rate_burst END,
+           tokens = CASE WHEN %(set_rate)s THEN NULL ELSE tl.tokens END,
+           tokens_at = CASE WHEN %(set_rate)s THEN NULL ELSE tl.tokens_at END,
+           from_code = false,
+           updated_at = now()
+    RETURNING tl.task, tl.concurrency_limit, tl.key_limit, tl.keyed, tl.rate_limit,
+              tl.rate_burst, tl.from_code
+)
+SELECT * FROM upserted
+
+-- name: list_queue_settings
+SELECT name, paused, weight, max_depth, concurrency_limit, rate_limit, rate_burst
+  FROM pgqueue.queues
+ ORDER BY name
+
+-- name: list_task_limits
+SELECT task, concurrency_limit, key_limit, keyed, rate_limit, rate_burst, from_code
+  FROM pgqueue.task_limits
+ ORDER BY task
+
+-- name: list_circuit_breakers
+SELECT task, state, failures, successes, failure_rate, failure_threshold, min_calls,
+       window_length, cooldown, opened_at, open_until, probe_job_id, trips
+  FROM pgqueue.circuit_breaker_status
+ ORDER BY task
+
+-- name: set_circuit_breaker
+UPDATE pgqueue.circuit_breakers AS b
+   SET state = %(state)s,
+       successes = 0, failures = 0, window_start = now(),
+       opened_at = CASE WHEN %(state)s = 'open' THEN now() END,
+       open_until = CASE WHEN %(state)s = 'open'
+                         THEN now() + coalesce(%(open_for)s::interval, b.cooldown) END,
+       probe_job_id = NULL, probe_token = NULL,
+       trips = b.trips + (%(state)s = 'open')::integer,
+       updated_at = now()
+ WHERE b.task = %(task)s
+RETURNING b.task
+
+-- name: sync_task_limits
+-- A worker's start-up: write the limits its code declares (from_code), clear limits an earlier
+-- deploy declared for tasks that no longer declare any. Rows are written in name order.
+WITH declared AS (
+    SELECT *
+      FROM unnest(%(tasks)s::text[], %(concurrency)s::integer[], %(key_limits)s::integer[],
+                  %(rates)s::double precision[], %(bursts)s::double precision[])
+           AS d(task, concurrency_limit, key_limit, rate_limit, rate_burst)
+), upserted AS (
+    INSERT INTO pgqueue.task_limits AS tl (task, concurrency_limit, key_limit, rate_limit,
+                                           rate_burst, from_code)
+    SELECT d.task, d.concurrency_limit, d.key_limit, d.rate_limit, d.rate_burst, true
+      FROM declared AS d
+     ORDER BY d.task
+    ON CONFLICT (task) DO UPDATE
+       SET concurrency_limit = excluded.concurrency_limit,
+           key_limit = excluded.key_limit,
+           rate_limit = excluded.rate_limit,
+           rate_burst = excluded.rate_burst,
+           tokens = CASE WHEN (tl.rate_limit, tl.rate_burst)
+                              IS DISTINCT FROM (excluded.rate_limit, excluded.rate_burst)
+                         THEN NULL ELSE tl.tokens END,
+           tokens_at = CASE WHEN (tl.rate_limit, tl.rate_burst)
+                                 IS DISTINCT FROM (excluded.rate_limit, excluded.rate_burst)
+                            THEN NULL ELSE tl.tokens_at END,
+           from_code = true,
+           updated_at = now()
+     WHERE (tl.concurrency_limit, tl.key_limit, tl.rate_limit, tl.rate_burst, tl.from_code)
+           IS DISTINCT FROM (excluded.concurrency_limit, excluded.key_limit,
+                             excluded.rate_limit, excluded.rate_burst, true)
+    RETURNING tl.task
+), released AS (
+    UPDATE pgqueue.task_limits AS tl
+       SET concurrency_limit = NULL, key_limit = 1, rate_limit = NULL, rate_burst = NULL,
+           tokens = NULL, tokens_at = NULL, from_code = false, updated_at = now()
+     WHERE tl.task = ANY(%(known)s::text[]) AND tl.from_code
+       AND tl.task <> ALL(%(tasks)s::text[])
+    RETURNING tl.task
+)
+SELECT (SELECT count(*) FROM upserted), (SELECT count(*) FROM released)
+
+-- name: sync_circuit_breakers
+-- A worker's start-up: the breakers its code declares (state kept when only settings change);
+-- breakers of its tasks that no longer declare one are removed.
+WITH declared AS (
+    SELECT *
+      FROM unnest(%(tasks)s::text[], %(thresholds)s::double precision[],
+                  %(min_calls)s::integer[], %(windows)s::double precision[],
+                  %(cooldowns)s::double precision[])
+           AS d(task, threshold, min_calls, window_secs, cooldown_secs)
+), upserted AS (
+    INSERT INTO pgqueue.circuit_breakers AS b (task, failure_threshold, min_calls,
+                                               window_length, cooldown)
+    SELECT d.task, d.threshold, d.min_calls, make_interval(secs => d.window_secs),
+           make_interval(secs => d.cooldown_secs)
+      FROM declared AS d
+     ORDER BY d.task
+    ON CONFLICT (task) DO UPDATE
+       SET failure_threshold = excluded.failure_threshold, min_calls = excluded.min_calls,
+           window_length = excluded.window_length, cooldown = excluded.cooldown,
+           updated_at = now()
+     WHERE (b.failure_threshold, b.min_calls, b.window_length, b.cooldown)
+           IS DISTINCT FROM (excluded.failure_threshold, excluded.min_calls,
+                             excluded.window_length, excluded.cooldown)
+    RETURNING b.task
+), removed AS (
+    DELETE FROM pgqueue.circuit_breakers AS b
+     WHERE b.task = ANY(%(known)s::text[]) AND b.task <> ALL(%(tasks)s::text[])
+    RETURNING b.task
+)
+SELECT (SELECT count(*) FROM upserted), (SELECT count(*) FROM removed)
+
+-- name: record_breaker_outcomes
+-- The completer, once per batch that has outcomes of tasks with a breaker: count successes and
+-- failures in the current window, open the breaker when the failure rate reaches its
+-- threshold, and settle a half-open breaker by its probe's outcome. Rows locked in name order.
+WITH input AS (
+    SELECT *
+      FROM unnest(%(tasks)s::text[], %(ids)s::bigint[], %(tokens)s::integer[],
+                  %(failed)s::boolean[]) AS i(task, id, token, failed)
+), per_task AS (
+    SELECT i.task, count(*) FILTER (WHERE NOT i.failed) AS ok,
+           count(*) FILTER (WHERE i.failed) AS bad
+      FROM input AS i GROUP BY i.task
+), locked AS MATERIALIZED (
+    SELECT b.task FROM pgqueue.circuit_breakers AS b
+     WHERE b.task IN (SELECT p.task FROM per_task AS p)
+     ORDER BY b.task
+       FOR NO KEY UPDATE
+), probe AS (
+    SELECT b.task, bool_or(i.failed) AS failed
+      FROM pgqueue.circuit_breakers AS b
+      JOIN locked AS l ON l.task = b.task
+      JOIN input AS i ON i.id = b.probe_job_id AND i.token = b.probe_token
+     WHERE b.state = 'half_open'
+     GROUP BY b.task
+), counted AS (
+    SELECT b.task, pr.failed AS probe_failed,
+           CASE WHEN now() - b.window_start > b.window_length THEN p.ok
+                ELSE b.successes + p.ok END AS s,
+           CASE WHEN now() - b.window_start > b.window_length THEN p.bad
+                ELSE b.failures + p.bad END AS f,
+           CASE WHEN now() - b.window_start > b.window_length THEN now()
+                ELSE b.window_start END AS started
+      FROM pgqueue.circuit_breakers AS b
+      JOIN locked AS l ON l.task = b.task
+      JOIN per_task AS p ON p.task = b.task
+      LEFT JOIN probe AS pr ON pr.task = b.task
+), decided AS (
+    SELECT c.*,
+           CASE WHEN c.probe_failed IS NOT NULL
+                THEN CASE WHEN c.probe_failed THEN 'open' ELSE 'closed' END
+                WHEN b.state = 'closed' AND c.s + c.f >= b.min_calls
+                     AND c.f::double precision / (c.s + c.f) >= b.failure_threshold
+                THEN 'open'
+                ELSE b.state
+           END AS new_state,
+           b.state AS old_state
+      FROM counted AS c
+      JOIN pgqueue.circuit_breakers AS b ON b.task = c.task
+)
+UPDATE pgqueue.circuit_breakers AS b
+   SET state = d.new_state,
+       successes = CASE WHEN d.new_state <> d.old_state THEN 0
+                        WHEN d.old_state = 'closed' THEN d.s ELSE b.successes END,
+       failures = CASE WHEN d.new_state <> d.old_state THEN 0
+                       WHEN d.old_state = 'closed' THEN d.f ELSE b.failures END,
+       window_start = CASE WHEN d.new_state <> d.old_state THEN now()
+                           WHEN d.old_state = 'closed' THEN d.started ELSE b.window_start END,
+       opened_at = CASE WHEN d.new_state = 'open' AND d.new_state <> d.old_state THEN now()
+                        ELSE b.opened_at END,
+       open_until = CASE WHEN d.new_state = 'open' AND d.new_state <> d.old_state
+                         THEN now() + b.cooldown ELSE b.open_until END,
+       probe_job_id = CASE WHEN d.new_state <> d.old_state THEN NULL ELSE b.probe_job_id END,
+       probe_token = CASE WHEN d.new_state <> d.old_state THEN NULL ELSE b.probe_token END,
+       trips = b.trips + (d.new_state = 'open' AND d.new_state <> d.old_state)::integer,
+       updated_at = now()
+  FROM decided AS d
+ WHERE b.task = d.task
+RETURNING b.task, d.old_state, b.state
+
+-- ---------------------------------------------------------------------------------------------
+-- Cron schedules (pgqueue/schedules.py, pgqueue/worker/scheduler.py)
+-- ---------------------------------------------------------------------------------------------
+
+-- name: db_now
+SELECT now()
+
+-- name: save_schedule
+-- Create or update a schedule; a changed expression or time zone restarts it at next_tick.
+INSERT INTO pgqueue.schedules AS s (name, cron, timezone, task, args, queue, priority,
+                                    max_attempts, missed, grace, max_catch_up, next_tick,
+                                    from_code)
+VALUES (%(name)s, %(cron)s, %(timezone)s, %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
+        %(max_attempts)s, %(missed)s, %(grace)s::interval, %(max_catch_up)s, %(next_tick)s,
+        %(from_code)s)
+ON CONFLICT (name) DO UPDATE
+   SET cron = excluded.cron, timezone = excluded.timezone, task = excluded.task,
+       args = excluded.args, queue = excluded.queue, priority = excluded.priority,
+       max_attempts = excluded.max_attempts, missed = excluded.missed, grace = excluded.grace,
+       max_catch_up = excluded.max_catch_up, from_code = excluded.from_code,
+       next_tick = CASE WHEN (s.cron, s.timezone) IS DISTINCT FROM (excluded.cron,
+                                                                     excluded.timezone)
+                        THEN excluded.next_tick ELSE s.next_tick END,
+       updated_at = now()
+ WHERE (s.cron, s.timezone, s.task, s.args, s.queue, s.priority, s.max_attempts, s.missed,
+        s.grace, s.max_catch_up, s.from_code)
+       IS DISTINCT FROM (excluded.cron, excluded.timezone, excluded.task, excluded.args,
+                         excluded.queue, excluded.priority, excluded.max_attempts,
+                         excluded.missed, excluded.grace, excluded.max_catch_up,
+                         excluded.from_code)
+
+-- name: list_schedules
+SELECT name, cron, timezone, task, queue, args, missed, paused, next_tick, last_tick,
+       last_enqueued_at, ticks_enqueued, ticks_skipped
+  FROM pgqueue.schedules
+ ORDER BY name
+
+-- name: schedule_definition
+SELECT cron, timezone, now() FROM pgqueue.schedules WHERE name = %(name)s
+
+-- name: set_schedule_paused
+UPDATE pgqueue.schedules
+   SET paused = %(paused)s,
+       next_tick = CASE WHEN %(paused)s THEN next_tick ELSE %(next_tick)s END,
+       updated_at = now()
+ WHERE name = %(name)s
+
+-- name: delete_schedule
+DELETE FROM pgqueue.schedules WHERE name = %(name)s RETURNING name
+
+-- name: due_schedules
+SELECT name, cron, timezone, next_tick, missed, grace, max_catch_up, now()
+  FROM pgqueue.schedules
+ WHERE NOT paused AND next_tick <= now()
+ ORDER BY next_tick
+ LIMIT 100
+
+-- name: enqueue_schedule_ticks
+-- Exactly once per tick: move next_tick forward only if it is still what this worker read
+-- (compare-and-set), and enqueue the ticks' jobs in the same statement. A worker that lost
+-- the race gets no rows and enqueued nothing.
+WITH advanced AS (
+    UPDATE pgqueue.schedules AS s
+       SET next_tick = %(next_tick)s,
+           last_tick = coalesce((SELECT max(t) FROM unnest(%(ticks)s::timestamptz[]) AS t),
+                                s.last_tick),
+           last_enqueued_at = CASE WHEN cardinality(%(ticks)s::timestamptz[]) > 0 THEN now()
+                                   ELSE s.last_enqueued_at END,
+           ticks_enqueued = s.ticks_enqueued + cardinality(%(ticks)s::timestamptz[]),
+           ticks_skipped = s.ticks_skipped + %(skipped)s,
+           updated_at = now()
+     WHERE s.name = %(name)s AND s.next_tick = %(expected)s AND NOT s.paused
+    RETURNING s.*
+)
+-- One row with a NULL tick when the compare-and-set won but every tick was skipped.
+SELECT x.tick, x.id, x.created
+  FROM advanced AS a
+  LEFT JOIN LATERAL (
+       SELECT t.tick, e.id, e.created
+         FROM unnest(%(ticks)s::timestamptz[]) AS t(tick)
+        CROSS JOIN LATERAL pgqueue.enqueue_job(
+                  a.task, a.args, a.queue, a.priority, t.tick, a.max_attempts,
+                  'pgqueue.cron:' || a.name || ':'
+                      || to_char(t.tick AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')) AS e
+       ) AS x ON true
+
+-- name: next_schedule_in
+SELECT extract(epoch FROM min(next_tick) - now()) FROM pgqueue.schedules WHERE NOT paused
+
+-- name: prune_idempotency_keys
+DELETE FROM pgqueue.idempotency_keys
+ WHERE key IN (SELECT key FROM pgqueue.idempotency_keys WHERE expires_at <= now() LIMIT 10000)

@@ -17,14 +17,19 @@ MAX_BATCH = 1000
 
 # What fail_jobs decided, in the words of the logs.
 _VERBS = {"retry": "rescheduled", "dead": "dead-lettered", "cancelled": "cancelled"}
+# Outcome kinds a circuit breaker counts as failures.
+_FAILURES = ("error", "fail", "no_retry")
 
 
 class Completer(Service):
     name = "completer"
 
-    def __init__(self, db: WorkerDB) -> None:
+    def __init__(self, db: WorkerDB, breaker_tasks: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.db = db
+        # Tasks with a circuit breaker: their outcomes are also counted in
+        # pgqueue.circuit_breakers (one more statement per batch that has any).
+        self.breaker_tasks = breaker_tasks
         self.pending: list[Outcome] = []
         self.in_flight: list[Outcome] = []
 
@@ -57,6 +62,7 @@ class Completer(Service):
     async def _write(self, batch: list[Outcome]) -> None:
         acks = [o for o in batch if o.kind == "ack"]
         others = [o for o in batch if o.kind != "ack"]
+        breaker: list[tuple[Outcome, bool]] = []
         if acks:
             rows = await self.db.fetch(
                 "ack_jobs",
@@ -74,6 +80,8 @@ class Completer(Service):
                     self._written(outcome, "stale")
                 else:
                     self._written(outcome, "cancelled" if cancelled else "succeeded")
+                    if not cancelled and outcome.job.task in self.breaker_tasks:
+                        breaker.append((outcome, False))
         if others:
             rows = await self.db.fetch(
                 "fail_jobs",
@@ -87,7 +95,30 @@ class Completer(Service):
             )
             decided: dict[int, str] = {row[0]: row[1] for row in rows}
             for outcome in others:
-                self._written(outcome, decided.get(outcome.job.id, "stale"))
+                written = decided.get(outcome.job.id, "stale")
+                self._written(outcome, written)
+                if (
+                    outcome.job.task in self.breaker_tasks
+                    and outcome.kind in _FAILURES
+                    and written in ("retry", "dead")
+                ):
+                    breaker.append((outcome, True))
+        if breaker:
+            await self._record_breakers(breaker)
+
+    async def _record_breakers(self, outcomes: list[tuple[Outcome, bool]]) -> None:
+        rows = await self.db.fetch(
+            "record_breaker_outcomes",
+            {
+                "tasks": [o.job.task for o, _ in outcomes],
+                "ids": [o.job.id for o, _ in outcomes],
+                "tokens": [o.job.lease_token for o, _ in outcomes],
+                "failed": [failed for _, failed in outcomes],
+            },
+        )
+        for task, before, after in rows:
+            if before != after:
+                self.log.warning("circuit breaker %s task=%s (was %s)", after, task, before)
 
     def _written(self, outcome: Outcome, written: str) -> None:
         self.observer.job_written(outcome, written)

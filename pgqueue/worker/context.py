@@ -35,7 +35,7 @@ class ClaimedJob:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
-        return cls(*row)
+        return cls(*row[:11])
 
 
 @dataclass(eq=False)
@@ -76,6 +76,11 @@ class JobContext:
     @property
     def args(self) -> dict[str, Any]:
         return self.job.args
+
+    @property
+    def run_at(self) -> datetime:
+        """When the job was due (for a cron job: its tick)."""
+        return self.job.run_at
 
     @property
     def cancelled(self) -> bool:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from pgqueue.errors import Fail, InvalidJobError, JobCancelled, Retry
@@ -31,7 +32,8 @@ log = logging.getLogger("pgqueue.worker.executor")
 
 
 class JobTimeout(Exception):
-    """The handler ran longer than its task's timeout."""
+    """The handler ran longer than its task's timeout (a failed attempt, retried like any other
+    error unless the task's ``no_retry_on`` includes it)."""
 
 
 @dataclass(eq=False)
@@ -49,6 +51,7 @@ class Executor:
         concurrency: int,
         worker_id: str,
         submit: Callable[[Outcome], None],
+        max_concurrency: int | None = None,
     ) -> None:
         self.tasks = tasks
         self.concurrency = concurrency
@@ -61,10 +64,15 @@ class Executor:
         self.abandoned = 0  # sync handlers still running past their timeout
         self.threads_busy = 0  # sync handlers executing right now (touched only on the loop)
         self._threads = ThreadPoolExecutor(
-            max_workers=concurrency, thread_name_prefix="pgqueue-job"
+            max_workers=max(concurrency, max_concurrency or 0), thread_name_prefix="pgqueue-job"
         )
 
     # -- slots -------------------------------------------------------------------------------
+
+    def resize(self, concurrency: int) -> None:
+        """Change the number of slots (the autoscaler); running jobs are never stopped."""
+        self.concurrency = concurrency
+        self.slot_freed.set()  # a fetcher waiting for a slot may have one now
 
     def free_slots(self) -> int:
         return self.concurrency - len(self.running)
@@ -126,7 +134,9 @@ class Executor:
         except JobTimeout as exc:
             return self._failed(task, job, exc)
         except Retry as exc:
-            delay = exc.delay if exc.delay is not None else task.backoff(job.attempt)
+            delay = exc.delay if exc.delay is not None else task.retry_delay(job.attempt, exc)
+            if isinstance(delay, timedelta):
+                delay = delay.total_seconds()
             return Outcome(job, "retry", float(delay))
         except Fail as exc:
             return Outcome.from_exception(job, "fail", exc, self.worker_id)
@@ -148,7 +158,14 @@ class Executor:
         return Outcome(job, "ack", result=result)
 
     def _failed(self, task: Task[..., Any], job: ClaimedJob, exc: BaseException) -> Outcome:
-        delay = task.backoff(job.attempt) if job.attempt < job.max_attempts else 0.0
+        if not task.retry_policy.retryable(exc):
+            # retry_on / no_retry_on say this error is final: dead-letter now.
+            return Outcome.from_exception(job, "no_retry", exc, self.worker_id)
+        try:
+            delay = task.retry_delay(job.attempt, exc) if job.attempt < job.max_attempts else 0.0
+        except Exception:
+            log.exception("backoff policy failed; retrying at once task=%s", task.name)
+            delay = 0.0
         return Outcome.from_exception(job, "error", exc, self.worker_id, delay)
 
     def _stopped(self, running: Running, exc: BaseException | None) -> Outcome | None:

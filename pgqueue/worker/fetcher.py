@@ -4,6 +4,13 @@ It claims again at once while claims come back full (there is more work); otherw
 until the earliest of: a NOTIFY for one of its queues (the listener wakes it), the next
 scheduled job becoming due (a timer read from the database), or the poll interval (the fallback
 for lost notifications).
+
+Flow control: the plain claim skips its walk when weights, limits, keyed jobs or a breaker apply
+to the worker's queues or tasks; ``next_due`` (run whenever a claim was not full) says so, and
+the fetcher then claims with ``pgqueue.claim`` until that says flow control no longer applies.
+When limits held ready work back, the claim says so; the fetcher then claims again after the
+hinted delay (the next rate-limit token) or a short backoff (a running job elsewhere must
+finish first), capped at ``throttle_cap`` seconds.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from datetime import timedelta
 
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.context import ClaimedJob
-from pgqueue.worker.db import WorkerDB
+from pgqueue.worker.db import Row, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.service import Service
 
@@ -40,18 +47,26 @@ class Fetcher(Service):
         self.db = db
         self.executor = executor
         self.completer = completer
+        self.queues = queues
         self.params = {
             "queues": queues,
             "tasks": task_names,
             "lease": timedelta(seconds=lease),
             "worker_id": worker_id,
             "limit": 0,
+            "running": [0] * len(queues),
         }
         self.poll_interval = poll_interval
         self.burst = burst
         self.on_burst_done = on_burst_done
         self._next_sleep = 0.0
         self._idle_empty_claims = 0
+        #: The last claim filled every free slot (more work is probably waiting).
+        self.saturated = False
+        self.throttle_cap = 1.0
+        #: Flow control applies to this worker's queues or tasks: claim with pgqueue.claim.
+        self.flow = False
+        self._throttle_backoff = 0.0
 
     def interval(self) -> float:
         return self._next_sleep
@@ -60,7 +75,8 @@ class Fetcher(Service):
         await self.executor.wait_for_slot()
         free = self.executor.free_slots()
         self.params["limit"] = free
-        rows = await self.db.fetch("claim_jobs", self.params)
+        self.params["running"] = self._running_per_queue()
+        rows, throttled = await self._claim()
         for row in rows:
             job = ClaimedJob.from_row(row)
             self.log.info(
@@ -72,15 +88,31 @@ class Fetcher(Service):
             )
             self.executor.start(job)
             self.observer.job_started(job)
-        if len(rows) >= free:
+        claimed = len(rows)
+        self.saturated = claimed >= free
+        if claimed >= free:
             self._next_sleep = 0.0  # there may be more: claim again as soon as slots free up
             self._idle_empty_claims = 0
+            self._throttle_backoff = 0.0
+            return
+        if throttled is not None:
+            # Work is waiting behind a limit: look again when a token is due, or soon.
+            self._throttle_backoff = min(self.throttle_cap, max(0.05, self._throttle_backoff * 2))
+            wait = throttled if throttled > 0 else self._throttle_backoff
+            self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
+            self._idle_empty_claims = 0
+            return
+        self._throttle_backoff = 0.0
+        due = await self.db.fetch("next_due", self.params)
+        if due and due[0][1] and not self.flow:
+            # Flow control applies (claim_jobs skipped its walk): claim the other way, now.
+            self.flow = True
+            self._next_sleep = 0.0
             return
         if self.burst and self._burst_finished(bool(rows)):
             self.on_burst_done()
             self.stop()
             return
-        due = await self.db.fetch("next_due", self.params)
         seconds = due[0][0] if due and due[0][0] is not None else None
         self._next_sleep = (
             self.poll_interval
@@ -90,6 +122,29 @@ class Fetcher(Service):
         if self.burst:
             # Burst mode does not wait for notifications; it polls briefly until done.
             self._next_sleep = min(self._next_sleep, 0.05)
+
+    async def _claim(self) -> tuple[list[Row], float | None]:
+        """Claim with the plain statement, or with pgqueue.claim while flow control applies.
+        Returns the jobs and, when limits held work back, the seconds until a retry may succeed
+        (0: unknown)."""
+        if not self.flow:
+            return await self.db.fetch("claim_jobs", self.params), None
+        rows = await self.db.fetch("claim_flow", self.params)
+        signals = [float(row[11]) for row in rows if row[0] is None]
+        if any(signal < 0 for signal in signals):
+            self.flow = False  # no flow control applies any more
+        throttled = next((signal for signal in signals if signal >= 0), None)
+        return [row for row in rows if row[0] is not None], throttled
+
+    def _running_per_queue(self) -> list[int]:
+        """This worker's running jobs per queue (the claim's fair share accounts for them)."""
+        index = {queue: i for i, queue in enumerate(self.queues)}
+        counts = [0] * len(self.queues)
+        for running in self.executor.running.values():
+            position = index.get(running.job.queue)
+            if position is not None:
+                counts[position] += 1
+        return counts
 
     def _burst_finished(self, claimed_any: bool) -> bool:
         """Nothing ready and nothing running or unwritten, twice in a row (a retry written in

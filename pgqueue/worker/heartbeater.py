@@ -54,6 +54,7 @@ class Heartbeater(Service):
                     "lease": timedelta(seconds=self.lease),
                     "ids": [job_id for job_id, _ in held],
                     "tokens": [token for _, token in held],
+                    "concurrency": self.executor.concurrency,
                     **self.stats.as_params(),
                     **JobCounts.as_params(counted),
                 },

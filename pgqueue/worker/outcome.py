@@ -11,8 +11,9 @@ from pgqueue.worker.context import ClaimedJob
 
 #: ack: succeeded. error: raised (retry with backoff while attempts remain, else dead letter).
 #: retry: raised Retry (reschedule, attempt not burned). fail: raised Fail (dead letter now).
-#: cancelled: stopped because the job was cancelled.
-Kind = Literal["ack", "error", "retry", "fail", "cancelled"]
+#: cancelled: stopped because the job was cancelled. no_retry: raised an error the task's retry
+#: policy excludes (retry_on / no_retry_on): dead letter now.
+Kind = Literal["ack", "error", "retry", "fail", "cancelled", "no_retry"]
 
 # Tracebacks are for humans; a runaway recursion must not put megabytes into every row.
 _MAX_TRACEBACK = 16_000

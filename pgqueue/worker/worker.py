@@ -26,7 +26,7 @@ reaped) changes nothing. All times come from the database clock.
 Services (each a :class:`~pgqueue.worker.service.Service` in its own module): fetcher (claims),
 executor (runs handlers), completer (writes outcomes in batches), heartbeater (extends leases),
 listener (LISTEN for wake-ups and cancels), reaper (recovers expired leases), pruner
-(retention).
+(retention), scheduler (cron ticks), autoscaler (slots between ``--concurrency MIN:MAX``).
 
 Workflow jobs start ``waiting`` (not in any claim index) and become ``ready`` in the statement
 that records their last parent's success; a parent ending dead or cancelled cancels them (see
@@ -52,9 +52,12 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import logs
 from pgqueue._version import __version__
+from pgqueue.client_flow import declarations
 from pgqueue.config import configured_dsn, resolve_dsn
+from pgqueue.db import plan as plans
 from pgqueue.errors import ConfigurationError
 from pgqueue.payload import check_name
+from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB
@@ -65,10 +68,12 @@ from pgqueue.worker.listener import Listener
 from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats
 from pgqueue.worker.pruner import Pruner
 from pgqueue.worker.reaper import Reaper
+from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import RetryDelay, Service
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue
+
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -81,7 +86,11 @@ class WorkerSettings:
     """Everything ``pgq work`` can set. Durations are in seconds."""
 
     queues: list[str] = field(default_factory=lambda: ["default"])
-    concurrency: int = 10
+    concurrency: int = 10  # the slots, or the most slots when min_concurrency is set
+    min_concurrency: int | None = None  # autoscale between this and concurrency
+    scale_cooldown: float = 10.0  # seconds between shrinking steps (and after any change)
+    scheduler: bool = True  # enqueue due cron ticks (safe in every worker)
+    scheduler_interval: float = 2.0  # longest sleep between looks at the schedules
     lease: float = 30.0
     poll_interval: float = 5.0
     shutdown_grace: float = 30.0
@@ -99,6 +108,13 @@ class WorkerSettings:
             check_name(queue, "queue name")
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.min_concurrency is not None and not 1 <= self.min_concurrency <= self.concurrency:
+            raise ConfigurationError(
+                f"concurrency range {self.min_concurrency}:{self.concurrency} must satisfy "
+                "1 <= MIN <= MAX"
+            )
+        if self.scale_cooldown <= 0 or self.scheduler_interval <= 0:
+            raise ConfigurationError("scale cooldown and scheduler interval must be positive")
         if self.lease < 0.5:
             raise ConfigurationError(f"lease must be at least 0.5s, got {self.lease}s")
         if self.poll_interval <= 0:
@@ -177,9 +193,16 @@ class Worker:
         dsn = self._dsn if self._dsn is not None else await asyncio.to_thread(resolve_dsn, None)
         db = WorkerDB(dsn, size=4, prepare=settings.prepare)
         await db.open()
-        completer = Completer(db)
+        completer = Completer(
+            db,
+            frozenset(n for n, t in self.app.tasks.items() if t.circuit_breaker is not None),
+        )
         executor = self.executor = Executor(
-            self.app.tasks, settings.concurrency, self.id, completer.submit
+            self.app.tasks,
+            settings.min_concurrency or settings.concurrency,
+            self.id,
+            completer.submit,
+            max_concurrency=settings.concurrency,
         )
         fetcher = Fetcher(
             db,
@@ -220,6 +243,18 @@ class Worker:
             services.append(Reaper(db, every=settings.reaper_interval))
         if settings.prune_interval is not None:
             services.append(Pruner(db, every=settings.prune_interval))
+        if settings.scheduler:
+            services.append(Scheduler(db, max_interval=settings.scheduler_interval))
+        if settings.min_concurrency is not None and settings.min_concurrency < settings.concurrency:
+            services.append(
+                Autoscaler(
+                    executor,
+                    fetcher,
+                    minimum=settings.min_concurrency,
+                    maximum=settings.concurrency,
+                    cooldown=settings.scale_cooldown,
+                )
+            )
         for service in (fetcher, *services):
             service.observer = self.observer
         tasks: list[asyncio.Task[None]] = []
@@ -228,6 +263,7 @@ class Worker:
             registered = await self._register(db)
             if not registered:
                 return
+            await self._sync_declarations(db)
             log.info(
                 "worker started worker_id=%s queues=%s concurrency=%s lease=%ss tasks=%s pid=%s",
                 self.id,
@@ -307,6 +343,15 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop_async.wait(), wait)
         return False
+
+    async def _sync_declarations(self, db: WorkerDB) -> None:
+        """Write the code's task limits, breakers and schedules (see PgQueue.sync_declarations).
+        A failure is logged: the worker still runs with what the database already has."""
+        try:
+            async with db.pool.connection(timeout=10) as conn, conn.transaction():
+                await plans.run_async(declarations(self.app), conn)
+        except TRANSIENT_ERRORS as exc:
+            log.warning("could not write task declarations error=%r", str(exc)[:200])
 
     async def _deregister(self, db: WorkerDB) -> None:
         try:

@@ -145,7 +145,7 @@ def _write(
                 "parent_results": {str(p): succeeded[p] for p in spec.depends_on if p in succeeded},
             }
         )
-    yield Query("insert_workflow_jobs", _columns(job_rows, (*JOB_COLUMNS[:-1], "result_ttls")))
+    yield Query("insert_workflow_jobs", _columns(job_rows, (*JOB_COLUMNS[:8], "result_ttls")))
     yield Query("insert_workflow_nodes", {"workflow_id": workflow_id, "nodes": Jsonb(node_rows)})
     if edges:
         yield Query(

@@ -199,6 +199,7 @@ def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, p
                         "cancelled": 0,
                         "lost": 0,
                         **JobCounts.as_params({}),
+                        "concurrency": 10,
                     },
                 ).fetchall()
                 == []

@@ -1,7 +1,7 @@
 """Workflows and results: waiting jobs, dependencies settled in the finishing transaction,
 stored results, retention settings.
 
-Revision ID: 0005
+Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-01
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from alembic import op
 
-revision: str = "0005"
+revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | None = None
 depends_on: str | None = None

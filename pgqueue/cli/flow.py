@@ -1,0 +1,158 @@
+"""``pgq queue``, ``pgq task``, ``pgq breaker``: flow-control settings and circuit breakers.
+
+Settings take a value or ``none`` (clear it); settings not given stay as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from pgqueue.cli.common import DsnOption, JsonOption, duration, print_rows, with_app
+from pgqueue.errors import ConfigurationError
+from pgqueue.flow import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS, UNSET, RateLimit
+
+queue_app = typer.Typer(
+    help="Per-queue flow control: weight, max depth, limits.", no_args_is_help=True
+)
+task_app = typer.Typer(help="Per-task limits: concurrency, per-key, rate.", no_args_is_help=True)
+breaker_app = typer.Typer(help="Circuit breakers: list, reset, open.", no_args_is_help=True)
+
+Setting = Annotated[str | None, typer.Option(metavar="N|none")]
+RateSetting = Annotated[
+    str | None, typer.Option("--rate", metavar="20/s|100/m|none", help="Token bucket rate.")
+]
+Burst = Annotated[float | None, typer.Option(help="Token bucket size (default: one period).")]
+
+
+def _int(value: str | None, what: str) -> Any:
+    if value is None:
+        return UNSET
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"--{what} must be a whole number or 'none', got {value!r}"
+        ) from None
+
+
+def _rate(value: str | None, burst: float | None) -> Any:
+    if value is None:
+        if burst is not None:
+            raise ConfigurationError("--burst needs --rate")
+        return UNSET
+    if value.strip().lower() == "none":
+        return None
+    return RateLimit.parse(value, burst)
+
+
+@queue_app.command("set")
+def queue_set(
+    queue: Annotated[str, typer.Argument(help="Queue name.")],
+    weight: Annotated[str | None, typer.Option(metavar="N|none", help="Fair-share weight.")] = None,
+    max_depth: Annotated[
+        str | None, typer.Option(metavar="N|none", help="Refuse enqueues beyond this many waiting.")
+    ] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(metavar="N|none", help="Running at once, across all workers.")
+    ] = None,
+    rate: RateSetting = None,
+    burst: Burst = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Change a queue's settings (workers apply them at their next claim)."""
+    row = with_app(
+        dsn,
+        lambda pgq: pgq.configure_queue(
+            queue,
+            weight=_int(weight, "weight"),
+            max_depth=_int(max_depth, "max-depth"),
+            concurrency_limit=_int(concurrency, "concurrency"),
+            rate_limit=_rate(rate, burst),
+        ),
+    )
+    print_rows([row], QUEUE_COLUMNS, as_json=False, title="queue")
+
+
+@queue_app.command("list")
+def queue_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Every configured queue's settings (depth: `pgq stats` or view pgqueue.queue_depth)."""
+    rows = with_app(dsn, lambda pgq: pgq.queue_settings())
+    print_rows(rows, QUEUE_COLUMNS, as_json=as_json, title="queues")
+
+
+@task_app.command("set")
+def task_set(
+    task: Annotated[str, typer.Argument(help="Task name.")],
+    concurrency: Annotated[
+        str | None, typer.Option(metavar="N|none", help="Running at once, across all workers.")
+    ] = None,
+    key_limit: Annotated[
+        str | None, typer.Option(metavar="N|none", help="Running at once per concurrency key.")
+    ] = None,
+    rate: RateSetting = None,
+    burst: Burst = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Change a task's limits (a worker start re-applies what the code declares)."""
+    row = with_app(
+        dsn,
+        lambda pgq: pgq.configure_task(
+            task,
+            concurrency_limit=_int(concurrency, "concurrency"),
+            key_limit=_int(key_limit, "key-limit"),
+            rate_limit=_rate(rate, burst),
+        ),
+    )
+    print_rows([row], TASK_COLUMNS, as_json=False, title="task")
+
+
+@task_app.command("list")
+def task_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Every task with limits (table pgqueue.task_limits)."""
+    rows = with_app(dsn, lambda pgq: pgq.task_limits())
+    print_rows(rows, TASK_COLUMNS, as_json=as_json, title="task limits")
+
+
+@breaker_app.command("list")
+def breaker_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Every circuit breaker (view pgqueue.circuit_breaker_status)."""
+    rows = with_app(dsn, lambda pgq: pgq.circuit_breakers())
+    print_rows(rows, BREAKER_COLUMNS, as_json=as_json, title="circuit breakers")
+
+
+@breaker_app.command("reset")
+def breaker_reset(
+    task: Annotated[str, typer.Argument(help="Task name.")], dsn: DsnOption = None
+) -> None:
+    """Close a task's breaker now: its waiting jobs are claimed again."""
+    _set_breaker(task, dsn, None)
+
+
+@breaker_app.command("open")
+def breaker_open(
+    task: Annotated[str, typer.Argument(help="Task name.")],
+    duration_: Annotated[
+        float | None,
+        typer.Option("--for", parser=duration, metavar="DURATION", help="Default: its cooldown."),
+    ] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Open a task's breaker by hand: workers leave its jobs waiting."""
+    _set_breaker(task, dsn, duration_ if duration_ is not None else -1.0)
+
+
+def _set_breaker(task: str, dsn: str | None, open_for: float | None) -> None:
+    if open_for is None:
+        found = with_app(dsn, lambda pgq: pgq.reset_breaker(task))
+    else:
+        found = with_app(
+            dsn, lambda pgq: pgq.trip_breaker(task, open_for if open_for >= 0 else None)
+        )
+    if not found:
+        typer.echo(f"task {task!r} has no circuit breaker", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"breaker of {task!r} {'closed' if open_for is None else 'opened'}")

@@ -1,0 +1,272 @@
+"""Flow control settings: per-queue and per-task limits, rate limits, circuit breakers.
+
+Every limit lives in PostgreSQL (``pgqueue.queues``, ``pgqueue.task_limits``,
+``pgqueue.circuit_breakers``) and is enforced by the claim (``pgqueue.claim``), so it holds across
+every worker. Task limits and breakers can be declared on the task (``@pgq.task(...)``; workers
+write them at start-up) or set by operators (:meth:`PgQueue.configure_task`, ``pgq task set``).
+Queue settings are set by operators (:meth:`PgQueue.configure_queue`, ``pgq queue set``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from pgqueue.db.plan import Plan, Query
+from pgqueue.errors import ConfigurationError
+from pgqueue.payload import check_name
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: "Leave this setting as it is" (``None`` clears a setting).
+UNSET: Final = _Unset()
+
+_PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
+            "h": 3600.0, "hour": 3600.0}  # fmt: skip
+_RATE = re.compile(r"^\s*(?P<count>\d+(?:\.\d+)?)\s*/\s*(?P<period>[a-z]+)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A token bucket: ``rate`` jobs started per second on average, bursts of ``burst``.
+
+    ``RateLimit.parse("20/s")`` (or ``"100/m"``, ``"5/h"``): the burst defaults to one period's
+    worth (20, 100, 5).
+    """
+
+    rate: float
+    burst: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.rate, int | float) and math.isfinite(self.rate) and self.rate > 0):
+            raise ConfigurationError(f"a rate limit must be a positive number, got {self.rate!r}")
+        if self.burst is not None and not (
+            isinstance(self.burst, int | float) and math.isfinite(self.burst) and self.burst >= 1
+        ):
+            raise ConfigurationError(f"a rate limit's burst must be at least 1, got {self.burst!r}")
+
+    @property
+    def bucket(self) -> float:
+        """The bucket size actually used (at least one token)."""
+        return float(self.burst) if self.burst is not None else max(1.0, self.rate)
+
+    @classmethod
+    def parse(cls, value: str | float | RateLimit, burst: float | None = None) -> RateLimit:
+        if isinstance(value, RateLimit):
+            return value if burst is None else cls(value.rate, burst)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return cls(float(value), burst)
+        if isinstance(value, str):
+            match = _RATE.match(value.lower())
+            if match and match.group("period") in _PERIODS:
+                count = float(match.group("count"))
+                period = _PERIODS[match.group("period")]
+                return cls(count / period, burst if burst is not None else max(1.0, count))
+        raise ConfigurationError(
+            f"invalid rate limit {value!r}: use e.g. '20/s', '100/m', '5/h' or a RateLimit"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.rate:g}/s (burst {self.bucket:g})"
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitBreaker:
+    """Stop claiming a task while it keeps failing.
+
+    When at least ``min_calls`` attempts finished within the current ``window`` (seconds) and the
+    share of failures reaches ``failure_threshold``, the breaker opens: workers leave the task's
+    jobs waiting for ``cooldown`` seconds. Then one probe job runs (half-open): success closes
+    the breaker, failure opens it for another cooldown.
+    """
+
+    failure_threshold: float = 0.5
+    min_calls: int = 10
+    window: float = 60.0
+    cooldown: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.failure_threshold <= 1:
+            raise ConfigurationError(
+                f"failure_threshold must be in (0, 1], got {self.failure_threshold!r}"
+            )
+        if not isinstance(self.min_calls, int) or self.min_calls < 1:
+            raise ConfigurationError(f"min_calls must be at least 1, got {self.min_calls!r}")
+        for name in ("window", "cooldown"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigurationError(f"{name} must be a positive number of seconds")
+
+
+def check_limit(value: object, what: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"{what} must be a positive integer or None, got {value!r}")
+    return value
+
+
+# -- plans -----------------------------------------------------------------------------------
+
+QUEUE_COLUMNS = (
+    "queue",
+    "paused",
+    "weight",
+    "max_depth",
+    "concurrency_limit",
+    "rate_limit",
+    "rate_burst",
+)
+TASK_COLUMNS = (
+    "task",
+    "concurrency_limit",
+    "key_limit",
+    "keyed",
+    "rate_limit",
+    "rate_burst",
+    "from_code",
+)
+BREAKER_COLUMNS = (
+    "task",
+    "state",
+    "failures",
+    "successes",
+    "failure_rate",
+    "failure_threshold",
+    "min_calls",
+    "window_length",
+    "cooldown",
+    "opened_at",
+    "open_until",
+    "probe_job_id",
+    "trips",
+)
+
+
+def _changes(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Query parameters: each setting's value and whether to change it."""
+    params: dict[str, Any] = {}
+    for name, value in values.items():
+        params[f"set_{name}"] = value is not UNSET
+        params[name] = None if value is UNSET else value
+    return params
+
+
+def _rate_changes(rate_limit: Any) -> dict[str, Any]:
+    rate = None if rate_limit is None or rate_limit is UNSET else RateLimit.parse(rate_limit)
+    return {
+        "set_rate": rate_limit is not UNSET,
+        "rate_limit": rate.rate if rate else None,
+        "rate_burst": rate.bucket if rate else None,
+    }
+
+
+def configure_queue(
+    queue: str,
+    *,
+    weight: Any = UNSET,
+    max_depth: Any = UNSET,
+    concurrency_limit: Any = UNSET,
+    rate_limit: Any = UNSET,
+) -> Plan[dict[str, Any]]:
+    check_name(queue, "queue name")
+    if weight is not UNSET and weight is not None:
+        check_limit(weight, "weight")
+    for value, what in ((max_depth, "max_depth"), (concurrency_limit, "concurrency_limit")):
+        if value is not UNSET:
+            check_limit(value, what)
+    params = _changes(
+        {"weight": weight, "max_depth": max_depth, "concurrency_limit": concurrency_limit}
+    )
+    params.update(queue=queue, **_rate_changes(rate_limit))
+    rows = yield Query("configure_queue", params)
+    return dict(zip(QUEUE_COLUMNS, rows[0][: len(QUEUE_COLUMNS)], strict=True))
+
+
+def configure_task(
+    task: str,
+    *,
+    concurrency_limit: Any = UNSET,
+    key_limit: Any = UNSET,
+    rate_limit: Any = UNSET,
+) -> Plan[dict[str, Any]]:
+    check_name(task, "task name")
+    if concurrency_limit is not UNSET:
+        check_limit(concurrency_limit, "concurrency_limit")
+    if key_limit is not UNSET:
+        key_limit = check_limit(key_limit, "key_limit") or 1
+    params = _changes({"concurrency_limit": concurrency_limit, "key_limit": key_limit})
+    params.update(task=task, **_rate_changes(rate_limit))
+    rows = yield Query("configure_task", params)
+    return dict(zip(TASK_COLUMNS, rows[0], strict=True))
+
+
+def list_queue_settings() -> Plan[list[dict[str, Any]]]:
+    rows = yield Query("list_queue_settings")
+    return [dict(zip(QUEUE_COLUMNS, row, strict=True)) for row in rows]
+
+
+def list_task_limits() -> Plan[list[dict[str, Any]]]:
+    rows = yield Query("list_task_limits")
+    return [dict(zip(TASK_COLUMNS, row, strict=True)) for row in rows]
+
+
+def list_breakers() -> Plan[list[dict[str, Any]]]:
+    rows = yield Query("list_circuit_breakers")
+    return [dict(zip(BREAKER_COLUMNS, row, strict=True)) for row in rows]
+
+
+def set_breaker(task: str, state: str, open_for: float | None = None) -> Plan[bool]:
+    """Close (reset) or open (trip) a breaker by hand; False if the task has none."""
+    if state not in ("closed", "open"):
+        raise ConfigurationError(f"a breaker can be set 'closed' or 'open', not {state!r}")
+    rows = yield Query(
+        "set_circuit_breaker",
+        {
+            "task": check_name(task, "task name"),
+            "state": state,
+            "open_for": timedelta(seconds=open_for) if open_for is not None else None,
+        },
+    )
+    return bool(rows)
+
+
+def sync_task_declarations(
+    known: list[str],
+    limits: Mapping[str, tuple[int | None, int | None, RateLimit | None]],
+    breakers: Mapping[str, CircuitBreaker],
+) -> Plan[None]:
+    """Write what the code declares for its tasks (limits, breakers); clear what a task no
+    longer declares but an earlier deploy did (rows with from_code)."""
+    names = sorted(limits)
+    yield Query(
+        "sync_task_limits",
+        {
+            "known": known,
+            "tasks": names,
+            "concurrency": [limits[n][0] for n in names],
+            "key_limits": [limits[n][1] or 1 for n in names],
+            "rates": [r.rate if (r := limits[n][2]) else None for n in names],
+            "bursts": [r.bucket if (r := limits[n][2]) else None for n in names],
+        },
+    )
+    tasks = sorted(breakers)
+    yield Query(
+        "sync_circuit_breakers",
+        {
+            "known": known,
+            "tasks": tasks,
+            "thresholds": [breakers[t].failure_threshold for t in tasks],
+            "min_calls": [breakers[t].min_calls for t in tasks],
+            "windows": [breakers[t].window for t in tasks],
+            "cooldowns": [breakers[t].cooldown for t in tasks],
+        },
+    )

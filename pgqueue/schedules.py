@@ -1,0 +1,210 @@
+"""Cron schedules: rows in ``pgqueue.schedules``, ticks computed with croniter.
+
+A schedule enqueues one job per tick. Workers (the scheduler service) enqueue due ticks with a
+compare-and-set on the schedule's ``next_tick`` in the same statement as the enqueue, so each
+tick is enqueued exactly once however many workers run, and a worker that dies mid-way leaves
+either both writes or neither. Each tick's job also carries the idempotency key
+``pgqueue.cron:<schedule>:<tick>``.
+
+Missed ticks (no worker ran, or every worker was late by more than ``grace``):
+
+* ``missed="skip"`` (default): they are dropped; the latest due tick still runs if it is at most
+  ``grace`` late; the schedule continues with the next tick after now.
+* ``missed="catch_up"``: every missed tick is enqueued (at most ``max_catch_up``, the latest
+  ones), each job with ``run_at`` = its tick (``current_job().run_at``).
+
+Expressions have five fields, or six with seconds last (croniter's convention:
+``"* * * * * */10"`` is every ten seconds). Ticks are computed in the schedule's time zone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from pgqueue.db.plan import Plan, Query
+from pgqueue.errors import ConfigurationError
+from pgqueue.payload import check_name, dumps
+
+MISSED_POLICIES = ("skip", "catch_up")
+_COUNT_LIMIT = 10_000  # ticks counted one by one before a skip is only estimated
+
+
+def check_cron(expression: str) -> str:
+    if not isinstance(expression, str) or not croniter.is_valid(expression):
+        raise ConfigurationError(
+            f"invalid cron expression {expression!r}: five fields (minute hour day month "
+            "weekday), or six with seconds last"
+        )
+    return expression
+
+
+def check_timezone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ConfigurationError(f"unknown time zone {name!r} (use an IANA name)") from None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule definition (what ``@pgq.periodic`` and ``pgq.schedule`` write)."""
+
+    name: str
+    cron: str
+    task: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    tz: str = "UTC"
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 5
+    missed: str = "skip"
+    grace: float = 60.0
+    max_catch_up: int = 100
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "schedule name")
+        check_name(self.task, "task name")
+        check_name(self.queue, "queue name")
+        check_cron(self.cron)
+        check_timezone(self.tz)
+        if self.missed not in MISSED_POLICIES:
+            raise ConfigurationError(
+                f"missed must be one of {', '.join(MISSED_POLICIES)}, got {self.missed!r}"
+            )
+        if self.grace < 0:
+            raise ConfigurationError("grace must not be negative")
+        if self.max_catch_up < 1:
+            raise ConfigurationError("max_catch_up must be at least 1")
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cron": self.cron,
+            "timezone": self.tz,
+            "task": self.task,
+            "args": dumps(dict(self.args), limit=1024 * 1024),
+            "queue": self.queue,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "missed": self.missed,
+            "grace": timedelta(seconds=self.grace),
+            "max_catch_up": self.max_catch_up,
+        }
+
+
+def next_tick(cron: str, tz: str, after: datetime) -> datetime:
+    """The first tick strictly after ``after`` (UTC)."""
+    local = after.astimezone(check_timezone(tz))
+    tick = croniter(cron, local).get_next(datetime)
+    return tick.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class TickPlan:
+    """What to do with a due schedule: ticks to enqueue, how many were dropped, what next."""
+
+    ticks: list[datetime]
+    skipped: int
+    next_tick: datetime
+
+
+def plan_ticks(
+    cron: str,
+    tz: str,
+    due: datetime,
+    now: datetime,
+    *,
+    missed: str,
+    grace: timedelta,
+    max_catch_up: int,
+) -> TickPlan:
+    """The ticks from ``due`` (the schedule's next_tick, at or before ``now``) up to ``now``."""
+    zone = check_timezone(tz)
+    following = next_tick(cron, tz, now)
+    # Walk forward from `due` (itself a tick), keeping at most what the policy can use.
+    keep = max_catch_up if missed == "catch_up" else 1
+    recent: list[datetime] = []
+    count = 0
+    walker = croniter(cron, due.astimezone(zone) - timedelta(microseconds=1))
+    while count < _COUNT_LIMIT:
+        tick = walker.get_next(datetime).astimezone(UTC)
+        if tick > now:
+            break
+        count += 1
+        recent.append(tick)
+        if len(recent) > keep:
+            recent.pop(0)
+    else:
+        # Too many to walk: jump to the latest tick at or before now.
+        latest = croniter(cron, now.astimezone(zone)).get_prev(datetime).astimezone(UTC)
+        recent = [latest]
+        count = _COUNT_LIMIT + 1
+    ticks = [t for t in recent if now - t <= grace] if missed == "skip" else recent
+    return TickPlan(ticks, count - len(ticks), following)
+
+
+# -- plans -----------------------------------------------------------------------------------
+
+SCHEDULE_COLUMNS = (
+    "name",
+    "cron",
+    "timezone",
+    "task",
+    "queue",
+    "args",
+    "missed",
+    "paused",
+    "next_tick",
+    "last_tick",
+    "last_enqueued_at",
+    "ticks_enqueued",
+    "ticks_skipped",
+)
+
+
+def save(schedules: list[Schedule], *, from_code: bool) -> Plan[None]:
+    """Create or update schedules. A changed expression or time zone restarts the schedule
+    at its next tick from now; otherwise its position (and paused flag) is kept."""
+    if not schedules:
+        return
+    rows = yield Query("db_now")
+    now: datetime = rows[0][0]
+    for schedule in sorted(schedules, key=lambda s: s.name):
+        yield Query(
+            "save_schedule",
+            {
+                **schedule.params(),
+                "next_tick": next_tick(schedule.cron, schedule.tz, now),
+                "from_code": from_code,
+            },
+        )
+
+
+def list_schedules() -> Plan[list[dict[str, Any]]]:
+    rows = yield Query("list_schedules")
+    return [dict(zip(SCHEDULE_COLUMNS, row, strict=True)) for row in rows]
+
+
+def set_paused(name: str, paused: bool) -> Plan[bool]:
+    """Pause or resume; a resumed schedule continues at its next tick from now (ticks that
+    fell while it was paused are not caught up)."""
+    rows = yield Query("schedule_definition", {"name": check_name(name, "schedule name")})
+    if not rows:
+        return False
+    cron, tz, now = rows[0]
+    yield Query(
+        "set_schedule_paused",
+        {"name": name, "paused": paused, "next_tick": next_tick(cron, tz, now)},
+    )
+    return True
+
+
+def delete(name: str) -> Plan[bool]:
+    rows = yield Query("delete_schedule", {"name": check_name(name, "schedule name")})
+    return bool(rows)

@@ -1,0 +1,87 @@
+"""The scheduler: enqueues due cron ticks (``pgqueue.schedules``), exactly once per tick.
+
+Every worker may run it. For each due schedule it computes the ticks with croniter (from the
+database's clock) and runs one statement that moves the schedule's ``next_tick`` forward with a
+compare-and-set *and* enqueues the ticks' jobs: a worker that loses the race changes nothing, a
+worker that dies mid-way leaves no half-done tick. It sleeps until the next tick is due (a
+timer read from the database), at most ``max_interval``. It also prunes expired kept
+idempotency keys once a minute.
+"""
+
+from __future__ import annotations
+
+from pgqueue.errors import QueueFullError
+from pgqueue.schedules import plan_ticks
+from pgqueue.worker.db import WorkerDB
+from pgqueue.worker.service import Service
+
+_PRUNE_EVERY = 60.0
+
+
+class Scheduler(Service):
+    name = "scheduler"
+    jitter = 0.0  # sleeps to a tick; the fleet's CAS decides who enqueues it
+
+    def __init__(self, db: WorkerDB, *, max_interval: float = 5.0) -> None:
+        super().__init__()
+        self.db = db
+        self.max_interval = max_interval
+        self._sleep = 0.0
+        self._until_prune = 0.0
+        self.ticks_enqueued = 0
+
+    def interval(self) -> float:
+        return self._sleep
+
+    async def run_once(self) -> None:
+        for row in await self.db.fetch("due_schedules"):
+            name, cron, tz, due, missed, grace, max_catch_up, now = row
+            plan = plan_ticks(
+                cron, tz, due, now, missed=missed, grace=grace, max_catch_up=max_catch_up
+            )
+            try:
+                enqueued = await self.db.fetch(
+                    "enqueue_schedule_ticks",
+                    {
+                        "name": name,
+                        "expected": due,
+                        "next_tick": plan.next_tick,
+                        "ticks": plan.ticks,
+                        "skipped": plan.skipped,
+                    },
+                )
+            except Exception as exc:
+                error = QueueFullError.from_database(exc)
+                if error is None:
+                    raise
+                self.log.warning("cron tick not enqueued schedule=%s error=%s", name, error)
+                continue
+            for tick, job_id, created in enqueued:
+                if tick is None:
+                    continue
+                self.ticks_enqueued += 1
+                self.log.info(
+                    "cron tick enqueued schedule=%s tick=%s job_id=%s created=%s",
+                    name,
+                    tick.isoformat(),
+                    job_id,
+                    created,
+                )
+            if plan.skipped and enqueued:  # (no rows: another worker took the tick)
+                self.log.warning(
+                    "cron ticks missed schedule=%s skipped=%s policy=%s",
+                    name,
+                    plan.skipped,
+                    missed,
+                )
+        rows = await self.db.fetch("next_schedule_in")
+        seconds = rows[0][0] if rows and rows[0][0] is not None else None
+        self._sleep = (
+            self.max_interval
+            if seconds is None
+            else min(self.max_interval, max(0.0, float(seconds)))
+        )
+        self._until_prune -= self._sleep
+        if self._until_prune <= 0:
+            self._until_prune = _PRUNE_EVERY
+            await self.db.fetch("prune_idempotency_keys")
