@@ -15,7 +15,7 @@ from typing import Any
 
 from pgqueue.db.plan import CopyIn, Plan, Query
 from pgqueue.errors import InvalidJobError
-from pgqueue.payload import check_name, dumps
+from pgqueue.payload import check_name, check_unicode, dumps
 
 #: Keyword arguments of ``enqueue`` that are options, not task arguments.
 OPTION_NAMES = frozenset(
@@ -96,6 +96,8 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
             f"idempotency_key must be a non-empty string of at most {_MAX_KEY_LENGTH} "
             f"characters without NUL, got {key!r:.80}"
         )
+    if key is not None:
+        check_unicode(key, "idempotency_key")
     return checked
 
 

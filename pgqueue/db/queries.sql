@@ -45,7 +45,8 @@ ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: jobs_by_idempotency_keys
-SELECT idempotency_key, id FROM pgqueue.jobs WHERE idempotency_key = ANY(%(keys)s::text[])
+-- Through a SECURITY DEFINER function, so a producer role needs no SELECT on pgqueue.jobs.
+SELECT k.idempotency_key, k.id FROM pgqueue.job_ids_by_key(%(keys)s::text[]) AS k
 
 -- ---------------------------------------------------------------------------------------------
 -- Inspection
@@ -114,8 +115,12 @@ WITH candidates AS MATERIALIZED (
 )
 UPDATE pgqueue.jobs AS j
    SET state = 'running',
-       attempts = j.attempts + 1,
-       lease_token = j.lease_token + 1,
+       -- Neither can overflow, whatever a hand-edited row holds: one bad row must not make
+       -- every claim of its queue fail. Tokens are only compared for equality, so wrapping
+       -- around after 2^32 claims of one job is safe.
+       attempts = least(j.attempts, 2147483646) + 1,
+       lease_token = CASE WHEN j.lease_token = 2147483647 THEN -2147483648
+                          ELSE j.lease_token + 1 END,
        lease_expires_at = now() + %(lease)s::interval,
        worker_id = %(worker_id)s,
        started_at = now()

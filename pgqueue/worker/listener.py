@@ -9,6 +9,7 @@ silently dead connection is noticed within ``health_interval``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -27,6 +28,7 @@ class Listener(Service):
         on_jobs: Callable[[], None],
         on_cancel: Callable[[int], None],
         health_interval: float = 10.0,
+        application_name: str | None = None,
     ) -> None:
         super().__init__()
         self.dsn = dsn
@@ -34,6 +36,9 @@ class Listener(Service):
         self.on_jobs = on_jobs
         self.on_cancel = on_cancel
         self.health_interval = health_interval
+        self.extra: dict[str, Any] = (
+            {"application_name": application_name} if application_name else {}
+        )
         self.connected = False
         self.notifications = 0
 
@@ -41,7 +46,9 @@ class Listener(Service):
         return 0.0
 
     async def run_once(self) -> None:
-        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+        conn = await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, connect_timeout=10, **self.extra
+        )
         try:
             await conn.execute(query("listen_jobs"))
             await conn.execute(query("listen_cancel"))
