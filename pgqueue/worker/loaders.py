@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg import abc
 from psycopg.abc import AdaptContext, Buffer
 from psycopg.adapt import Loader
 from psycopg.pq import Format
@@ -40,7 +41,7 @@ def _forgiving(type_name: str, fallback: Any) -> tuple[int, type[Loader]]:
     oid = psycopg.adapters.types[type_name].oid
     found = psycopg.adapters.get_loader(oid, Format.TEXT)
     assert found is not None
-    base: type[Loader] = found
+    base: type[abc.Loader] = found
 
     class Forgiving(Loader):
         def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
