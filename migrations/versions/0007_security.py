@@ -1,8 +1,9 @@
 """Security and robustness: enqueue through SECURITY DEFINER entry points, no stuck rows.
 
 * ``enqueue_job`` becomes ``SECURITY DEFINER`` with a fixed ``search_path``, and a new
-  ``job_ids_by_key`` does the same for bulk enqueue's idempotency-key lookup, so a producer role
-  needs no ``SELECT`` on ``pgqueue.jobs`` (it cannot read other jobs' args). ``EXECUTE`` on them
+  ``job_ids_by_key`` and ``insert_keyed_jobs`` do the same for bulk enqueue with idempotency
+  keys, so a producer role needs no ``SELECT`` on ``pgqueue.jobs`` beyond ``id`` (it cannot
+  read other jobs' args, or even their keys). ``EXECUTE`` on them
   is revoked from ``PUBLIC``; ``pgq roles`` grants it to the producer role.
 * A running job must have a lease: a row written as ``running`` with no ``lease_expires_at``
   would never be reaped and never run (nothing pgqueue writes looks like that).
@@ -44,12 +45,33 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 $$;
 REVOKE EXECUTE ON FUNCTION pgqueue.job_ids_by_key(text[]) FROM PUBLIC;
 
+-- Bulk enqueue of jobs with idempotency keys (ON CONFLICT needs SELECT on the key column, which
+-- would let a producer list every key). Returns the ids it inserted; the others' keys are held.
+CREATE FUNCTION pgqueue.insert_keyed_jobs(
+    ids bigint[], queues text[], tasks text[], args text[], priorities smallint[],
+    run_ats timestamptz[], states text[], max_attempts integer[], keys text[])
+RETURNS TABLE (id bigint)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO pgqueue.jobs AS j (id, queue, task, args, priority, run_at, state,
+                                   max_attempts, idempotency_key)
+    SELECT u.id, u.queue, u.task, u.args::jsonb, u.priority, u.run_at, u.state,
+           u.max_attempts, u.key
+      FROM unnest(ids, queues, tasks, args, priorities, run_ats, states, max_attempts, keys)
+           AS u(id, queue, task, args, priority, run_at, state, max_attempts, key)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING j.id
+$$;
+REVOKE EXECUTE ON FUNCTION pgqueue.insert_keyed_jobs(bigint[], text[], text[], text[],
+    smallint[], timestamptz[], text[], integer[], text[]) FROM PUBLIC;
+
 ALTER TABLE pgqueue.jobs ADD CONSTRAINT jobs_running_has_lease
     CHECK (state <> 'running' OR lease_expires_at IS NOT NULL);
 """
 
 DOWNGRADE = r"""
 ALTER TABLE pgqueue.jobs DROP CONSTRAINT jobs_running_has_lease;
+DROP FUNCTION pgqueue.insert_keyed_jobs(bigint[], text[], text[], text[], smallint[],
+                                        timestamptz[], text[], integer[], text[]);
 DROP FUNCTION pgqueue.job_ids_by_key(text[]);
 GRANT EXECUTE ON FUNCTION pgqueue.enqueue(text, jsonb, text, integer, timestamptz, integer, text)
     TO PUBLIC;

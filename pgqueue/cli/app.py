@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from pgqueue import config
-from pgqueue.cli import jobs, worker_cmds
+from pgqueue.cli import jobs, roles, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.client import PgQueue
@@ -35,6 +35,7 @@ app.command("reaper")(worker_cmds.reaper)
 app.command("cancel")(jobs.cancel)
 app.command("pause")(jobs.pause)
 app.command("resume")(jobs.resume)
+app.command("roles")(roles.roles_command)
 
 
 @db_app.command("url")

@@ -34,15 +34,13 @@ SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key
        AS u(id, queue, task, args, priority, run_at, state, max_attempts, key)
 
 -- name: insert_jobs_keyed
-INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          idempotency_key)
-SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key
-  FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
-              %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
-              %(max_attempts)s::integer[], %(keys)s::text[])
-       AS u(id, queue, task, args, priority, run_at, state, max_attempts, key)
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id
+-- ON CONFLICT needs SELECT on the key column, which a producer role does not have (it would
+-- reveal other jobs' keys), so the insert runs in a SECURITY DEFINER function.
+SELECT k.id
+  FROM pgqueue.insert_keyed_jobs(
+           %(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
+           %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
+           %(max_attempts)s::integer[], %(keys)s::text[]) AS k
 
 -- name: jobs_by_idempotency_keys
 -- Through a SECURITY DEFINER function, so a producer role needs no SELECT on pgqueue.jobs.
