@@ -25,7 +25,8 @@ The checks, per run (:class:`Report`):
   it (counted when the fault is injected, so the bound is independent of the outcome);
 * **stale acks / stale writes accepted**: audit violations (must be 0);
 * **recovery**: for each fault, from the fault until every job it interrupted was finished
-  (for a fault that interrupted none: from the heal to the next finished job); the largest; **pickup latency**: from enqueue (``created_at``) to the first start.
+  (for a fault that interrupted none: from the heal to the next finished job); the largest;
+* **pickup latency**: from enqueue (``created_at``) to the first start.
 """
 
 from __future__ import annotations
