@@ -139,6 +139,8 @@ def query(dsn: str, statement: str, params: Any = None, *, retry_for: float = 60
             with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
                 cur = conn.execute(statement, params)
                 return cur.fetchall() if cur.description is not None else []
+        except psycopg.errors.QueryCanceled:
+            raise  # Ctrl-C: psycopg cancels the statement and raises this; stop, don't retry
         except psycopg.OperationalError:
             if time.monotonic() > deadline:
                 raise

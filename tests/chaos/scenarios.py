@@ -48,10 +48,10 @@ def sigkill_workers(env: Env, size: str) -> Report:
     settings = Settings(
         jobs=pick(size, 3000, 100_000),
         workers=pick(size, 4, 8),
-        concurrency=8,
+        concurrency=pick(size, 8, 32),  # a batch is up to this many jobs
         lease=2.0,
         job_ms=2.0,
-        rate=pick(size, 600.0, 2500.0),
+        rate=pick(size, 500.0, 2000.0),
     )
     with run("1. SIGKILL workers (5%/batch)", env.dsn, settings, env.workdir) as chaos:
         chaos.start_workers()
