@@ -6,14 +6,14 @@ deep nesting; single enqueue, multi-row insert and COPY."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pgqueue import InvalidJobError, PgQueue
+from pgqueue import InvalidJobError, JobId, PgQueue
 from tests.helpers import scalar
 
 # Every code point, surrogates included (st.text() leaves those out by default).
@@ -102,28 +102,34 @@ def check_stored(row: tuple[Any, ...], queue: str, task: str, args: Any, key: st
     assert same_json(row[2], args), (row[2], args)
 
 
-def expect_invalid(exc: InvalidJobError) -> None:
-    # A clear message, never an empty one or a driver error in disguise.
-    assert str(exc) and not isinstance(exc, psycopg.Error)
+def written_or_rejected(dsn: str, write: Callable[[PgQueue], list[JobId]]) -> list[int] | None:
+    """The ids written, or None when enqueue refused with a clear InvalidJobError (and wrote
+    nothing)."""
+    pgq = PgQueue(dsn)
+    before = job_count(dsn)
+    try:
+        return [int(job_id) for job_id in write(pgq)]
+    except InvalidJobError as exc:
+        # A clear message, never an empty one or a driver error in disguise.
+        assert str(exc) and not isinstance(exc, psycopg.Error)
+        assert job_count(dsn) == before, "a rejected job (or part of a batch) was written"
+        return None
+    finally:
+        pgq.close()
 
 
 @PROPERTY
 @given(queue=NAMES, task=NAMES, args=ARGS, key=st.one_of(st.none(), NAMES))
 def test_enqueue_stores_exactly_or_rejects(dsn, queue, task, args, key):
-    pgq = PgQueue(dsn)
-    before = job_count(dsn)
-    try:
-        job_id = pgq.enqueue(task, args, queue=queue, idempotency_key=key)
-    except InvalidJobError as exc:
-        expect_invalid(exc)
-        assert job_count(dsn) == before, "a rejected job was written"
+    ids = written_or_rejected(
+        dsn, lambda pgq: [pgq.enqueue(task, args, queue=queue, idempotency_key=key)]
+    )
+    if ids is None:
         return
-    finally:
-        pgq.close()
-    [row] = stored_rows(dsn, [job_id])
+    [row] = stored_rows(dsn, ids)
     check_stored(row, queue, task, args, key)
     with psycopg.connect(dsn, autocommit=True) as conn:  # keep keys free for later examples
-        conn.execute("DELETE FROM pgqueue.jobs WHERE id = %s", (job_id,))
+        conn.execute("DELETE FROM pgqueue.jobs WHERE id = ANY(%s)", (ids,))
 
 
 @PROPERTY
@@ -133,24 +139,21 @@ def test_enqueue_stores_exactly_or_rejects(dsn, queue, task, args, key):
     keyed=st.booleans(),
 )
 def test_bulk_enqueue_stores_exactly_or_rejects(dsn, jobs, copies, keyed):
-    pgq = PgQueue(dsn)
-    before = job_count(dsn)
     calls = [
         (queue, task, args, f"{index}-{queue!r}" if keyed else None)
         for index, (queue, task, args) in enumerate(jobs * copies)
     ]
-    try:
-        specs = [
-            pgq.spec(task, args, {"queue": queue, "idempotency_key": key})
-            for queue, task, args, key in calls
-        ]
-        ids = pgq.enqueue_many(specs)
-    except InvalidJobError as exc:
-        expect_invalid(exc)
-        assert job_count(dsn) == before, "a rejected batch was (partly) written"
+    ids = written_or_rejected(
+        dsn,
+        lambda pgq: pgq.enqueue_many(
+            [
+                pgq.spec(task, args, {"queue": queue, "idempotency_key": key})
+                for queue, task, args, key in calls
+            ]
+        ),
+    )
+    if ids is None:
         return
-    finally:
-        pgq.close()
     rows = stored_rows(dsn, ids)
     assert len(rows) == len(calls)
     for row, (queue, task, args, key) in zip(rows, calls, strict=True):
