@@ -29,7 +29,7 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def roles(app_dsn: str, pg_server) -> Iterator[RoleNames]:
+def roles(app_dsn: str) -> Iterator[RoleNames]:
     # Roles are cluster-wide: unique names per test, one of them as hostile as a name can be.
     n = f"{os.getpid()}_{next(_counter)}"
     names = RoleNames(
