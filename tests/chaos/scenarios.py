@@ -286,7 +286,7 @@ def network_cuts(env: Env, size: str) -> Report:
     refuses new ones for 5 s, or blackholes traffic for longer than the lease; the other half
     (and the effects ledger) stay connected, reap the cut workers' jobs and run them."""
     settings = Settings(
-        jobs=pick(size, 2500, 30_000),
+        jobs=pick(size, 3000, 30_000),  # CI: 12 s of production, room for both cuts
         workers=4,
         concurrency=8,
         lease=2.0,
