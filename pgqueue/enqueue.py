@@ -15,7 +15,7 @@ from typing import Any
 
 from pgqueue.db.plan import CopyIn, Plan, Query
 from pgqueue.errors import InvalidJobError, QueueFullError
-from pgqueue.payload import check_name, dumps
+from pgqueue.payload import check_name, check_unicode, dumps
 
 #: Keyword arguments of ``enqueue`` that are options, not task arguments.
 OPTION_NAMES = frozenset(
@@ -127,6 +127,8 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
                 f"{name} must be a non-empty string of at most {_MAX_KEY_LENGTH} "
                 f"characters without NUL, got {key!r:.80}"
             )
+        if key is not None:
+            check_unicode(key, name)
     if options.get("unique_for") is not None:
         checked["unique_for"] = to_timedelta(options["unique_for"], "unique_for")
         if checked["unique_for"] <= timedelta(0):

@@ -20,6 +20,40 @@ from pgqueue.errors import InvalidJobError
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+class UndecodableJson:
+    """Stands in for a stored JSON value that Python cannot decode (a row written by hand:
+    nested deeper than Python's recursion limit, a number with too many digits, ...). The
+    worker's loaders return it instead of failing the whole claim; the job then fails alone."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"UndecodableJson({self.reason!r})"
+
+
+def _check_keys(value: Any, what: str) -> None:
+    """JSON object keys are strings. json.dumps would silently turn 1, 1.5, True or None keys
+    into strings (and {1: a, "1": b} into a duplicate key): reject them instead, so what is
+    stored is exactly what was given. Iterative, so deep nesting costs no recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InvalidJobError(
+                        f"{what} contain a non-string object key {key!r:.80} "
+                        "(JSON object keys are strings)"
+                    )
+                if isinstance(child, dict | list | tuple):
+                    stack.append(child)
+        elif isinstance(item, list | tuple):
+            stack.extend(child for child in item if isinstance(child, dict | list | tuple))
+
+
 def dumps(value: Any, *, limit: int, what: str = "args") -> str:
     """Serialise ``value`` to compact JSON or raise :class:`InvalidJobError` saying why not.
 
@@ -45,7 +79,13 @@ def dumps(value: Any, *, limit: int, what: str = "args") -> str:
         raise InvalidJobError(
             f"{what} {contain} a NUL character (U+0000), which PostgreSQL jsonb cannot store"
         )
-    size = len(text.encode("utf-8"))
+    _check_keys(value, what)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidJobError(
+            f"{what} contain a string that is not valid Unicode (a lone surrogate)"
+        ) from None
     if size > limit:
         raise InvalidJobError(f"{what} {are} {size} bytes of JSON, over the limit of {limit} bytes")
     return text
@@ -63,7 +103,18 @@ def check_name(value: object, what: str) -> str:
         )
     if "\x00" in value:
         raise InvalidJobError(f"{what} must not contain a NUL character")
+    check_unicode(value, what)
     return value
+
+
+def check_unicode(value: str, what: str) -> None:
+    """PostgreSQL stores UTF-8: a lone surrogate (from a bad decode) cannot be written."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJobError(
+            f"{what} is not valid Unicode (it contains a lone surrogate)"
+        ) from None
 
 
 def bind_arguments(
@@ -133,6 +184,13 @@ def call_arguments(
     Raises :class:`InvalidJobError` when the stored object does not fit the signature (a job
     written by hand, or a task whose parameters changed): the job can never succeed.
     """
+    if isinstance(stored, UndecodableJson):
+        raise InvalidJobError(f"task {name!r}: stored args cannot be decoded: {stored.reason}")
+    if not isinstance(stored, Mapping):
+        raise InvalidJobError(
+            f"task {name!r}: stored args must be a JSON object keyed by parameter name, "
+            f"got {_json_type(stored)}"
+        )
     positional: list[Any] = []
     keywords: dict[str, Any] = {}
     known = set()
@@ -171,6 +229,20 @@ def call_arguments(
     except TypeError as exc:
         raise InvalidJobError(f"stored args do not match task {name!r}: {exc}") from None
     return positional, keywords
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
 
 
 def signature_of(func: Callable[..., Any], *, skip_first: bool) -> inspect.Signature:

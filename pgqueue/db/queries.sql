@@ -36,32 +36,25 @@ SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key,
        AS u(id, queue, task, args, priority, run_at, state, max_attempts, key, ckey)
 
 -- name: insert_jobs_keyed
--- unique_states travel as comma-separated text (unnest would flatten an array of arrays).
-INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          idempotency_key, concurrency_key, unique_for, unique_states)
-SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key, ckey, ufor,
-       string_to_array(ustates, ',')
-  FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
-              %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
-              %(max_attempts)s::integer[], %(keys)s::text[], %(concurrency_keys)s::text[],
-              %(unique_fors)s::interval[], %(unique_states)s::text[])
-       AS u(id, queue, task, args, priority, run_at, state, max_attempts, key, ckey, ufor,
-            ustates)
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id
+-- ON CONFLICT needs SELECT on the key column, which a producer role does not have (it would
+-- reveal other jobs' keys), so the insert runs in a SECURITY DEFINER function. unique_states
+-- travel as comma-separated text (unnest would flatten an array of arrays).
+SELECT k.id
+  FROM pgqueue.insert_keyed_jobs(
+           %(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
+           %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
+           %(max_attempts)s::integer[], %(keys)s::text[], %(concurrency_keys)s::text[],
+           %(unique_fors)s::interval[], %(unique_states)s::text[]) AS k
 
 -- name: kept_idempotency_keys
--- Keys finished jobs still hold (unique_for not yet over).
-SELECT key, job_id FROM pgqueue.idempotency_keys
- WHERE key = ANY(%(keys)s::text[]) AND expires_at > now()
+-- Keys finished jobs still hold (unique_for not yet over). Through SECURITY DEFINER functions
+-- here and below, so a producer role needs no access to other jobs' keys.
+SELECT k.key, k.job_id FROM pgqueue.kept_keys(%(keys)s::text[]) AS k
 
 -- name: drop_raced_keyed_jobs
 -- Bulk enqueue, after inserting keyed jobs: a holder that finished and kept its key while we
 -- inserted wins; our job is taken back (this statement's snapshot sees the holder's commit).
-DELETE FROM pgqueue.jobs AS j
- USING pgqueue.idempotency_keys AS k
- WHERE j.id = ANY(%(ids)s::bigint[]) AND k.key = j.idempotency_key AND k.expires_at > now()
-RETURNING j.id, j.idempotency_key, k.job_id
+SELECT d.id, d.idempotency_key, d.holder FROM pgqueue.drop_raced_keyed_jobs(%(ids)s::bigint[]) AS d
 
 -- name: check_queue_room
 -- Bounded queues (max_depth) that cannot take this many more jobs. Counting stops at
@@ -76,7 +69,8 @@ SELECT qs.name, qs.max_depth, pgqueue.queue_depth_up_to(qs.name, qs.max_depth)
 SELECT pgqueue.mark_keyed(%(tasks)s::text[])
 
 -- name: jobs_by_idempotency_keys
-SELECT idempotency_key, id FROM pgqueue.jobs WHERE idempotency_key = ANY(%(keys)s::text[])
+-- Through a SECURITY DEFINER function, so a producer role needs no SELECT on pgqueue.jobs.
+SELECT k.idempotency_key, k.id FROM pgqueue.job_ids_by_key(%(keys)s::text[]) AS k
 
 -- ---------------------------------------------------------------------------------------------
 -- Inspection
@@ -150,8 +144,12 @@ WITH candidates AS MATERIALIZED (
 )
 UPDATE pgqueue.jobs AS j
    SET state = 'running',
-       attempts = j.attempts + 1,
-       lease_token = j.lease_token + 1,
+       -- Neither can overflow, whatever a hand-edited row holds: one bad row must not make
+       -- every claim of its queue fail. Tokens are only compared for equality, so wrapping
+       -- around after 2^32 claims of one job is safe.
+       attempts = least(j.attempts, 2147483646) + 1,
+       lease_token = CASE WHEN j.lease_token = 2147483647 THEN -2147483648
+                          ELSE j.lease_token + 1 END,
        lease_expires_at = now() + %(lease)s::interval,
        worker_id = %(worker_id)s,
        started_at = now()
@@ -187,6 +185,9 @@ SELECT extract(epoch FROM min(n.run_at) - now()),
 -- cancel_requested tells the worker to stop a handler. Only unindexed columns change: HOT.
 -- The same statement adds the attempts finished since the last heartbeat to the per-minute
 -- counts (sorted, so concurrent workers lock the rows in one order) and drops day-old counts.
+-- "j.id = ANY(ids)" here and in ack/fail/release: the primary-key lookup must survive the
+-- generic plan a prepared statement switches to after five runs (joining on unnest alone, that
+-- plan walks every running job for each id).
 WITH me AS (
     UPDATE pgqueue.workers
        SET last_seen = now(), concurrency = %(concurrency)s,
@@ -213,7 +214,8 @@ WITH me AS (
 UPDATE pgqueue.jobs AS j
    SET lease_expires_at = now() + %(lease)s::interval
   FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS h(id, token)
- WHERE j.id = h.id AND j.lease_token = h.token AND j.state = 'running'
+ WHERE j.id = ANY(%(ids)s::bigint[])
+   AND j.id = h.id AND j.lease_token = h.token AND j.state = 'running'
 RETURNING j.id, j.lease_token, j.cancel_requested
 
 -- name: ack_jobs
@@ -227,7 +229,8 @@ WITH done AS (
     DELETE FROM pgqueue.jobs AS j
      USING unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(results)s::text[])
            AS a(id, token, result)
-     WHERE j.id = a.id AND j.lease_token = a.token AND j.state = 'running'
+     WHERE j.id = ANY(%(ids)s::bigint[])
+       AND j.id = a.id AND j.lease_token = a.token AND j.state = 'running'
     RETURNING j.*, a.result AS result_json
 ), recorded AS (
     INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
@@ -270,7 +273,7 @@ WITH input AS (
            END AS outcome
       FROM pgqueue.jobs AS j
       JOIN input AS i ON i.id = j.id AND i.token = j.lease_token
-     WHERE j.state = 'running'
+     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
        FOR UPDATE OF j
 ), retried AS (
     UPDATE pgqueue.jobs AS j
@@ -327,7 +330,8 @@ UPDATE pgqueue.jobs AS j
    SET state = 'ready', attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
        worker_id = NULL, run_at = now()
   FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS r(id, token)
- WHERE j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
+ WHERE j.id = ANY(%(ids)s::bigint[])
+   AND j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
 RETURNING j.id
 
 -- name: register_worker

@@ -9,6 +9,8 @@ the lease was lost changes nothing (the token no longer matches) and is logged a
 
 from __future__ import annotations
 
+import asyncio
+
 from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
@@ -32,6 +34,7 @@ class Completer(Service):
         self.breaker_tasks = breaker_tasks
         self.pending: list[Outcome] = []
         self.in_flight: list[Outcome] = []
+        self._write_lock: asyncio.Lock | None = None
 
     def interval(self) -> float:
         return 60.0  # woken by submit(); the interval is only a safety net
@@ -48,6 +51,14 @@ class Completer(Service):
         return not self.pending and not self.in_flight
 
     async def run_once(self) -> None:
+        # One writer at a time: shutdown's final flush must wait for a write in flight (which
+        # it would otherwise miss, and which cancelling the service would then abandon).
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        async with self._write_lock:
+            await self._write_pending()
+
+    async def _write_pending(self) -> None:
         while self.pending:
             batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
             self.in_flight = batch

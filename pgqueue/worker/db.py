@@ -8,13 +8,16 @@ between statements.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from pgqueue.db.queries import query
+from pgqueue.worker import loaders
 
 log = logging.getLogger("pgqueue.worker.db")
 
@@ -30,9 +33,26 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+def application_name(dsn: str, role: str, worker_id: str) -> str | None:
+    """``pgqueue <role> <worker id>``, so pg_stat_activity tells which worker owns a connection
+    (and a fault-injection test which worker wrote a row); None when the DSN or PGAPPNAME
+    already names the application."""
+    if "application_name" in conninfo_to_dict(dsn) or os.environ.get("PGAPPNAME"):
+        return None
+    return f"pgqueue {role} {worker_id}"
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    loaders.register(conn)
+
+
 class WorkerDB:
-    def __init__(self, dsn: str, *, size: int, prepare: bool = True) -> None:
+    def __init__(
+        self, dsn: str, *, size: int, prepare: bool = True, application_name: str | None = None
+    ) -> None:
         kwargs: dict[str, Any] = {"autocommit": True}
+        if application_name is not None:
+            kwargs["application_name"] = application_name
         if not prepare:
             # Behind a transaction pooler without prepared-statement support.
             kwargs["prepare_threshold"] = None
@@ -41,6 +61,7 @@ class WorkerDB:
             min_size=1,
             max_size=size,
             kwargs=kwargs,
+            configure=_configure,
             open=False,
             # A broken connection is discarded when it is returned; the pool reconnects in the
             # background with exponential backoff while the services wait and retry.

@@ -116,6 +116,12 @@ class Executor:
         job, ctx = running.job, running.ctx
         task = self.tasks[job.task]
         try:
+            if job.attempt > job.max_attempts:
+                # Only a row edited by hand gets here (waiting jobs always have attempts left).
+                raise InvalidJobError(
+                    f"no attempts left: claimed for attempt {job.attempt} of "
+                    f"max_attempts {job.max_attempts} (attempts edited by hand?)"
+                )
             args, kwargs = call_arguments(task.signature, task.name, job.args)
         except InvalidJobError as exc:
             # The stored args can never fit this handler: retrying cannot help.

@@ -33,6 +33,7 @@ class Listener(Service):
         on_cancel: Callable[[int], None],
         health_interval: float = 10.0,
         probe_timeout: float = 3.0,
+        application_name: str | None = None,
     ) -> None:
         super().__init__()
         self.dsn = dsn
@@ -40,6 +41,9 @@ class Listener(Service):
         self.on_jobs = on_jobs
         self.on_cancel = on_cancel
         self.health_interval = health_interval
+        self.extra: dict[str, Any] = (
+            {"application_name": application_name} if application_name else {}
+        )
         self.connected = False
         self.unusable = False  # notifications cannot reach this connection: the worker polls
         self.notifications = 0
@@ -49,7 +53,9 @@ class Listener(Service):
         return 0.0
 
     async def run_once(self) -> None:
-        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+        conn = await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, connect_timeout=10, **self.extra
+        )
         try:
             await conn.execute(query("listen_jobs"))
             await conn.execute(query("listen_cancel"))

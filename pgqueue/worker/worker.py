@@ -60,7 +60,7 @@ from pgqueue.payload import check_name
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
-from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB
+from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, application_name
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
@@ -191,7 +191,12 @@ class Worker:
                 self._loop.add_signal_handler(signum, self._on_signal, signum)
         settings = self.settings
         dsn = self._dsn if self._dsn is not None else await asyncio.to_thread(resolve_dsn, None)
-        db = WorkerDB(dsn, size=4, prepare=settings.prepare)
+        db = WorkerDB(
+            dsn,
+            size=4,
+            prepare=settings.prepare,
+            application_name=application_name(dsn, "worker", self.id),
+        )
         await db.open()
         completer = Completer(
             db,
@@ -233,6 +238,9 @@ class Worker:
                     settings.queues,
                     on_jobs=fetcher.wake,
                     on_cancel=self._cancel_requested,
+                    application_name=application_name(
+                        settings.listen_dsn or dsn, "listener", self.id
+                    ),
                 )
             )
         else:

@@ -176,7 +176,11 @@ def test_kept_key_race_yields_exactly_one_job(app_dsn, pgq):
     """Enqueuers racing a holder that finishes: at every moment exactly one job owns the key."""
     holder = pgq.enqueue("hold", {}, idempotency_key="race", unique_for=60)
     with psycopg.connect(app_dsn, autocommit=True) as conn:
-        conn.execute("UPDATE pgqueue.jobs SET state = 'running' WHERE id = %s", (holder,))
+        conn.execute(
+            "UPDATE pgqueue.jobs SET state = 'running',"
+            " lease_expires_at = now() + interval '1 minute' WHERE id = %s",
+            (holder,),
+        )
     results: list[int] = []
     stop = threading.Event()
 

@@ -155,7 +155,10 @@ def test_purge_asks_first_and_deletes_only_waiting_jobs_of_the_queue(dsn, pgq, c
         pgq.enqueue("t", queue="q1")
     pgq.enqueue("t", queue="q1", delay=60)
     pgq.enqueue("t", queue="q2")
-    conn.execute("UPDATE pgqueue.jobs SET state = 'running' WHERE id = 1")  # left alone
+    conn.execute(
+        "UPDATE pgqueue.jobs SET state = 'running',"
+        " lease_expires_at = now() + interval '1 minute' WHERE id = 1"
+    )  # left alone
     declined = pgq_cli("purge", "--queue", "q1", "--dsn", dsn, input="n\n")
     assert declined.exit_code == 1 and "Delete 3 waiting job(s) in queue 'q1'?" in declined.output
     assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs") == 5

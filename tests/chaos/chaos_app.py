@@ -1,0 +1,94 @@
+"""Tasks for the fault-injection harness, run by real ``pgq work`` processes:
+
+    pgq work tests.chaos.chaos_app:pgq
+
+Every job carries a unique number ``n``. Every execution is written to the effects ledger
+(``chaos_ledger``: job id, n, lease token, attempt, worker, pid, start/end, database time) on a
+connection of its own (``CHAOS_LEDGER_DSN``, else ``PGQUEUE_DSN``), so the record survives
+whatever happens to the worker's own connections, and a partition between the worker and the
+queue does not stop the effect from happening (the interesting case for duplicates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue import PgQueue, current_job
+
+pgq = PgQueue()
+
+# One ledger writer per process (a worker has one event loop). It group-commits: rows written
+# while an INSERT is in flight go out together in the next one, and each handler waits until its
+# own row is committed, so an effect is durable before the handler returns (and before the ack).
+_writers: dict[str, _LedgerWriter] = {}
+
+
+class _LedgerWriter:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.pool: AsyncConnectionPool | None = None
+        self.pending: list[tuple[tuple[Any, ...], asyncio.Future[None]]] = []
+        self.flushing: asyncio.Task[None] | None = None
+
+    async def write(self, row: tuple[Any, ...]) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self.pending.append((row, done))
+        if self.flushing is None or self.flushing.done():
+            self.flushing = asyncio.create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        while self.pending:
+            batch, self.pending = self.pending, []
+            try:
+                if self.pool is None:
+                    pool = AsyncConnectionPool(
+                        self.dsn, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
+                    )
+                    await pool.open(wait=True)
+                    self.pool = pool
+                columns = [list(c) for c in zip(*(row for row, _ in batch), strict=True)]
+                async with self.pool.connection() as conn:
+                    await conn.execute(
+                        "INSERT INTO chaos_ledger (job_id, n, token, attempt, worker, pid, event)"
+                        " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::int[],"
+                        " %s::text[], %s::int[], %s::text[])",
+                        columns,
+                    )
+            except Exception as exc:  # the handlers see it: the job fails and is retried
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+            else:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+
+async def record(event: str, n: int) -> None:
+    ctx = current_job()
+    dsn = os.environ.get("CHAOS_LEDGER_DSN") or os.environ["PGQUEUE_DSN"]
+    writer = _writers.get(dsn) or _writers.setdefault(dsn, _LedgerWriter(dsn))
+    await writer.write(
+        (ctx.id, n, ctx.job.lease_token, ctx.attempt, ctx.worker_id, os.getpid(), event)
+    )
+
+
+@pgq.task(name="chaos.work", max_attempts=1000)
+async def work(n: int, ms: float = 0.0) -> None:
+    """The effect: a start record, some work, an end record (the end is the effect)."""
+    await record("start", n)
+    if ms:
+        await asyncio.sleep(ms / 1000)
+    await record("end", n)
+
+
+@pgq.task(name="chaos.poison", max_attempts=3)
+async def poison(n: int) -> None:
+    """Kills its worker process every time it runs."""
+    await record("start", n)
+    os._exit(1)

@@ -1,0 +1,578 @@
+"""A Jepsen-style fault-injection harness for pgqueue, shared by ``pytest -m chaos`` (small sizes)
+and ``benchmarks/chaos.py`` (full sizes).
+
+A run: real ``pgq work`` processes (:mod:`tests.chaos.chaos_app`) drain jobs that each carry a
+unique number ``n`` while a nemesis injects faults; then the harness heals, drains and checks.
+
+What is recorded, and where:
+
+* **Effects ledger** (``chaos_ledger``): every execution writes a start and an end row (job id,
+  n, lease token, attempt, worker, pid, database time) on a connection of its own.
+* **Queue audit** (``chaos_done``, ``chaos_violations``): a trigger on ``pgqueue.jobs`` sees
+  every write the database accepted and who issued it (each worker connection names its worker
+  in ``application_name``). A job leaving the table is recorded in ``chaos_done``. A write that
+  only a lease holder may make, accepted from anyone else while the lease was live (an ack, a
+  heartbeat, a retry, a release), or any write to a job nobody holds, is a violation: a stale
+  write accepted. The reaper's writes are the one exception (only on expired leases, never
+  extending them). The check is the database's own record, independent of the worker's code.
+
+The checks, per run (:class:`Report`):
+
+* **lost**: a number that was enqueued and neither ran to its end nor was dead-lettered (must
+  be 0);
+* **duplicates**: extra end records (effects) beyond one per number; must be at most the
+  **interrupted** executions: the jobs held by a worker or connection at the moment a fault hit
+  it (counted when the fault is injected, so the bound is independent of the outcome);
+* **stale acks / stale writes accepted**: audit violations (must be 0);
+* **recovery**: for each fault, from the fault until every job it interrupted was finished
+  (for a fault that interrupted none: from the heal to the next finished job); the largest;
+* **pickup latency**: from enqueue (``created_at``) to the first start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pgqueue import PgQueue
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.chaos.chaos_app:pgq"
+PGQ = shutil.which("pgq") or str(Path(sys.executable).parent / "pgq")
+
+SETUP_SQL = r"""
+CREATE TABLE IF NOT EXISTS chaos_ledger (
+    seq     bigserial PRIMARY KEY,
+    job_id  bigint,
+    n       bigint,
+    token   integer,
+    attempt integer,
+    worker  text,
+    pid     integer,
+    event   text NOT NULL,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS chaos_done (
+    job_id     bigint,
+    n          bigint,
+    token      integer,
+    issuer     text,
+    holder     text,
+    created_at timestamptz,
+    at         timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS chaos_violations (
+    job_id bigint,
+    kind   text,
+    issuer text,
+    holder text,
+    at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE OR REPLACE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    issuer  text := current_setting('application_name');
+    holder  text := 'pgqueue worker ' || OLD.worker_id;
+    -- now() is the writing statement's start: the reaper decides with the same clock.
+    expired boolean := coalesce(OLD.lease_expires_at < now(), false);
+    problem text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO chaos_done (job_id, n, token, issuer, holder, created_at)
+        VALUES (OLD.id, (OLD.args ->> 'n')::bigint, OLD.lease_token, issuer, holder,
+                OLD.created_at);
+        IF OLD.state <> 'running' THEN
+            problem := 'ack: job was not running';
+        ELSIF issuer IS DISTINCT FROM holder AND NOT expired THEN
+            problem := 'ack: by a worker that does not hold the lease';
+        END IF;
+    ELSIF NEW.lease_token <> OLD.lease_token THEN
+        IF OLD.state = 'running' THEN
+            problem := 'claim: job was running';
+        END IF;
+    ELSIF OLD.state = 'running' AND issuer IS DISTINCT FROM holder THEN
+        IF NOT expired THEN
+            problem := 'write: by a worker that does not hold the lease';
+        ELSIF NEW.lease_expires_at > OLD.lease_expires_at THEN
+            problem := 'heartbeat: expired lease extended by another worker';
+        END IF;
+    ELSIF OLD.state <> 'running' AND (NEW.state IS DISTINCT FROM OLD.state
+                                      OR NEW.lease_expires_at IS NOT NULL) THEN
+        problem := 'write: job was not running';
+    END IF;
+    IF problem IS NOT NULL THEN
+        INSERT INTO chaos_violations (job_id, kind, issuer, holder)
+        VALUES (OLD.id, problem, issuer, holder);
+    END IF;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS chaos_audit ON pgqueue.jobs;
+CREATE TRIGGER chaos_audit AFTER UPDATE OR DELETE ON pgqueue.jobs
+    FOR EACH ROW EXECUTE FUNCTION chaos_audit();
+"""
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def query(dsn: str, statement: str, params: Any = None, *, retry_for: float = 60.0) -> list[Any]:
+    """One statement on a fresh connection, retried while the database is unreachable (the
+    harness keeps watching through restarts and cuts)."""
+    deadline = time.monotonic() + retry_for
+    while True:
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+                cur = conn.execute(statement, params)
+                return cur.fetchall() if cur.description is not None else []
+        except psycopg.errors.QueryCanceled:
+            raise  # Ctrl-C: psycopg cancels the statement and raises this; stop, don't retry
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def scalar(dsn: str, statement: str, params: Any = None) -> Any:
+    rows = query(dsn, statement, params)
+    return rows[0][0] if rows else None
+
+
+@dataclass
+class Settings:
+    jobs: int
+    workers: int = 4
+    concurrency: int = 8
+    lease: float = 2.0
+    job_ms: float = 2.0
+    rate: float | None = None  # jobs/s enqueued while workers run; None: all up front
+    enqueue_batch: int = 500
+    poll_interval: float = 0.5
+    reaper_interval: float = 0.5
+    drain_timeout: float = 180.0
+    worker_args: tuple[str, ...] = ()
+
+
+@dataclass
+class Fault:
+    kind: str
+    at: datetime
+    held: list[int]  # job ids the fault interrupted
+    healed_at: datetime | None = None
+
+
+@dataclass
+class Report:
+    scenario: str
+    enqueued: int = 0
+    faults: int = 0
+    executions: int = 0
+    interrupted: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    dead: int = 0
+    stale_acks: int = 0
+    stale_writes: int = 0
+    recovery_s: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    drain_s: float | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, expect_dead: int = 0) -> None:
+        """The promise: nothing lost, duplicates bounded by interruptions, no stale write."""
+        problems = []
+        if self.lost:
+            problems.append(f"{self.lost} jobs lost")
+        if self.duplicates > self.interrupted:
+            problems.append(
+                f"{self.duplicates} duplicate executions > {self.interrupted} interrupted"
+            )
+        if self.stale_acks or self.stale_writes:
+            problems.append(f"stale writes accepted: {self.stale_acks} acks, {self.stale_writes}")
+        if self.dead != expect_dead:
+            problems.append(f"{self.dead} dead-lettered, expected {expect_dead}")
+        assert not problems, f"{self.scenario}: {'; '.join(problems)} ({self})"
+
+    def row(self) -> dict[str, Any]:
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value:.0f}"
+
+        return {
+            "scenario": self.scenario,
+            "enqueued": self.enqueued,
+            "faults": self.faults,
+            "lost": self.lost,
+            "duplicates": self.duplicates,
+            "interrupted": self.interrupted,
+            "stale acks accepted": self.stale_acks + self.stale_writes,
+            "recovery (s)": "-" if self.recovery_s is None else f"{self.recovery_s:.1f}",
+            "p99 pickup (ms)": ms(self.p99_ms),
+            "drain (s)": "-" if self.drain_s is None else f"{self.drain_s:.1f}",
+        }
+
+
+class Fleet:
+    """Worker processes: spawn, signal, respawn; one log file per process."""
+
+    def __init__(
+        self,
+        logs: Path,
+        count: int,
+        args: Sequence[str],
+        dsn_for: Callable[[int], str],
+        env_for: Callable[[int], dict[str, str]] | None = None,
+        command: Sequence[str] = (PGQ,),
+    ) -> None:
+        self.logs = logs
+        self.args = list(args)
+        self.dsn_for = dsn_for
+        self.env_for = env_for or (lambda i: {})
+        self.command = list(command)
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
+        self.spawned = 0
+
+    def spawn(self, index: int) -> subprocess.Popen[bytes]:
+        self.spawned += 1
+        env = {k: v for k, v in os.environ.items() if k != "PGAPPNAME"}
+        env.update(PGQUEUE_DSN=self.dsn_for(index), PYTHONUNBUFFERED="1", **self.env_for(index))
+        log = self.logs / f"worker{index}-{self.spawned}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [*self.command, "work", APP, *self.args],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.procs[index] = proc
+        return proc
+
+    def start(self) -> None:
+        for index in range(len(self.procs)):
+            self.spawn(index)
+
+    def alive(self) -> list[int]:
+        return [i for i, p in enumerate(self.procs) if p is not None and p.poll() is None]
+
+    def exited(self) -> list[int]:
+        return [i for i, p in enumerate(self.procs) if p is not None and p.poll() is not None]
+
+    def pid(self, index: int) -> int:
+        proc = self.procs[index]
+        assert proc is not None
+        return proc.pid
+
+    def signal(self, index: int, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid(index), signum)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        for index in self.alive():
+            self.signal(index, signal.SIGCONT)
+            self.signal(index, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            if proc is None:
+                continue
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def log_text(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log")))
+
+
+class Run:
+    """One scenario run: set up, start workers and the producer, record faults, check."""
+
+    def __init__(
+        self,
+        name: str,
+        dsn: str,
+        settings: Settings,
+        workdir: Path,
+        *,
+        worker_dsn: Callable[[int], str] | None = None,
+        worker_env: Callable[[int], dict[str, str]] | None = None,
+        command: Sequence[str] = (PGQ,),
+        task: str = "chaos.work",
+    ) -> None:
+        self.name = name
+        self.dsn = dsn
+        self.settings = settings
+        self.workdir = workdir
+        self.task = task
+        self.faults: list[Fault] = []
+        self.rng = random.Random(os.environ.get("CHAOS_SEED", "pgqueue"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        s = settings
+        args = [
+            "--concurrency",
+            str(s.concurrency),
+            "--lease",
+            f"{s.lease}s",
+            "--poll-interval",
+            f"{s.poll_interval}s",
+            "--reaper-interval",
+            f"{s.reaper_interval}s",
+            "--shutdown-grace",
+            "5s",
+            *s.worker_args,
+        ]
+        self.fleet = Fleet(
+            workdir, s.workers, args, worker_dsn or (lambda i: dsn), worker_env, command
+        )
+        self.enqueued = 0
+        self.started_at = now()
+        self.drained_at: datetime | None = None
+        self._producer: threading.Thread | None = None
+        self._producer_error: BaseException | None = None
+        self.deadlocks_before = 0
+        query(dsn, SETUP_SQL)
+        self.deadlocks_before = self.deadlocks()
+
+    def start_workers(self, timeout: float = 60.0) -> None:
+        """Start the fleet and wait until every worker has registered (so pickup latency
+        measures the queue, not interpreter start-up)."""
+        self.fleet.start()
+        self.wait(
+            lambda: (
+                scalar(self.dsn, "SELECT count(*) FROM pgqueue.workers WHERE stopped_at IS NULL")
+                >= self.settings.workers
+            ),
+            timeout,
+            "the workers to start",
+        )
+        self.started_at = now()
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def start_producer(self) -> None:
+        self._producer = threading.Thread(target=self._produce, daemon=True, name="producer")
+        self._producer.start()
+
+    def _produce(self) -> None:
+        s = self.settings
+        pgq = PgQueue(self.dsn)
+        try:
+            batch = s.enqueue_batch
+            if s.rate is not None:  # paced: small batches at the rate's rhythm
+                batch = max(1, min(batch, int(s.rate / 20)))
+            started = time.monotonic()
+            for first in range(0, s.jobs, batch):
+                numbers = range(first, min(s.jobs, first + batch))
+                self._enqueue_batch(pgq, numbers)
+                self.enqueued = numbers[-1] + 1
+                if s.rate is not None:
+                    delay = started + self.enqueued / s.rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+        except BaseException as exc:
+            self._producer_error = exc
+            raise
+        finally:
+            pgq.close()
+
+    def _enqueue_batch(self, pgq: PgQueue, numbers: range) -> None:
+        # Faults must not use up a job's attempts: only the poison pill may die of them.
+        options = {"max_attempts": 1000}
+        specs = [
+            pgq.spec(self.task, {"n": n, "ms": self.settings.job_ms}, options) for n in numbers
+        ]
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                pgq.enqueue_many(specs)
+                return
+            except psycopg.OperationalError:
+                # The commit may or may not have happened (the reply was lost): the batch is
+                # one transaction, so one of its jobs existing anywhere proves it did.
+                if self._batch_exists(numbers[0]):
+                    return
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def _batch_exists(self, n: int) -> bool:
+        return bool(
+            scalar(
+                self.dsn,
+                "SELECT EXISTS (SELECT 1 FROM chaos_done WHERE n = %(n)s)"
+                " OR EXISTS (SELECT 1 FROM pgqueue.jobs WHERE (args ->> 'n')::bigint = %(n)s)"
+                " OR EXISTS (SELECT 1 FROM pgqueue.dead_letters"
+                "            WHERE (args ->> 'n')::bigint = %(n)s)",
+                {"n": n},
+            )
+        )
+
+    def enqueue_extra(self, task: str, n: int, **options: Any) -> int:
+        """One more job outside the numbered stream (a poison pill, a probe)."""
+        with PgQueue(self.dsn) as pgq:
+            return int(pgq.enqueue(task, {"n": n}, **options))
+
+    def producer_done(self) -> bool:
+        if self._producer_error is not None:
+            raise self._producer_error
+        return self._producer is None or not self._producer.is_alive()
+
+    # -- watching --------------------------------------------------------------------------
+
+    def progress(self) -> int:
+        """Ledger records written so far (two per execution): a cheap progress counter."""
+        return int(scalar(self.dsn, "SELECT coalesce(max(seq), 0) FROM chaos_ledger"))
+
+    def remaining(self) -> int:
+        return int(scalar(self.dsn, "SELECT count(*) FROM pgqueue.jobs"))
+
+    def finished(self) -> bool:
+        return self.producer_done() and self.remaining() == 0
+
+    def worker_ids(self, index: int) -> list[str]:
+        """The pgqueue worker id(s) of fleet process ``index`` (it registers at start)."""
+        rows = query(
+            self.dsn,
+            "SELECT id::text FROM pgqueue.workers WHERE pid = %s AND stopped_at IS NULL",
+            (self.fleet.pid(index),),
+        )
+        return [row[0] for row in rows]
+
+    def held(self, worker_ids: Sequence[str] | None = None) -> list[int]:
+        """Ids of running jobs (of these workers, or of everyone)."""
+        rows = query(
+            self.dsn,
+            "SELECT id FROM pgqueue.jobs WHERE state = 'running'"
+            " AND (%(w)s::uuid[] IS NULL OR worker_id = ANY(%(w)s::uuid[]))",
+            {"w": list(worker_ids) if worker_ids is not None else None},
+        )
+        return [row[0] for row in rows]
+
+    def fault(self, kind: str, held: list[int], healed_at: datetime | None = None) -> Fault:
+        record = Fault(kind, now(), held, healed_at)
+        self.faults.append(record)
+        return record
+
+    def deadlocks(self) -> int:
+        return int(
+            scalar(
+                self.dsn,
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+            )
+        )
+
+    def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: timed out after {timeout}s waiting for {what}")
+            time.sleep(0.1)
+
+    def drain(self) -> None:
+        """After the faults: wait for the producer and for the queue to empty."""
+        self.wait(self.finished, self.settings.drain_timeout, "the queue to drain")
+        self.drained_at = now()
+
+    # -- the check -------------------------------------------------------------------------
+
+    def report(self) -> Report:
+        """Stop the workers and compute the figures."""
+        self.fleet.stop()
+        dsn = self.dsn
+        report = Report(self.name, enqueued=self.enqueued, faults=len(self.faults))
+        ends = query(
+            dsn,
+            "SELECT n, count(*) FROM chaos_ledger WHERE event = 'end' AND n < %s GROUP BY n",
+            (self.settings.jobs,),
+        )
+        ended = {n for n, _ in ends}
+        report.duplicates = sum(count - 1 for _, count in ends)
+        report.executions = int(
+            scalar(dsn, "SELECT count(*) FROM chaos_ledger WHERE event = 'start'")
+        )
+        dead = query(dsn, "SELECT (args ->> 'n')::bigint FROM pgqueue.dead_letters")
+        report.dead = len(dead)
+        buried = {row[0] for row in dead}
+        report.lost = sum(1 for n in range(self.enqueued) if n not in ended and n not in buried)
+        report.notes["still queued"] = self.remaining()
+        report.interrupted = sum(len(f.held) for f in self.faults)
+        violations = query(dsn, "SELECT kind, count(*) FROM chaos_violations GROUP BY kind")
+        report.stale_acks = sum(c for kind, c in violations if kind.startswith("ack"))
+        report.stale_writes = sum(c for kind, c in violations if not kind.startswith("ack"))
+        if violations:
+            report.notes["violations"] = dict(violations)
+        p50, p99 = query(
+            dsn,
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),"
+            "       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)"
+            "  FROM (SELECT extract(epoch FROM min(l.at) - d.created_at) * 1000 AS ms"
+            "          FROM chaos_done AS d JOIN chaos_ledger AS l ON l.job_id = d.job_id"
+            "         WHERE l.event = 'start' AND d.n < %s GROUP BY d.job_id, d.created_at) s",
+            (self.settings.jobs,),
+        )[0]
+        report.p50_ms, report.p99_ms = p50, p99
+        report.recovery_s = self._recovery()
+        if self.drained_at is not None:
+            report.drain_s = (self.drained_at - self.started_at).total_seconds()
+        report.notes["deadlocks"] = self.deadlocks() - self.deadlocks_before
+        report.notes["worker processes"] = self.fleet.spawned
+        return report
+
+    def _recovery(self) -> float | None:
+        """Per fault: from the fault until every job it interrupted was done again (or, if it
+        interrupted none, from the heal until the next job was done). The worst is reported."""
+        worst: float | None = None
+        for f in self.faults:
+            start = f.at if f.held else (f.healed_at or f.at)
+            if f.held:
+                done = scalar(
+                    self.dsn, "SELECT max(at) FROM chaos_done WHERE job_id = ANY(%s)", (f.held,)
+                )
+            else:
+                done = scalar(self.dsn, "SELECT min(at) FROM chaos_done WHERE at > %s", (start,))
+            if done is None:
+                continue
+            seconds = max(0.0, (done - start).total_seconds())
+            worst = seconds if worst is None else max(worst, seconds)
+        return worst
+
+    def close(self) -> None:
+        self.fleet.stop(timeout=10)
+
+
+@contextlib.contextmanager
+def run(name: str, dsn: str, settings: Settings, workdir: Path, **kwargs: Any) -> Iterator[Run]:
+    chaos = Run(name, dsn, settings, workdir, **kwargs)
+    try:
+        yield chaos
+    finally:
+        chaos.close()
+
+
+def format_table(reports: Sequence[Report]) -> str:
+    """The figures as a Markdown table."""
+    rows = [r.row() for r in reports]
+    if not rows:
+        return ""
+    headers = list(rows[0])
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
+    lines += ["| " + " | ".join(str(row[h]) for h in headers) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,170 @@
+"""A TCP proxy between workers and PostgreSQL (which listens on a Unix socket in the tests) that
+can cut the network: ``drop()`` resets every connection and refuses new ones, ``pause()``
+blackholes traffic (nothing is lost: TCP would retransmit it once the partition heals),
+``heal()`` restores it, and ``trap(pattern)`` lets one message matching ``pattern`` through,
+then loses the server's reply and resets that connection: an ambiguous commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from pathlib import Path
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+
+class Proxy:
+    def __init__(self, upstream_dsn: str) -> None:
+        params = conninfo_to_dict(upstream_dsn)
+        self.socket_path = Path(str(params["host"])) / f".s.PGSQL.{params.get('port', 5432)}"
+        self.upstream_dsn = upstream_dsn
+        self.port = 0
+        self.connections: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self.refusing = False
+        self.trapped = 0  # ambiguous commits produced
+        self._trap: bytes | None = None
+        self._loop = asyncio.new_event_loop()
+        self._flowing: asyncio.Event | None = None
+        self._server: asyncio.Server | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True, name="chaos-proxy")
+
+    # -- control (any thread) -----------------------------------------------------------
+
+    def start(self) -> Proxy:
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    def dsn(self, dsn: str | None = None) -> str:
+        """``dsn`` (default: the upstream one) pointed at the proxy."""
+        return make_conninfo(dsn or self.upstream_dsn, host="127.0.0.1", port=str(self.port))
+
+    def drop(self) -> None:
+        """Reset every connection and refuse new ones until heal()."""
+        self._call(self._drop)
+
+    def pause(self) -> None:
+        """Blackhole: connections stay open but nothing flows until heal()."""
+        self._call(self._pause)
+
+    def heal(self) -> None:
+        self._call(self._heal)
+
+    def trap(self, pattern: bytes) -> None:
+        """The next client message containing ``pattern`` reaches the server; its reply never
+        comes back and the connection is reset (did it commit? the client cannot know)."""
+        self._call(self._set_trap, pattern)
+
+    def close(self) -> None:
+        self._call(self._close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _call(self, func: Any, *args: Any) -> None:
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                func(*args)
+            finally:
+                done.set()
+
+        self._loop.call_soon_threadsafe(run)
+        done.wait(10)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._accept, "127.0.0.1", 0)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._started.set()
+        self._loop.run_forever()
+        self._loop.close()
+
+    def _drop(self) -> None:
+        self.refusing = True
+        for client, server in list(self.connections):
+            for writer in (client, server):
+                writer.transport.abort()
+        self.connections.clear()
+
+    def _pause(self) -> None:
+        assert self._flowing is not None
+        self._flowing.clear()
+
+    def _heal(self) -> None:
+        assert self._flowing is not None
+        self.refusing = False
+        self._flowing.set()
+
+    def _set_trap(self, pattern: bytes) -> None:
+        self._trap = pattern
+
+    def _close(self) -> None:
+        self._drop()
+        if self._server is not None:
+            self._server.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(str(self.socket_path))
+        except OSError:
+            writer.transport.abort()
+            return
+        pair = (writer, up_writer)
+        self.connections.add(pair)
+        state = {"reply_lost": False}
+        await asyncio.gather(
+            self._pump(reader, up_writer, pair, state, upstream=True),
+            self._pump(up_reader, writer, pair, state, upstream=False),
+            return_exceptions=True,
+        )
+        self.connections.discard(pair)
+
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
+        state: dict[str, bool],
+        *,
+        upstream: bool,
+    ) -> None:
+        assert self._flowing is not None
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                await self._flowing.wait()
+                if pair not in self.connections:
+                    break
+                if not upstream and state["reply_lost"]:
+                    continue  # the reply to the trapped message (and anything after) is lost
+                writer.write(data)
+                await writer.drain()
+                if upstream and self._trap is not None and self._trap in data:
+                    self._trap = None
+                    self.trapped += 1
+                    state["reply_lost"] = True
+                    self._loop.call_later(0.5, self._reset, pair)
+        finally:
+            with contextlib.suppress(Exception):
+                writer.transport.abort()
+
+    def _reset(self, pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter]) -> None:
+        for writer in pair:
+            writer.transport.abort()
+        self.connections.discard(pair)

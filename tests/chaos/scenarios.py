@@ -1,0 +1,601 @@
+"""The fault-injection scenarios, each at two sizes: ``ci`` (a few seconds each, run by
+``pytest -m chaos``) and ``full`` (``python -m benchmarks.chaos``).
+
+Every scenario returns a :class:`~tests.chaos.harness.Report`; the caller checks it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pgqueue.db.queries import query as named
+from tests.chaos.harness import Report, Run, Settings, now, query, run, scalar
+from tests.chaos.proxy import Proxy
+
+
+@dataclass
+class Env:
+    """Where a scenario runs: a migrated database, a scratch directory, and for the restart
+    scenario a way to restart the server."""
+
+    dsn: str
+    workdir: Path
+    restart: Callable[[], None] | None = None
+
+
+def pick(size: str, ci: Any, full: Any) -> Any:
+    return full if size == "full" else ci
+
+
+# -- 1. SIGKILL ------------------------------------------------------------------------------
+
+
+def sigkill_workers(env: Env, size: str) -> Report:
+    """Workers SIGKILLed at random (5 % per completed batch) and respawned."""
+    settings = Settings(
+        jobs=pick(size, 3000, 100_000),
+        workers=pick(size, 4, 8),
+        concurrency=pick(size, 8, 32),  # a batch is up to this many jobs
+        lease=2.0,
+        job_ms=2.0,
+        # Paced below what the fleet drains on a busy 2-core machine, so pickup latency shows
+        # the faults rather than a backlog the producer built up.
+        rate=pick(size, 500.0, 700.0),
+    )
+    with run("1. SIGKILL workers (5%/batch)", env.dsn, settings, env.workdir) as chaos:
+        chaos.start_workers()
+        chaos.start_producer()
+        batch = 2 * settings.concurrency  # ledger rows (start + end) of one completed batch
+        seen = chaos.progress()
+        while not chaos.finished():
+            time.sleep(0.05)
+            progress = chaos.progress()
+            batches, seen = (progress - seen) // batch, seen + (progress - seen) // batch * batch
+            for _ in range(batches):
+                if chaos.rng.random() < 0.05 and chaos.fleet.alive():
+                    kill_and_respawn(chaos, chaos.rng.choice(chaos.fleet.alive()))
+        chaos.drain()
+        return chaos.report()
+
+
+def kill_and_respawn(chaos: Run, index: int) -> None:
+    # Stop it first so the jobs it holds can be counted exactly, then kill it.
+    chaos.fleet.signal(index, signal.SIGSTOP)
+    held = chaos.held(chaos.worker_ids(index))
+    chaos.fleet.signal(index, signal.SIGKILL)
+    proc = chaos.fleet.procs[index]
+    assert proc is not None
+    proc.wait()
+    chaos.fault("SIGKILL", held)
+    chaos.fleet.spawn(index)
+
+
+# -- 2. SIGSTOP past the lease --------------------------------------------------------------
+
+
+def sigstop_past_lease(env: Env, size: str) -> Report:
+    """A worker frozen (SIGSTOP) for three leases while holding jobs, then thawed: its late
+    heartbeats and acks must change nothing; the others have taken its jobs over."""
+    settings = Settings(
+        jobs=pick(size, 240, 1500),
+        workers=3,
+        concurrency=4,
+        lease=1.0,
+        job_ms=300.0,
+        rate=pick(size, None, 30.0),  # full size: paced at ~3/4 of the 40 jobs/s capacity
+    )
+    rounds = pick(size, 2, 10)
+    with run("2. SIGSTOP > lease, SIGCONT", env.dsn, settings, env.workdir) as chaos:
+        chaos.start_workers()
+        chaos.start_producer()
+        for _ in range(rounds):
+            if chaos.finished():
+                break
+            index, held = _busy_worker(chaos)
+            if index is None:
+                continue
+            chaos.fleet.signal(index, signal.SIGSTOP)
+            held = chaos.held(chaos.worker_ids(index))
+            fault = chaos.fault("SIGSTOP", held)
+            time.sleep(settings.lease * 3)
+            chaos.fleet.signal(index, signal.SIGCONT)
+            fault.healed_at = now()
+            time.sleep(settings.lease)
+        chaos.drain()
+        report = chaos.report()
+    text = chaos.fleet.log_text()
+    report.notes["late writes rejected"] = len(re.findall(r"lease lost|stale \w+ ignored", text))
+    return report
+
+
+def _busy_worker(chaos: Run) -> tuple[int | None, list[int]]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not chaos.finished():
+        for index in chaos.fleet.alive():
+            held = chaos.held(chaos.worker_ids(index))
+            if held:
+                return index, held
+        time.sleep(0.05)
+    return None, []
+
+
+# -- 3. reaper vs late ack --------------------------------------------------------------------
+
+
+def reaper_vs_late_ack(env: Env, size: str) -> Report:
+    """The reaper and a late ack on one expired lease, forced into both orders with two
+    connections (the second blocked on the first's row lock before the first commits), then
+    raced freely. Never both may win."""
+    rounds = pick(size, 20, 500)
+    report = Report("3. reaper vs late ack (both orders)")
+    both = wins_reaper = wins_ack = 0
+    with (
+        psycopg.connect(env.dsn, autocommit=True) as c1,
+        psycopg.connect(env.dsn, autocommit=True) as c2,
+    ):
+        for round_ in range(rounds):
+            for order in ("reaper first", "ack first", "race"):
+                job, token = _expired_claim(c1, round_)
+                reaped, acked = _reap_and_ack(c1, c2, job, token, order)
+                both += reaped and acked
+                wins_reaper += reaped
+                wins_ack += acked
+                assert reaped or acked, f"{order}: neither won"
+                report.faults += 1
+                report.enqueued += 1
+    report.stale_acks = both
+    report.notes.update(reaper_won=wins_reaper, ack_won=wins_ack, both_won=both)
+    return report
+
+
+def _expired_claim(conn: psycopg.Connection[Any], n: int) -> tuple[int, int]:
+    """A job claimed by an absent worker whose lease has just expired."""
+    conn.execute("DELETE FROM pgqueue.jobs")
+    conn.execute("SELECT pgqueue.enqueue('chaos.work', %s)", (f'{{"n": {n}}}',))
+    row = conn.execute(
+        named("claim_jobs"),
+        {
+            "queues": ["default"],
+            "tasks": ["chaos.work"],
+            "lease": timedelta(milliseconds=1),
+            "worker_id": "00000000-0000-0000-0000-000000000001",
+            "limit": 1,
+        },
+    ).fetchone()
+    assert row is not None
+    time.sleep(0.005)
+    return int(row[0]), int(row[6])
+
+
+def _reap_and_ack(
+    c1: psycopg.Connection[Any], c2: psycopg.Connection[Any], job: int, token: int, order: str
+) -> tuple[bool, bool]:
+    ack = {"ids": [job], "tokens": [token], "results": [None]}
+    result: dict[str, bool] = {}
+
+    def acker() -> None:
+        result["acked"] = bool(c2.execute(named("ack_jobs"), ack).fetchall())
+
+    if order == "reaper first":
+        with c1.transaction():
+            reaped = _reap(c1)
+            thread = threading.Thread(target=acker)
+            thread.start()
+            _wait_blocked(c1, c2)  # the ack waits on the reaper's row lock...
+        thread.join(10)  # ...and re-checks its WHERE after the reaper commits
+        return reaped, result["acked"]
+    if order == "ack first":
+        with c2.transaction():
+            acked = bool(c2.execute(named("ack_jobs"), ack).fetchall())
+            # The reaper runs while the ack holds the row: SKIP LOCKED, it must not take it.
+            reaped = _reap(c1)
+        reaped = reaped or _reap(c1)
+        return reaped, acked
+    barrier = threading.Barrier(2)
+    outcome: dict[str, bool] = {}
+
+    def reaper() -> None:
+        barrier.wait()
+        outcome["reaped"] = _reap(c1)
+
+    def late_ack() -> None:
+        barrier.wait()
+        outcome["acked"] = bool(c2.execute(named("ack_jobs"), ack).fetchall())
+
+    threads = [threading.Thread(target=reaper), threading.Thread(target=late_ack)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    if not outcome["reaped"] and not outcome["acked"]:
+        # The reaper skipped the row while the ack held it, and the ack found it reaped?
+        # Impossible; but a reaper that ran before the lease expired would: run it again.
+        outcome["reaped"] = _reap(c1)
+    return outcome["reaped"], outcome["acked"]
+
+
+def _reap(conn: psycopg.Connection[Any]) -> bool:
+    """Run the reaper; True if it recovered the (only) expired job."""
+    row = conn.execute("SELECT pgqueue.reap()").fetchone()
+    return row is not None and row[0] == 1
+
+
+def _wait_blocked(c1: psycopg.Connection[Any], c2: psycopg.Connection[Any]) -> None:
+    blocked = c2.info.backend_pid
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with psycopg.connect(c1.info.dsn, autocommit=True) as watcher:
+            row = watcher.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (blocked,)
+            ).fetchone()
+        if row and row[0] == "Lock":
+            return
+        time.sleep(0.01)
+    raise AssertionError("the late ack never blocked on the reaper's row lock")
+
+
+# -- 4. PostgreSQL restarts -------------------------------------------------------------------
+
+
+def postgres_restarts(env: Env, size: str) -> Report:
+    """``pg_ctl restart -m immediate`` (a crash: no shutdown checkpoint, every connection cut)
+    several times while jobs flow."""
+    assert env.restart is not None, "this scenario needs a server it may restart"
+    settings = Settings(
+        jobs=pick(size, 2500, 30_000),
+        workers=pick(size, 3, 8),
+        concurrency=8,
+        lease=3.0,
+        job_ms=2.0,
+        rate=pick(size, 250.0, 700.0),
+    )
+    restarts = pick(size, 3, 8)
+    with run("4. PostgreSQL restart -m immediate", env.dsn, settings, env.workdir) as chaos:
+        chaos.start_workers()
+        chaos.start_producer()
+        for _ in range(restarts):
+            time.sleep(pick(size, 2.0, 4.0))
+            if chaos.finished():
+                break
+            held = chaos.held()
+            fault = chaos.fault("restart", held)
+            env.restart()
+            fault.healed_at = now()
+        chaos.drain()
+        return chaos.report()
+
+
+# -- 5. network cuts ---------------------------------------------------------------------------
+
+
+def network_cuts(env: Env, size: str) -> Report:
+    """Half the workers reach PostgreSQL through a proxy that resets every connection and
+    refuses new ones for 5 s, or blackholes traffic for longer than the lease; the other half
+    (and the effects ledger) stay connected, reap the cut workers' jobs and run them."""
+    settings = Settings(
+        jobs=pick(size, 3000, 30_000),  # CI: 12 s of production, room for both cuts
+        workers=4,
+        concurrency=8,
+        lease=2.0,
+        job_ms=50.0,  # long enough that the cut workers hold jobs when the cut comes
+        rate=pick(size, 250.0, 300.0),  # 32 slots x 50 ms: 640 jobs/s at most
+    )
+    cuts = pick(size, ["drop", "pause"], ["drop", "pause"] * 4)
+    proxy = Proxy(env.dsn).start()
+    proxied = {0, 1}
+    try:
+        with run(
+            "5. network cut (reset 5 s / blackhole 2x lease)",
+            env.dsn,
+            settings,
+            env.workdir,
+            worker_dsn=lambda i: proxy.dsn() if i in proxied else env.dsn,
+            worker_env=lambda i: {"CHAOS_LEDGER_DSN": env.dsn},
+        ) as chaos:
+            chaos.start_workers()
+            chaos.start_producer()
+            for mode in cuts:
+                time.sleep(2.0)
+                if chaos.finished():
+                    break
+                ids = [w for i in proxied for w in chaos.worker_ids(i)]
+                # Cut while the far side holds jobs (it gets fewer: the proxy is slower).
+                chaos.wait(_holding(chaos, ids), 30, "the cut workers to hold jobs")
+                proxy.drop() if mode == "drop" else proxy.pause()
+                time.sleep(0.2)  # statements already delivered still commit: count them
+                kind = "reset 5 s" if mode == "drop" else "blackhole 2x lease"
+                fault = chaos.fault(kind, chaos.held(ids))
+                time.sleep(5.0 if mode == "drop" else settings.lease * 2.5)
+                proxy.heal()
+                fault.healed_at = now()
+            chaos.drain()
+            report = chaos.report()
+    finally:
+        proxy.close()
+    return report
+
+
+def _holding(chaos: Run, worker_ids: list[str]) -> Callable[[], bool]:
+    return lambda: bool(chaos.held(worker_ids)) or chaos.finished()
+
+
+def ambiguous_commits(env: Env, size: str) -> Report:
+    """The reply to a committed statement is lost and the connection reset: for an ack (the
+    worker retries it, finds the job gone, and must not run it again) and for a claim (the
+    worker never learns it holds the jobs; they run once, after the lease, via the reaper)."""
+    settings = Settings(
+        jobs=pick(size, 40, 400), workers=1, concurrency=4, lease=1.0, job_ms=50.0,
+        # --no-prepare: the statement text travels with every execution, so the trap sees it.
+        worker_args=("--no-prepare",),
+    )  # fmt: skip
+    proxy = Proxy(env.dsn).start()
+    traps = {
+        "ack": b"AS a(id, token, result)",
+        "claim": b"WITH candidates AS MATERIALIZED",
+    }
+    try:
+        with run(
+            "5b. ambiguous commit (claim, ack)",
+            env.dsn,
+            settings,
+            env.workdir,
+            worker_dsn=lambda i: proxy.dsn(),
+            worker_env=lambda i: {"CHAOS_LEDGER_DSN": env.dsn},
+        ) as chaos:
+            chaos.start_workers()
+            chaos.start_producer()
+            for what, pattern in traps.items():
+                before = proxy.trapped
+                held = chaos.held()
+                proxy.trap(pattern)
+                chaos.wait(_more_than(proxy, before), 60, f"a {what} to trap")
+                # An ambiguous claim interrupts the jobs it claimed, an ambiguous ack none.
+                claimed = [j for j in chaos.held() if j not in held] if what == "claim" else []
+                chaos.fault(f"ambiguous {what}", claimed, healed_at=now())
+            chaos.drain()
+            report = chaos.report()
+    finally:
+        proxy.close()
+    report.notes["ambiguous commits"] = proxy.trapped
+    report.notes["stale acks rejected"] = chaos.fleet.log_text().count("stale ack ignored")
+    return report
+
+
+def _more_than(proxy: Proxy, before: int) -> Callable[[], bool]:
+    return lambda: proxy.trapped > before
+
+
+# -- 6. clock skew ----------------------------------------------------------------------------
+
+
+def clock_skew(env: Env, size: str) -> Report:
+    """Workers whose wall clocks are a day ahead and a day behind run jobs longer than their
+    lease (heartbeats keep them). Leases, run_at and the reaper use the database clock, so no
+    job may be reclaimed early: every job runs exactly once, on its first claim."""
+    settings = Settings(
+        jobs=pick(size, 16, 200),
+        workers=2,
+        concurrency=8,
+        lease=1.0,
+        job_ms=2500.0,
+        rate=pick(size, None, 4.0),  # 16 slots x 2.5 s: 6.4 jobs/s at most
+    )
+    skews = [86_400.0, -86_400.0]
+    skewed = (sys.executable, "-m", "tests.chaos.skewed")
+    with run(
+        "6. clock skew (+/-1 day)",
+        env.dsn,
+        settings,
+        env.workdir,
+        command=skewed,
+        worker_env=lambda i: {"CHAOS_CLOCK_SKEW": str(skews[i % 2])},
+    ) as chaos:
+        # A producer a day behind asks for a 2 s delay: run_at is the database's now() + 2 s.
+        probe = subprocess.run(
+            [*skewed, "enqueue", "chaos.work", "--args", f'{{"n": {settings.jobs}}}',
+             "--delay", "2s", "--dsn", env.dsn],
+            env={**os.environ, "CHAOS_CLOCK_SKEW": "-86400"},
+            capture_output=True,
+            check=True,
+        )  # fmt: skip
+        delay = scalar(
+            env.dsn,
+            "SELECT extract(epoch FROM run_at - created_at) FROM pgqueue.jobs WHERE id = %s",
+            (int(probe.stdout),),
+        )
+        chaos.start_workers()
+        chaos.start_producer()
+        chaos.drain()
+        report = chaos.report()
+    report.notes["delay from a skewed producer (s)"] = float(delay)
+    report.notes["premature reclaims"] = int(
+        scalar(env.dsn, "SELECT count(*) FROM chaos_done WHERE token <> 1")
+        + scalar(env.dsn, "SELECT count(*) FROM chaos_ledger WHERE event = 'start' AND token <> 1")
+    )
+    # Proof the skew was live: each worker's log lines carry its own (wrong) date.
+    dates = set(re.findall(r"^(\d{4}-\d\d-\d\d) ", chaos.fleet.log_text(), re.MULTILINE))
+    report.notes["worker log dates"] = sorted(dates)
+    return report
+
+
+# -- 7. poison pill ---------------------------------------------------------------------------
+
+
+def poison_pill(env: Env, size: str, *, with_poison: bool = True) -> Report:
+    """A job that calls ``os._exit(1)`` every time it runs, among a steady stream of normal
+    jobs; crashed workers are restarted (as a supervisor would). It must be dead-lettered after
+    its max attempts (3); the other jobs' pickup latency is reported (compare the control run)."""
+    settings = Settings(
+        jobs=pick(size, 1500, 20_000),
+        workers=3,
+        concurrency=4,
+        lease=2.0,
+        job_ms=5.0,
+        # Well below capacity, so latency shows the poison's effect rather than a backlog.
+        rate=pick(size, 150.0, 250.0),
+    )
+    name = "7. poison pill (os._exit)" if with_poison else "7. control (no poison)"
+    with run(name, env.dsn, settings, env.workdir) as chaos:
+        chaos.start_workers()
+        chaos.start_producer()
+        if with_poison:
+            chaos.enqueue_extra("chaos.poison", settings.jobs, max_attempts=3)
+        while not chaos.finished():
+            for index in chaos.fleet.exited():
+                # It died holding jobs: those were interrupted by the poison.
+                held = chaos.held(_last_ids(chaos, index))
+                chaos.fault("poison crash", held)
+                chaos.fleet.spawn(index)
+            time.sleep(0.05)
+        chaos.drain()
+        report = chaos.report()
+    report.notes["poison dead-lettered after"] = scalar(
+        env.dsn, "SELECT attempts FROM pgqueue.dead_letters WHERE task = 'chaos.poison'"
+    )
+    return report
+
+
+def _last_ids(chaos: Run, index: int) -> list[str]:
+    rows = query(
+        chaos.dsn,
+        "SELECT id::text FROM pgqueue.workers WHERE pid = %s",
+        (chaos.fleet.pid(index),),
+    )
+    return [row[0] for row in rows]
+
+
+# -- 8. burst ---------------------------------------------------------------------------------
+
+
+def burst(env: Env, size: str) -> Report:
+    """A burst enqueued by COPY (10,000-job batches) while workers drain it: no deadlocks."""
+    settings = Settings(
+        jobs=pick(size, 20_000, 1_000_000),
+        workers=pick(size, 3, 6),
+        concurrency=16,
+        lease=10.0,
+        job_ms=0.0,
+        enqueue_batch=10_000,
+        drain_timeout=pick(size, 180.0, 3600.0),
+    )
+    with run("8. burst by COPY while draining", env.dsn, settings, env.workdir) as chaos:
+        chaos.start_workers()
+        chaos.start_producer()
+        chaos.drain()
+        report = chaos.report()
+    report.notes["deadlock errors in logs"] = chaos.fleet.log_text().count("deadlock")
+    assert report.drain_s is not None
+    report.notes["jobs/s"] = round(report.enqueued / report.drain_s)
+    return report
+
+
+# -- 9. LISTEN connection terminated ----------------------------------------------------------
+
+
+def listen_terminated(env: Env, size: str) -> Report:
+    """The worker's LISTEN connection is terminated (pg_terminate_backend) and cannot come
+    back for a while (its route is cut): pickup falls back to polling (every 10 s here); once
+    the route heals the listener reconnects and pickup is immediate again."""
+    poll = 10.0
+    proxy = Proxy(env.dsn).start()
+    settings = Settings(
+        jobs=0,
+        workers=1,
+        concurrency=4,
+        poll_interval=poll,
+        job_ms=0.0,
+        worker_args=("--listen-dsn", proxy.dsn()),
+    )
+    probes = pick(size, 2, 10)
+    latencies: dict[str, list[float]] = {"push": [], "polling": [], "push again": []}
+    try:
+        with run("9. LISTEN terminated", env.dsn, settings, env.workdir) as chaos:
+            chaos.start_workers()
+            listener = _wait_listener(env.dsn)
+            for _ in range(probes):
+                latencies["push"].append(_probe(chaos, poll * 3))
+            proxy.drop()  # no way back until healed
+            query(env.dsn, "SELECT pg_terminate_backend(%s)", (listener,))
+            fault = chaos.fault("LISTEN terminated", [])
+            for _ in range(probes):
+                latencies["polling"].append(_probe(chaos, poll * 3))
+            proxy.heal()
+            fault.healed_at = now()
+            _wait_listener(env.dsn, other_than=listener)
+            time.sleep(0.5)  # the reconnect woke the fetcher; its next poll is ~10 s away
+            for _ in range(probes):
+                latencies["push again"].append(_probe(chaos, poll * 3))
+            report = chaos.report()
+    finally:
+        proxy.close()
+    report.enqueued = 3 * probes
+    for phase, values in latencies.items():
+        report.notes[f"{phase} pickup (ms)"] = round(max(values) * 1000)
+    report.p99_ms = max(latencies["push again"]) * 1000
+    return report
+
+
+def _wait_listener(dsn: str, other_than: int | None = None, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = query(
+            dsn,
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pgqueue listener %%'"
+            " AND query LIKE 'LISTEN%%' OR (application_name LIKE 'pgqueue listener %%'"
+            " AND query = 'SELECT 1')",
+        )
+        pids = [row[0] for row in rows if row[0] != other_than]
+        if pids:
+            return int(pids[0])
+        time.sleep(0.1)
+    raise AssertionError("the listener did not (re)connect")
+
+
+def _probe(chaos: Run, timeout: float) -> float:
+    """Enqueue one job and return how long it took to start (database clock)."""
+    n = 1_000_000 + int(scalar(chaos.dsn, "SELECT count(*) FROM chaos_ledger"))
+    job = chaos.enqueue_extra("chaos.work", n)
+    chaos.wait(
+        lambda: bool(
+            scalar(chaos.dsn, "SELECT count(*) FROM chaos_ledger WHERE job_id = %s", (job,))
+        ),
+        timeout,
+        "a probe job to be picked up",
+    )
+    chaos.wait(lambda: chaos.remaining() == 0, timeout, "the probe job to finish")
+    return float(
+        scalar(
+            chaos.dsn,
+            "SELECT extract(epoch FROM min(l.at) - d.created_at) FROM chaos_ledger AS l"
+            " JOIN chaos_done AS d ON d.job_id = l.job_id WHERE l.job_id = %s"
+            " GROUP BY d.created_at",
+            (job,),
+        )
+    )
+
+
+SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
+    "sigkill": sigkill_workers,
+    "sigstop": sigstop_past_lease,
+    "race": reaper_vs_late_ack,
+    "restart": postgres_restarts,
+    "network": network_cuts,
+    "ambiguous": ambiguous_commits,
+    "skew": clock_skew,
+    "poison": poison_pill,
+    "burst": burst,
+    "listen": listen_terminated,
+}

@@ -1,0 +1,97 @@
+"""The fault-injection scenarios at CI sizes (``pytest -m chaos``); full sizes and the figures
+table: ``python -m benchmarks.chaos`` (see docs/reliability.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.chaos import scenarios
+from tests.chaos.harness import Report
+from tests.chaos.scenarios import Env
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(400)]
+
+
+def show(report: Report) -> Report:
+    print(f"\n{report}")  # the figures, for -s / the CI log on failure
+    return report
+
+
+def test_sigkill_workers_lose_nothing(dsn, tmp_path):
+    report = show(scenarios.sigkill_workers(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.faults > 0, "no worker was killed: the scenario proved nothing"
+
+
+def test_a_thawed_worker_changes_nothing(dsn, tmp_path):
+    report = show(scenarios.sigstop_past_lease(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.faults > 0 and report.interrupted > 0
+    # The frozen worker woke up holding leases it had lost, and noticed (log evidence).
+    assert report.notes["late writes rejected"] > 0
+
+
+def test_reaper_and_late_ack_never_both_win(dsn, tmp_path):
+    report = show(scenarios.reaper_vs_late_ack(Env(dsn, tmp_path), "ci"))
+    assert report.notes["both_won"] == 0
+    # Both orders really happened: each side won some rounds.
+    assert report.notes["reaper_won"] > 0 and report.notes["ack_won"] > 0
+
+
+def test_postgres_restarts_lose_nothing(own_server, tmp_path):
+    env = Env(own_server.dsn, tmp_path, restart=lambda: own_server.restart("immediate"))
+    report = show(scenarios.postgres_restarts(env, "ci"))
+    report.check()
+    assert report.faults >= 2
+
+
+def test_network_cuts_lose_nothing(dsn, tmp_path):
+    report = show(scenarios.network_cuts(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.faults == 2
+
+
+def test_ambiguous_commits_of_claim_and_ack(dsn, tmp_path):
+    report = show(scenarios.ambiguous_commits(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.notes["ambiguous commits"] == 2
+    # The committed ack was retried after the reset, found the job gone and changed nothing.
+    assert report.notes["stale acks rejected"] >= 1
+    assert report.duplicates == 0
+
+
+def test_skewed_worker_clocks_never_reclaim_early(dsn, tmp_path):
+    report = show(scenarios.clock_skew(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.notes["premature reclaims"] == 0
+    assert report.executions == report.enqueued + 1  # (+ the skewed producer's probe)
+    assert report.notes["delay from a skewed producer (s)"] == 2.0
+    today = datetime.now(UTC).date()
+    assert {
+        str(today + timedelta(days=1)),
+        str(today - timedelta(days=1)),
+    } <= set(report.notes["worker log dates"]), "the clock patch did not take effect"
+
+
+def test_poison_pill_is_dead_lettered_and_the_rest_runs(dsn, tmp_path):
+    report = show(scenarios.poison_pill(Env(dsn, tmp_path), "ci"))
+    report.check(expect_dead=1)
+    assert report.notes["poison dead-lettered after"] == 3
+
+
+def test_burst_by_copy_while_draining_has_no_deadlocks(dsn, tmp_path):
+    report = show(scenarios.burst(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.notes["deadlocks"] == 0
+    assert report.notes["deadlock errors in logs"] == 0
+
+
+def test_listen_terminated_falls_back_to_polling_then_push(dsn, tmp_path):
+    report = show(scenarios.listen_terminated(Env(dsn, tmp_path), "ci"))
+    report.check()
+    # Polling every 10 s still picks jobs up while LISTEN is gone (bounded by the timeout in
+    # the scenario). After the listener is back, a job enqueued half a second after the
+    # reconnect starts long before the next poll (~10 s away): it was pushed. 5 s of slack.
+    assert report.notes["push again pickup (ms)"] < 5000

@@ -1,0 +1,212 @@
+"""Least privilege: `pgq roles` creates producer, worker and admin roles; the producer and the
+worker run under them, and each can do its part and nothing more."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+from psycopg.conninfo import make_conninfo
+from typer.testing import CliRunner
+
+from pgqueue import PgQueue
+from pgqueue.cli.app import app as cli
+from pgqueue.errors import ConfigurationError
+from pgqueue.roles import ROLE_SETTINGS, RoleNames, script
+from tests.helpers import ledger, scalar, thread_worker, wait_for
+from tests.integration import worker_app
+
+pytestmark = pytest.mark.slow
+_counter = itertools.count()
+runner = CliRunner()
+
+
+@pytest.fixture
+def roles(app_dsn: str) -> Iterator[RoleNames]:
+    # Roles are cluster-wide: unique names per test, one of them as hostile as a name can be.
+    n = f"{os.getpid()}_{next(_counter)}"
+    names = RoleNames(
+        producer=f"pgq_producer_{n}",
+        worker=f'pgq worker "{n}"; DROP TABLE pgqueue.jobs; --',
+        admin=f"pgq_admin_{n}",
+    )
+    for _ in range(2):  # idempotent: a second run after an upgrade changes nothing
+        result = runner.invoke(cli, ["roles", "--apply", "--dsn", app_dsn, *_options(names)])
+        assert result.exit_code == 0, result.output
+    yield names
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        for _, name in names.items():
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def _options(names: RoleNames) -> list[str]:
+    return ["--producer", names.producer, "--worker", names.worker, "--admin", names.admin]
+
+
+def as_role(dsn: str, role: str) -> str:
+    return make_conninfo(dsn, user=role)
+
+
+def denied(dsn: str, statement: str, params: Any = None) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            conn.execute(statement, params)
+        except errors.InsufficientPrivilege:
+            return True
+    return False
+
+
+def test_producer_can_enqueue_but_not_read_or_change_jobs(app_dsn, roles):
+    secret = PgQueue(app_dsn).enqueue("billing.charge", {"card": "4111 1111 1111 1111"})
+    producer_dsn = as_role(app_dsn, roles.producer)
+    producer = PgQueue(producer_dsn)
+    try:
+        first = producer.enqueue("noop", {"n": 1}, idempotency_key="k1")
+        again = producer.enqueue("noop", {"n": 2}, idempotency_key="k1")
+        assert first.created and not again.created and again == first
+        delayed = producer.enqueue("noop", {"n": 3}, delay=timedelta(minutes=5))
+        plain = producer.enqueue_many([producer.spec("noop", {"n": i}, {}) for i in range(100)])
+        assert len(plain) == 100 and all(job.created for job in plain)
+        keyed = producer.enqueue_many(
+            [producer.spec("noop", {}, {"idempotency_key": k}) for k in ("k1", "k2", "k2")]
+        )
+        assert keyed[0] == first and not keyed[0].created
+        assert keyed[1].created and keyed[2] == keyed[1] and not keyed[2].created
+        # flow control and results through the same role
+        kept = producer.enqueue("noop", {}, result_ttl=60, concurrency_key="customer-1")
+        unique = producer.enqueue_many(
+            [producer.spec("noop", {}, {"idempotency_key": "u1", "unique_for": 60})]
+        )
+        assert kept.created and unique[0].created
+    finally:
+        producer.close()
+    with psycopg.connect(producer_dsn) as conn:
+        assert conn.execute("SELECT pgqueue.enqueue('noop')").fetchone()[0] > 0
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "5s"
+        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "30s"
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 1 + 1 + 1 + 100 + 1 + 2 + 1
+    assert scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (delayed,)) == (
+        "scheduled"
+    )
+
+    # Reading other jobs' args (or anything but ids), directly or through a function.
+    for statement in [
+        "SELECT args FROM pgqueue.jobs",
+        "SELECT * FROM pgqueue.jobs",
+        "SELECT id FROM pgqueue.jobs WHERE args ? 'card'",
+        "SELECT task, queue FROM pgqueue.jobs",
+        "SELECT * FROM pgqueue.dead_letters",
+        "SELECT * FROM pgqueue.job_history",
+        "SELECT * FROM pgqueue.queue_stats",
+        "SELECT * FROM pgqueue.workers",
+    ]:
+        assert denied(producer_dsn, statement), statement
+    # Deleting, changing, claiming, cancelling, reaping or forging a running job.
+    for statement, params in [
+        ("DELETE FROM pgqueue.jobs WHERE id = %s", (secret,)),
+        ("UPDATE pgqueue.jobs SET args = '{}' WHERE id = %s", (secret,)),
+        ("UPDATE pgqueue.jobs SET state = 'running' WHERE id = %s", (secret,)),
+        ("TRUNCATE pgqueue.jobs", None),
+        ("SELECT pgqueue.cancel(%s)", (secret,)),
+        ("SELECT pgqueue.reap()", None),
+        (
+            "INSERT INTO pgqueue.jobs (queue, task, state, lease_expires_at, worker_id)"
+            " VALUES ('default', 'noop', 'running', now() + interval '1 day', gen_random_uuid())",
+            None,
+        ),
+        ("INSERT INTO pgqueue.jobs (queue, task, attempts) VALUES ('default', 'noop', 3)", None),
+    ]:
+        assert denied(producer_dsn, statement, params), statement
+    assert scalar(
+        app_dsn, "SELECT args->>'card' FROM pgqueue.jobs WHERE id = %s", (secret,)
+    ).startswith("4111")
+
+
+def test_worker_runs_jobs_under_its_role_without_ddl_or_settings(app_dsn, roles):
+    owner = PgQueue(app_dsn)
+    ok = owner.enqueue("noop", {"n": 1})
+    flaky = owner.enqueue(worker_app.flaky, {"fail_times": 1})
+    broken = owner.enqueue(worker_app.always_fails, {})
+    # A job whose worker vanished: the reaper (running as the worker role) must recover it.
+    orphan = owner.enqueue("noop", {"n": 2})
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgqueue.jobs SET state = 'running', attempts = 1, lease_token = 1,"
+            " lease_expires_at = now() - interval '1 minute', worker_id = gen_random_uuid()"
+            " WHERE id = %s",
+            (orphan,),
+        )
+    owner.close()
+    worker_dsn = as_role(app_dsn, roles.worker)
+    # (The tasks' effects ledger is written with the test's own connection, PGQUEUE_DSN.)
+    with thread_worker(worker_app.pgq, worker_dsn, concurrency=4, lease=5.0) as worker:
+        wait_for(
+            lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 0,
+            timeout=60,
+            message="all jobs finished under the worker role",
+        )
+    assert worker.worker.stats.succeeded == 3 and worker.worker.stats.dead == 1
+    assert {row[0] for row in ledger(app_dsn, "end")} == {ok, flaky, orphan}
+    assert scalar(app_dsn, "SELECT id FROM pgqueue.dead_letters") == broken
+    # DML is the worker's job; the schema, the retention settings and roles are not.
+    for statement in [
+        "TRUNCATE pgqueue.jobs",
+        "DROP TABLE pgqueue.dead_letters",
+        "ALTER TABLE pgqueue.jobs ADD COLUMN x int",
+        "UPDATE pgqueue.retention SET record_succeeded = true",
+        "DELETE FROM pgqueue.pgqueue_alembic_version",
+        "CREATE ROLE sneaky",
+    ]:
+        assert denied(worker_dsn, statement), statement
+    with psycopg.connect(worker_dsn) as conn:
+        settings = ROLE_SETTINGS["worker"]
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == settings["statement_timeout"]
+
+
+def test_admin_operates_with_the_cli(app_dsn, roles):
+    owner = PgQueue(app_dsn)
+    job = owner.enqueue("noop", {})
+    owner.close()
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute(
+            "WITH gone AS (DELETE FROM pgqueue.jobs WHERE id = %s RETURNING *)"
+            " INSERT INTO pgqueue.dead_letters (id, queue, task, args, priority, attempts,"
+            " max_attempts, lease_token, created_at, reason)"
+            " SELECT id, queue, task, args, priority, 5, 5, 1, created_at, 'test' FROM gone",
+            (job,),
+        )
+    admin_dsn = as_role(app_dsn, roles.admin)
+    listed = runner.invoke(cli, ["dlq", "list", "--json", "--dsn", admin_dsn])
+    assert listed.exit_code == 0, listed.output
+    assert [row["id"] for row in json.loads(listed.output)] == [job]
+    for command in (
+        ["dlq", "replay", "--all"],
+        ["pause", "default"],
+        ["resume", "default"],
+        ["cancel", str(job)],
+        ["stats", "--json"],
+    ):
+        result = runner.invoke(cli, [*command, "--dsn", admin_dsn])
+        assert result.exit_code == 0, (command, result.output)
+    assert scalar(app_dsn, "SELECT state FROM pgqueue.job_history WHERE id = %s", (job,)) == (
+        "cancelled"
+    )
+
+
+def test_roles_script_quotes_every_name_and_rejects_bad_ones():
+    text = script(RoleNames(producer="p$pgqueue_roles$x", worker='w"; --', admin="a'b"))
+    # The dollar-quote tag was changed so a name containing it cannot end the DO block early.
+    assert "$pgqueue_roles1$" in text
+    assert 'TO "w""; --"' in text and "'a''b'" in text
+    result = runner.invoke(cli, ["roles", "--producer", "x" * 64])
+    assert result.exit_code == 1 and "63 bytes" in result.output
+    with pytest.raises(ConfigurationError):
+        RoleNames(producer="same", worker="same").validate()
