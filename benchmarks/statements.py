@@ -1,0 +1,82 @@
+"""Statements per job, counted by ``pg_stat_statements`` on the server being measured.
+
+The embedded server the harness starts preloads the module; on a server given with ``--dsn``
+counting works only if it is in ``shared_preload_libraries`` there (otherwise it is skipped).
+Counts are top-level statements (``pg_stat_statements.track = top``): what a client sends, so
+roughly round trips, including BEGIN/COMMIT. The harness's own queries carry ``HARNESS`` and
+the jobs it enqueues for a drain come from the ``PRODUCER`` role: both are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+HARNESS = "/* bench-harness */"
+#: The role the harness enqueues drain jobs with, so that counts show only what workers send.
+PRODUCER = "bench_producer"
+PRELOAD = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
+
+
+def harness(statement: str) -> str:
+    """Tag a harness query so statement counts leave it out (the comment is kept in the
+    statement text pg_stat_statements stores, since it is inside the statement)."""
+    verb, _, rest = statement.strip().partition(" ")
+    return f"{verb} {HARNESS} {rest}"
+
+
+@dataclass
+class Count:
+    total: int = 0
+    by_statement: list[tuple[str, int]] = field(default_factory=list)
+
+    def per_thousand(self, jobs: int) -> float:
+        return self.total * 1000 / jobs if jobs else 0.0
+
+
+def available(admin_dsn: str) -> bool:
+    try:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT count(*) FROM pg_stat_statements").fetchone()
+    except psycopg.Error:
+        return False
+    return True
+
+
+def producer_dsn(admin_dsn: str, dsn: str) -> str:
+    """``dsn`` as the producer role (created here; a superuser, like the harness's own role),
+    or ``dsn`` itself where roles cannot be made (then fills are counted too)."""
+    try:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_roles WHERE rolname = %s", (PRODUCER,)
+            ).fetchone()
+            if not exists:
+                conn.execute(f"CREATE ROLE {PRODUCER} LOGIN SUPERUSER")
+        with psycopg.connect(make_conninfo(dsn, user=PRODUCER)):
+            pass
+    except psycopg.Error:
+        return dsn
+    return make_conninfo(dsn, user=PRODUCER)
+
+
+def reset(admin_dsn: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def read(admin_dsn: str, database: str) -> Count:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            """SELECT s.query, sum(s.calls)::bigint AS calls
+                 FROM pg_stat_statements AS s JOIN pg_database AS d ON d.oid = s.dbid
+                WHERE d.datname = %s AND strpos(s.query, %s) = 0
+                  AND s.userid IS DISTINCT FROM (SELECT oid FROM pg_roles WHERE rolname = %s)
+                GROUP BY s.query ORDER BY calls DESC""",
+            (database, HARNESS, PRODUCER),
+        ).fetchall()
+    by_statement = [(" ".join(str(q).split()), int(c)) for q, c in rows]
+    return Count(sum(c for _, c in by_statement), by_statement)
