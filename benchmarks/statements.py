@@ -31,6 +31,8 @@ def harness(statement: str) -> str:
 class Count:
     total: int = 0
     by_statement: list[tuple[str, int]] = field(default_factory=list)
+    #: Server execution time (ms) per statement text, as pg_stat_statements measures it.
+    exec_ms: dict[str, float] = field(default_factory=dict)
 
     def per_thousand(self, jobs: int) -> float:
         return self.total * 1000 / jobs if jobs else 0.0
@@ -71,12 +73,13 @@ def reset(admin_dsn: str) -> None:
 def read(admin_dsn: str, database: str) -> Count:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         rows = conn.execute(
-            """SELECT s.query, sum(s.calls)::bigint AS calls
+            """SELECT s.query, sum(s.calls)::bigint AS calls, sum(s.total_exec_time) AS ms
                  FROM pg_stat_statements AS s JOIN pg_database AS d ON d.oid = s.dbid
                 WHERE d.datname = %s AND strpos(s.query, %s) = 0
                   AND s.userid IS DISTINCT FROM (SELECT oid FROM pg_roles WHERE rolname = %s)
                 GROUP BY s.query ORDER BY calls DESC""",
             (database, HARNESS, PRODUCER),
         ).fetchall()
-    by_statement = [(" ".join(str(q).split()), int(c)) for q, c in rows]
-    return Count(sum(c for _, c in by_statement), by_statement)
+    by_statement = [(" ".join(str(q).split()), int(c)) for q, c, _ in rows]
+    exec_ms = {" ".join(str(q).split()): float(ms) for q, _, ms in rows}
+    return Count(sum(c for _, c in by_statement), by_statement, exec_ms)
