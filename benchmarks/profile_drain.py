@@ -95,11 +95,11 @@ def summarise(raw: Path, top: int = 25) -> tuple[int, list[tuple[str, int]], lis
     main = max(threads.values(), key=lambda rows: sum(c for _, c in rows))
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
-    for frames, count in main:
-        names = [_short(f) for f in frames]
-        own[names[-1]] += count
+    for stack_frames, samples_here in main:
+        names = [_short(f) for f in stack_frames]
+        own[names[-1]] += samples_here
         for name in set(names):
-            inclusive[name] += count
+            inclusive[name] += samples_here
     samples = sum(c for _, c in main)
     return samples, own.most_common(top), inclusive.most_common(top)
 
