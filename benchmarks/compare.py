@@ -276,7 +276,7 @@ class Harness:
             # the fill comes from the producer role, left out of the counts).
             with self.counting(db, system, key, lambda: sizes.drain):
                 # All jobs arrive in one call (one transaction) of the system's batch API.
-                system.call(self.producer(db), "bulk", "--count", str(sizes.drain))
+                system.call(self.producer(db), "bulk", "--count", str(sizes.drain), "--atomic")
                 finished = wait_until(
                     lambda: not scalar(db, system.pending_sql), sizes.drain_timeout
                 )

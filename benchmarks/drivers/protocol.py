@@ -6,8 +6,9 @@ A driver is a small command line with these subcommands, all taking ``--dsn``:
     install the system's schema in an empty database.
 ``enqueue --producers P --count N``
     N jobs, one per transaction, from P concurrent producers; prints the rate.
-``bulk --count N [--chunk C]``
+``bulk --count N [--chunk C] [--atomic]``
     N jobs through the system's batch API (C per call; default all in one call); prints the rate.
+    ``--atomic``: in one transaction (one call of a batch API already is).
 ``latency --rate R --seconds S``
     enqueues one job per transaction at a steady R jobs/s, each carrying the producer's clock.
 ``work``
@@ -93,6 +94,11 @@ def parser(description: str) -> argparse.ArgumentParser:
     bulk = sub.add_parser("bulk")
     bulk.add_argument("--count", type=int, required=True)
     bulk.add_argument("--chunk", type=int, default=0, help="jobs per call (0: all in one)")
+    bulk.add_argument(
+        "--atomic",
+        action="store_true",
+        help="all jobs in one transaction (a drain's fill: workers must see them at once)",
+    )
     latency = sub.add_parser("latency")
     latency.add_argument("--rate", type=float, required=True)
     latency.add_argument("--seconds", type=float, required=True)

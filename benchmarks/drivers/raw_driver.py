@@ -4,7 +4,8 @@ Same protocol as the queue drivers (``benchmarks.drivers.protocol``), on a minim
 (``raw_jobs``: an id, a queue, a jsonb payload, a run_at and one index for the claim):
 
 * ``enqueue``: one ``INSERT`` per transaction (autocommit; psycopg prepares it);
-* ``bulk``: 100-row ``INSERT ... SELECT unnest(...)`` statements, one transaction each;
+* ``bulk``: 100-row ``INSERT ... SELECT unnest(...)`` statements, one transaction each
+  (``--atomic``: all in one);
 * ``work``: in one transaction, claim 100 rows ``FOR UPDATE SKIP LOCKED``, "run" them, delete
   them; woken by ``LISTEN`` when the table is empty;
 * ``latency``: ``INSERT`` + ``pg_notify`` in one transaction.
@@ -12,6 +13,7 @@ Same protocol as the queue drivers (``benchmarks.drivers.protocol``), on a minim
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
@@ -81,10 +83,10 @@ def main(argv: list[str] | None = None) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(INSERT_ONE, ("{}",))
             started = time.perf_counter()
-            for n in protocol.chunks(args.count, args.chunk or BATCH):
-                # A bulk of more than BATCH rows is still sent as BATCH-row statements: the
-                # ceiling we compare with is "100-row insert".
-                for m in protocol.chunks(n, BATCH):
+            # The ceiling is "100-row INSERT per transaction"; a drain's fill (--atomic) sends
+            # the same statements in one transaction so the workers see every job at once.
+            with conn.transaction() if args.atomic else contextlib.nullcontext():
+                for m in protocol.chunks(args.count, BATCH):
                     conn.execute(INSERT_MANY, (["{}"] * m,), prepare=True)
             protocol.emit(rate=args.count / (time.perf_counter() - started))
     elif args.command == "latency":

@@ -22,7 +22,9 @@ function parseArgs(argv) {
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a.startsWith("--")) {
-      opts[a.slice(2)] = argv[++i];
+      // A flag with no value (--atomic) is true.
+      const next = argv[i + 1];
+      opts[a.slice(2)] = next === undefined || next.startsWith("--") ? "true" : argv[++i];
     } else if (command === null) {
       command = a;
     } else {
