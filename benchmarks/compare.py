@@ -360,7 +360,8 @@ def log(system: System, key: str, message: str) -> None:
     print(f"  {system.label:<16} {key:<12} {message}", flush=True)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> Results:
+    """Run the comparison; ``sizes_override`` lets the smoke test use even smaller sizes."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -374,8 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="pgqueue worker slots")
     parser.add_argument("--docs", type=Path, help="markdown file to write the table into")
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else FULL
+    sizes = sizes_override or (QUICK if args.quick else FULL)
     runs = args.runs or (1 if args.quick else 3)
     keys = [k.strip() for k in args.systems.split(",") if k.strip()]
     unknown = sorted(set(keys) - set(ALL))
@@ -424,9 +426,9 @@ def main(argv: list[str] | None = None) -> None:
     table = report.render(context, results)
     print()
     print(table)
-    RESULTS_DIR.mkdir(exist_ok=True)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    (RESULTS_DIR / f"compare-{stamp}.json").write_text(
+    (args.results_dir / f"compare-{stamp}.json").write_text(
         json.dumps(
             {
                 "figures": results.figures,
@@ -442,6 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     if docs is not None:
         report.write(docs, table)
         print(f"\nwritten to {docs}")
+    return results
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def paced(rate: float, seconds: float) -> Iterator[None]:
 
 
 def threaded_rate(
-    producers: int, per_producer: int, make: Callable[[], Callable[[], None]]
+    producers: int, per_producer: int, make: Callable[[], Callable[[], object]]
 ) -> float:
     """Jobs/s of ``producers`` threads each calling their ``make()``-built enqueue function
     ``per_producer`` times, timed from a common start (connections opened before)."""
