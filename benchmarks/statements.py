@@ -4,7 +4,7 @@ The embedded server the harness starts preloads the module; on a server given wi
 counting works only if it is in ``shared_preload_libraries`` there (otherwise it is skipped).
 Counts are top-level statements (``pg_stat_statements.track = top``): what a client sends, so
 roughly round trips, including BEGIN/COMMIT. The harness's own queries carry ``HARNESS`` and
-the jobs it enqueues for a drain come from the ``PRODUCER`` role: both are left out.
+are left out.
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 
 HARNESS = "/* bench-harness */"
-#: The role the harness enqueues drain jobs with, so that counts show only what workers send.
-PRODUCER = "bench_producer"
 PRELOAD = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
 
 
@@ -48,23 +45,6 @@ def available(admin_dsn: str) -> bool:
     return True
 
 
-def producer_dsn(admin_dsn: str, dsn: str) -> str:
-    """``dsn`` as the producer role (created here; a superuser, like the harness's own role),
-    or ``dsn`` itself where roles cannot be made (then fills are counted too)."""
-    try:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_roles WHERE rolname = %s", (PRODUCER,)
-            ).fetchone()
-            if not exists:
-                conn.execute(f"CREATE ROLE {PRODUCER} LOGIN SUPERUSER")
-        with psycopg.connect(make_conninfo(dsn, user=PRODUCER)):
-            pass
-    except psycopg.Error:
-        return dsn
-    return make_conninfo(dsn, user=PRODUCER)
-
-
 def reset(admin_dsn: str) -> None:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_statements_reset()")
@@ -76,9 +56,8 @@ def read(admin_dsn: str, database: str) -> Count:
             """SELECT s.query, sum(s.calls)::bigint AS calls, sum(s.total_exec_time) AS ms
                  FROM pg_stat_statements AS s JOIN pg_database AS d ON d.oid = s.dbid
                 WHERE d.datname = %s AND strpos(s.query, %s) = 0
-                  AND s.userid IS DISTINCT FROM (SELECT oid FROM pg_roles WHERE rolname = %s)
                 GROUP BY s.query ORDER BY calls DESC""",
-            (database, HARNESS, PRODUCER),
+            (database, HARNESS),
         ).fetchall()
     by_statement = [(" ".join(str(q).split()), int(c)) for q, c, _ in rows]
     exec_ms = {" ".join(str(q).split()): float(ms) for q, _, ms in rows}
