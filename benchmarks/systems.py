@@ -135,36 +135,44 @@ def pgqueue(concurrency: int) -> System:
     )
 
 
+#: How the harness sees each peer's tables: (pending, waiting, reset) SQL.
+_PEER_SQL = {
+    "pgqueuer": (
+        "SELECT EXISTS (SELECT 1 FROM pgqueuer)",
+        "SELECT count(*) FROM pgqueuer WHERE status = 'queued'",
+        "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics",
+    ),
+    "procrastinate": (
+        "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))",
+        "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'",
+        "TRUNCATE procrastinate_jobs CASCADE",
+    ),
+}
+
+
+def _python_peer(key: str, label: str, description: str, options: list[str]) -> System:
+    pending, waiting, reset = _PEER_SQL[key]
+    prefix = _python_prefix(peers_env.python(), f"{key}_driver")
+    return System(key, label, prefix, pending, waiting, reset, options, description)
+
+
 def pgqueuer() -> System:
-    return System(
-        key="pgqueuer",
-        label="PgQueuer",
-        prefix=_python_prefix(peers_env.python(), "pgqueuer_driver"),
-        pending_sql="SELECT EXISTS (SELECT 1 FROM pgqueuer)",
-        waiting_sql="SELECT count(*) FROM pgqueuer WHERE status = 'queued'",
-        reset_sql="TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics",
-        work_options=["--consumers", "5", "--batch-size", "10"],
-        description=(
-            "asyncpg + uvloop, 5 QueueManagers per process (own connections), batch_size 10 "
-            "(its benchmark tool's settings); list `Queries.enqueue` for bulk"
-        ),
+    return _python_peer(
+        "pgqueuer",
+        "PgQueuer",
+        "asyncpg + uvloop, 5 QueueManagers per process (own connections), batch_size 10 "
+        "(its benchmark tool's settings); list `Queries.enqueue` for bulk",
+        ["--consumers", "5", "--batch-size", "10"],
     )
 
 
 def procrastinate() -> System:
-    return System(
-        key="procrastinate",
-        label="Procrastinate",
-        prefix=_python_prefix(peers_env.python(), "procrastinate_driver"),
-        pending_sql=(
-            "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))"
-        ),
-        waiting_sql="SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'",
-        reset_sql="TRUNCATE procrastinate_jobs CASCADE",
-        description=(
-            "psycopg pool, async task, worker concurrency 10, LISTEN/NOTIFY, "
-            "delete_jobs=successful; `batch_defer_async` for bulk"
-        ),
+    return _python_peer(
+        "procrastinate",
+        "Procrastinate",
+        "psycopg pool, async task, worker concurrency 10, LISTEN/NOTIFY, "
+        "delete_jobs=successful; `batch_defer_async` for bulk",
+        [],
     )
 
 

@@ -117,16 +117,19 @@ def chunks(count: int, chunk: int) -> Iterator[int]:
         done += n
 
 
+def _send_times(rate: float, seconds: float) -> Iterator[float]:
+    """``perf_counter()`` times at which to send: a steady ``rate`` for ``seconds``."""
+    start = time.perf_counter()
+    for i in range(1, int(rate * seconds) + 1):
+        yield start + i / rate
+
+
 def paced(rate: float, seconds: float) -> Iterator[None]:
-    """Yields at a steady ``rate`` for ``seconds`` (sleeping in between, catching up if late)."""
-    count = int(rate * seconds)
-    next_at = time.perf_counter()
-    for _ in range(count):
+    """Yields ``rate`` times a second for ``seconds`` (sleeping in between, catching up if
+    late)."""
+    for next_at in _send_times(rate, seconds):
         yield
-        next_at += 1.0 / rate
-        delay = next_at - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
+        time.sleep(max(0.0, next_at - time.perf_counter()))
 
 
 def threaded_rate(
@@ -192,11 +195,6 @@ async def async_paced(rate: float, seconds: float) -> Any:
     """The asyncio twin of :func:`paced` (an async iterator)."""
     import asyncio
 
-    count = int(rate * seconds)
-    next_at = time.perf_counter()
-    for _ in range(count):
+    for next_at in _send_times(rate, seconds):
         yield
-        next_at += 1.0 / rate
-        delay = next_at - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
