@@ -6,7 +6,7 @@ import os
 import platform
 import statistics
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,9 +18,12 @@ from pgqueue.db import embedded, migrate
 
 
 @contextmanager
-def server(dsn: str | None = None) -> Iterator[str]:
+def server(
+    dsn: str | None = None, settings: Mapping[str, str | Sequence[str]] | None = None
+) -> Iterator[str]:
     """The admin DSN of the server to measure: ``dsn`` if given, else a new embedded server
-    (stock settings apart from max_connections) that is deleted afterwards."""
+    (stock settings apart from max_connections and ``settings``) deleted afterwards. A list
+    value is a list setting (``shared_preload_libraries``)."""
     if dsn:
         yield dsn
         return
@@ -28,7 +31,13 @@ def server(dsn: str | None = None) -> Iterator[str]:
         data = Path(tmp) / "pgdata"
         url = str(embedded.start(data).get_uri())
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("ALTER SYSTEM SET max_connections = 200")
+            for name, value in {"max_connections": "200", **(settings or {})}.items():
+                values = [value] if isinstance(value, str) else list(value)
+                conn.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.SQL(", ").join(map(sql.Literal, values))
+                    )
+                )
         embedded.pg_ctl(["-w", "-m", "fast", "restart"], data)
         try:
             yield url

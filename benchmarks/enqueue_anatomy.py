@@ -1,0 +1,92 @@
+"""Where single-job enqueue time goes: the same one-job transaction with pieces taken away.
+
+    python -m benchmarks.enqueue_anatomy [--dsn DSN] [--count 2000] [--runs 3]
+
+On a migrated pgqueue database, with 1 and 8 producer threads (one connection each, autocommit,
+prepared statements), jobs/s of:
+
+* ``raw table``: INSERT into a minimal table (the raw ceiling of ``benchmarks.compare``);
+* ``jobs INSERT``: a plain INSERT into ``pgqueue.jobs`` (its indexes, its NOTIFY trigger);
+* ``jobs INSERT, no trigger``: the same with ``jobs_notify_insert`` disabled (no NOTIFY);
+* ``PgQueue.enqueue``: the library call (``pgqueue.enqueue_job``: PL/pgSQL, ON CONFLICT, trigger);
+* ``PgQueue.enqueue, no trigger``: the library call without the NOTIFY.
+
+The trigger is disabled only inside this benchmark's own database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+
+import psycopg
+
+from benchmarks.common import fresh_database, machine, server
+from benchmarks.drivers import protocol, raw_driver
+from pgqueue import PgQueue
+
+JOBS_INSERT = (
+    "INSERT INTO pgqueue.jobs (queue, task, args, state)"
+    " VALUES ('default', 'bench.job', %s, 'ready')"
+)
+
+
+def _insert(dsn: str, statement: str) -> Callable[[], Callable[[], object]]:
+    def make() -> Callable[[], object]:
+        conn = psycopg.connect(dsn, autocommit=True)
+        return lambda: conn.execute(statement, ("{}",), prepare=True)
+
+    return make
+
+
+def _library(dsn: str) -> Callable[[], Callable[[], object]]:
+    def make() -> Callable[[], object]:
+        app = PgQueue(dsn, pool_size=1)
+        return lambda: app.enqueue("bench.job", {})
+
+    return make
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dsn")
+    parser.add_argument("--count", type=int, default=2000, help="jobs per measurement")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    with server(args.dsn) as admin:
+        dsn = fresh_database(admin, "bench_enqueue_anatomy")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(raw_driver.DDL)
+        print(f"machine: {machine(dsn)}")
+
+        def trigger(enabled: bool) -> None:
+            verb = "ENABLE" if enabled else "DISABLE"
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"ALTER TABLE pgqueue.jobs {verb} TRIGGER jobs_notify_insert")
+
+        variants: list[tuple[str, bool, Callable[[], Callable[[], object]]]] = [
+            ("raw table", True, _insert(dsn, raw_driver.INSERT_ONE)),
+            ("jobs INSERT", True, _insert(dsn, JOBS_INSERT)),
+            ("jobs INSERT, no trigger", False, _insert(dsn, JOBS_INSERT)),
+            ("PgQueue.enqueue", True, _library(dsn)),
+            ("PgQueue.enqueue, no trigger", False, _library(dsn)),
+        ]
+        print(f"{'variant':<30} {'1 producer':>12} {'8 producers':>12}  (jobs/s, median)")
+        for name, notify, make in variants:
+            trigger(notify)
+            rates = []
+            for producers in (1, 8):
+                values = [
+                    protocol.threaded_rate(producers, args.count // producers, make)
+                    for _ in range(args.runs)
+                ]
+                rates.append(statistics.median(values))
+            print(f"{name:<30} {rates[0]:>12,.0f} {rates[1]:>12,.0f}", flush=True)
+        trigger(True)
+
+
+if __name__ == "__main__":
+    main()

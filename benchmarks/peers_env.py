@@ -1,0 +1,75 @@
+"""The benchmark's own environments for the peers, created on demand and kept between runs.
+
+* ``benchmarks/.peers-venv``: a virtualenv with ``benchmarks/peers/requirements.txt`` (pinned),
+  so the peers and their dependencies never touch the project's venv;
+* ``benchmarks/peers/graphile/node_modules``: ``npm ci`` from the committed package-lock.json.
+
+Each is (re)installed when its pin file changes (a stamp file records the installed hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENV = HERE / ".peers-venv"
+REQUIREMENTS = HERE / "peers" / "requirements.txt"
+GRAPHILE = HERE / "peers" / "graphile"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _fresh(stamp: Path, digest: str) -> bool:
+    return stamp.exists() and stamp.read_text() == digest
+
+
+def python() -> Path:
+    """The peers' interpreter, installing the pinned requirements first if needed."""
+    interpreter = VENV / "bin" / "python"
+    stamp = VENV / ".requirements.sha256"
+    digest = _digest(REQUIREMENTS)
+    if interpreter.exists() and _fresh(stamp, digest):
+        return interpreter
+    print(f"installing the peers into {VENV} (pinned: {REQUIREMENTS.name})", flush=True)
+    if not interpreter.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    subprocess.run(
+        [str(interpreter), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)],
+        check=True,
+    )
+    stamp.write_text(digest)
+    return interpreter
+
+
+def node() -> str:
+    """The node binary, with Graphile Worker installed by ``npm ci`` if needed."""
+    node_bin = shutil.which("node")
+    npm = shutil.which("npm")
+    if node_bin is None or npm is None:
+        raise RuntimeError("node and npm are needed for the Graphile Worker comparison")
+    lock = GRAPHILE / "package-lock.json"
+    stamp = GRAPHILE / "node_modules" / ".lock.sha256"
+    digest = _digest(lock)
+    if not _fresh(stamp, digest):
+        print("installing Graphile Worker (npm ci)", flush=True)
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=GRAPHILE,
+            check=True,
+            env={**os.environ, "NODE_ENV": "production"},
+        )
+        stamp.write_text(digest)
+    return node_bin
+
+
+def tool(name: str) -> Path:
+    """A command-line tool installed in the peers' venv (``py-spy``)."""
+    python()
+    return VENV / "bin" / name
