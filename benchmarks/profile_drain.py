@@ -231,7 +231,11 @@ def explain(dsn: str, depth: int, limit: int) -> str:
         out += [f"`claim_jobs` (limit {limit}):", "", "```", *(r[0] for r in plan), "```", ""]
         conn.rollback()
         rows = conn.execute(query("claim_jobs"), claim).fetchall()
-        ack = {"ids": [r[0] for r in rows], "tokens": [r[6] for r in rows]}
+        ack = {
+            "ids": [r[0] for r in rows],
+            "tokens": [r[6] for r in rows],
+            "results": [None] * len(rows),
+        }
         plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + query("ack_jobs"), ack).fetchall()
         out += [f"`ack_jobs` ({len(rows)} jobs):", "", "```", *(r[0] for r in plan), "```", ""]
         conn.rollback()

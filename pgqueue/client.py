@@ -515,8 +515,10 @@ def _filter(filters: dict[str, Any]) -> admin.DeadLetterFilter:
 
 
 def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:
-    # Validate every job before the first write, so bad input leaves nothing half-written.
-    return [job if isinstance(job, JobSpec) else job.spec() for job in jobs]
+    # Validate every job before the first write, so bad input leaves nothing half-written;
+    # each distinct (task, options) is validated once.
+    templates: dict[Any, JobSpec] = {}
+    return [job if isinstance(job, JobSpec) else job.spec(templates=templates) for job in jobs]
 
 
 @contextmanager

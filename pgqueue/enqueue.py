@@ -48,11 +48,14 @@ class JobId(int):
     ``created`` is False when an idempotency key matched a live job and its id was returned.
     """
 
-    created: bool
+    # A class default: bulk enqueue makes one JobId per job, and most were created, so only
+    # the exceptions carry an attribute of their own.
+    created: bool = True
 
     def __new__(cls, value: int, created: bool = True) -> JobId:
         self = super().__new__(cls, value)
-        self.created = created
+        if not created:
+            self.created = False
         return self
 
     def __repr__(self) -> str:
@@ -61,7 +64,7 @@ class JobId(int):
     __str__ = int.__repr__  # str(job_id) == "42", as for any int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobSpec:
     """A fully validated job, ready to be written."""
 
@@ -83,6 +86,15 @@ class JobSpec:
     result_ttl: timedelta | None = None
     #: Ids of jobs that must succeed first (the job waits until they have).
     depends_on: tuple[int, ...] = ()
+
+    def with_args_json(self, args_json: str) -> JobSpec:
+        """A copy with other arguments (bulk enqueue makes one per job: spelled out, because
+        ``dataclasses.replace`` costs several times as much)."""
+        return JobSpec(
+            self.task, args_json, self.queue, self.priority, self.max_attempts, self.run_at,
+            self.delay, self.idempotency_key, self.concurrency_key, self.unique_for,
+            self.unique_states, self.wait_if_full, self.result_ttl, self.depends_on,
+        )  # fmt: skip
 
     @property
     def needs_transaction(self) -> bool:
@@ -200,9 +212,20 @@ def make_spec(
     payload_limit: int,
 ) -> JobSpec:
     """Validate one job and apply the task's defaults to the options the call left out."""
-    check_name(task, "task name")
+    return with_args(spec_template(task, options, defaults=defaults), args, payload_limit)
+
+
+def with_args(template: JobSpec, args: Mapping[str, Any], payload_limit: int) -> JobSpec:
+    """The job of ``template`` (validated task and options) with these arguments."""
     if not isinstance(args, Mapping):
         raise InvalidJobError(f"args must be a JSON object (a mapping), got {type(args).__name__}")
+    return template.with_args_json(dumps(dict(args), limit=payload_limit))
+
+
+def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> JobSpec:
+    """Validate a task name and options once, for every job that shares them (bulk enqueue
+    validates each distinct (task, options) pair once, not once per job)."""
+    check_name(task, "task name")
     given = {name: value for name, value in check_options(options).items() if value is not None}
     merged = {**check_options(defaults), **given}
     key = merged.get("idempotency_key")
@@ -213,7 +236,7 @@ def make_spec(
     wait = merged.get("wait_if_full")
     return JobSpec(
         task=task,
-        args_json=dumps(dict(args), limit=payload_limit),
+        args_json="{}",
         queue=check_name(merged.get("queue", "default"), "queue name"),
         priority=merged.get("priority", 0),
         max_attempts=merged.get("max_attempts", 5),
@@ -280,30 +303,35 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     per_queue: dict[str, int] = {}
     for spec in specs:
         per_queue[spec.queue] = per_queue.get(spec.queue, 0) + 1
-    full = yield Query(
-        "check_queue_room", {"queues": list(per_queue), "counts": list(per_queue.values())}
+    rows = yield Query(
+        "prepare_bulk",
+        {"count": len(specs), "queues": list(per_queue), "counts": list(per_queue.values())},
     )
-    if full:
-        queue, max_depth, waiting = full[0]
-        raise QueueFullError(queue, max_depth, waiting, per_queue[queue])
+    db_now, ids, full_queues, max_depths, depths = rows[0]
+    if full_queues:
+        queue = full_queues[0]
+        raise QueueFullError(queue, max_depths[0], depths[0], per_queue[queue])
     keyed_tasks = sorted({spec.task for spec in specs if spec.concurrency_key is not None})
     if keyed_tasks:
         yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
-    rows = yield Query("allocate_job_ids", {"count": len(specs)})
-    db_now, ids = rows[0]
     result: list[JobId | None] = [None] * len(specs)
     plain: list[tuple[Any, ...]] = []
     keyed: list[tuple[int, tuple[Any, ...]]] = []
     first_for_key: dict[str, int] = {}
     repeats: list[tuple[int, str]] = []
     for index, (spec, job_id) in enumerate(zip(specs, ids, strict=True)):
-        run_at = due_at(spec, db_now)
-        state = "scheduled" if run_at > db_now else "ready"
-        row = (*job_row(job_id, spec, run_at, state, spec.idempotency_key), spec.concurrency_key)
+        # (One pass, spelled out: this loop runs once per job of a bulk enqueue.)
+        if spec.run_at is None and not spec.delay:
+            run_at, state = db_now, "ready"
+        else:
+            run_at = due_at(spec, db_now)
+            state = "scheduled" if run_at > db_now else "ready"
         key = spec.idempotency_key
+        row = (job_id, spec.queue, spec.task, spec.args_json, spec.priority, run_at, state,
+               spec.max_attempts, key, spec.concurrency_key)  # fmt: skip
         if key is None:
             plain.append(row)
-            result[index] = JobId(job_id, True)
+            result[index] = JobId(job_id)
         elif key in first_for_key:
             repeats.append((index, key))
         else:

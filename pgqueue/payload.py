@@ -245,6 +245,35 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
+class ArgBinder:
+    """Turns stored args back into a call, fast for the common shape.
+
+    Most handlers take plain named parameters (no ``*args``/``**kwargs``, no positional-only):
+    for those, a stored object whose keys are known parameters and cover the required ones is
+    the call's keyword arguments as it is, with no ``Signature.bind`` per job. Anything else
+    goes through :func:`call_arguments`.
+    """
+
+    def __init__(self, signature: inspect.Signature, name: str) -> None:
+        self.signature = signature
+        self.name = name
+        simple = {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}
+        params = signature.parameters.values()
+        self.simple = all(p.kind in simple for p in params)
+        self.names = frozenset(p.name for p in params)
+        self.required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+
+    def bind(self, stored: Any) -> tuple[list[Any], dict[str, Any]]:
+        if (
+            self.simple
+            and type(stored) is dict
+            and stored.keys() <= self.names
+            and self.required <= stored.keys()
+        ):
+            return [], stored
+        return call_arguments(self.signature, self.name, stored)
+
+
 def signature_of(func: Callable[..., Any], *, skip_first: bool) -> inspect.Signature:
     signature = inspect.signature(func)
     if skip_first:

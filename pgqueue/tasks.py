@@ -15,10 +15,19 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from pgqueue.enqueue import OPTION_NAMES, JobId, JobSpec, check_options, make_spec, to_timedelta
+from pgqueue.enqueue import (
+    OPTION_NAMES,
+    JobId,
+    JobSpec,
+    check_options,
+    spec_template,
+    to_timedelta,
+    with_args,
+)
 from pgqueue.errors import ConfigurationError, InvalidJobError
 from pgqueue.flow import CircuitBreaker, RateLimit, check_limit
 from pgqueue.payload import (
+    ArgBinder,
     bind_arguments,
     check_complete,
     check_name,
@@ -86,6 +95,7 @@ class Task(Generic[P, R]):
         self.pass_context = pass_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = signature_of(func, skip_first=pass_context)
+        self.binder = ArgBinder(self.signature, self.name)
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", self.name)
 
@@ -167,22 +177,25 @@ class JobCall:
     args: Mapping[str, Any]
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def spec(self, *, receives: bool = False) -> JobSpec:
+    def spec(
+        self, *, receives: bool = False, templates: dict[Any, JobSpec] | None = None
+    ) -> JobSpec:
         """The validated job; ``receives``: the first free parameter will be filled in with
-        the parents' results (a workflow step), so it may be missing now."""
+        the parents' results (a workflow step), so it may be missing now. ``templates`` caches
+        the validated task and options across the jobs of one bulk enqueue."""
         check_complete(
             self.task.signature,
             self.task.name,
             self.args,
             given=self.result_arg() if receives else None,
         )
-        return make_spec(
-            self.task.name,
-            self.args,
-            self.options,
-            defaults=self.task.defaults,
-            payload_limit=self.task.app.max_payload_bytes,
-        )
+        key = _template_key(self.task, self.options) if templates is not None else None
+        template = templates.get(key) if templates is not None and key is not None else None
+        if template is None:
+            template = spec_template(self.task.name, self.options, defaults=self.task.defaults)
+            if templates is not None and key is not None:
+                templates[key] = template
+        return with_args(template, self.args, self.task.app.max_payload_bytes)
 
     def result_arg(self) -> str | None:
         """The parameter that receives parents' results in a workflow (the first one not
@@ -191,6 +204,17 @@ class JobCall:
 
     def enqueue(self, conn: Connection | None = None) -> JobId:
         return self.task.app.enqueue_spec(self.spec(), conn=conn)
+
+
+def _template_key(task: Task[..., Any], options: Mapping[str, Any]) -> Any:
+    """What identifies a job template: the task and its call options (None: not hashable, so
+    not cached)."""
+    try:
+        key = (id(task), tuple(sorted(options.items())))
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
             app.enqueue(TASK, {})
             started = time.perf_counter()
             for n in protocol.chunks(args.count, args.chunk):
-                app.enqueue_many([app.spec(TASK, {}, {}) for _ in range(n)])
+                app.enqueue_many([job.s() for _ in range(n)])
             protocol.emit(rate=args.count / (time.perf_counter() - started))
     elif args.command == "latency":
         with PgQueue(dsn, pool_size=1) as app:

@@ -55,6 +55,19 @@ def parse_concurrency(value: str) -> tuple[int, int]:
     return lo, hi
 
 
+def parse_prefetch(value: str) -> int | None:
+    """``auto`` -> None; otherwise a non-negative number of jobs."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"--prefetch must be a number or auto, got {value!r}") from None
+    if count < 0:
+        raise typer.BadParameter(f"--prefetch must not be negative, got {count}")
+    return count
+
+
 def work(
     app: Annotated[str, typer.Argument(help="Where your PgQueue lives: 'myapp.tasks:pgq'.")],
     queue: Annotated[
@@ -75,6 +88,14 @@ def work(
             help="With MIN:MAX: how long slots must sit idle before shrinking.",
         ),
     ] = 10.0,
+    prefetch: Annotated[
+        str,
+        typer.Option(
+            help="Jobs claimed ahead of free slots: N, or auto (up to --concurrency while jobs "
+            "are short, none for long jobs).",
+            metavar="N|auto",
+        ),
+    ] = "auto",
     scheduler: Annotated[
         bool, typer.Option(help="Enqueue due cron ticks (safe in every worker).")
     ] = True,
@@ -143,6 +164,7 @@ def work(
             concurrency=high,
             min_concurrency=low if low != high else None,
             scale_cooldown=scale_cooldown,
+            prefetch=parse_prefetch(prefetch),
             scheduler=scheduler,
             lease=lease,
             poll_interval=poll_interval,

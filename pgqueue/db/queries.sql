@@ -21,6 +21,22 @@ SELECT e.id, e.created
 SELECT now(), array_agg(nextval('pgqueue.jobs_id_seq'))
   FROM generate_series(1, %(count)s)
 
+-- name: prepare_bulk
+-- Bulk enqueue's one round trip before writing: the database clock, the batch's ids, and the
+-- bounded queues (max_depth) that cannot take this many more jobs (counting stops at
+-- max_depth, so the check costs at most that many index entries per bounded queue). Ids of a
+-- refused batch are simply never used.
+SELECT now(),
+       (SELECT array_agg(nextval('pgqueue.jobs_id_seq')) FROM generate_series(1, %(count)s)),
+       full_queues.names, full_queues.max_depths, full_queues.depths
+  FROM (SELECT array_agg(qs.name) AS names, array_agg(qs.max_depth) AS max_depths,
+               array_agg(d.depth) AS depths
+          FROM unnest(%(queues)s::text[], %(counts)s::integer[]) AS b(queue, adding)
+          JOIN pgqueue.queues AS qs ON qs.name = b.queue
+         CROSS JOIN LATERAL (SELECT pgqueue.queue_depth_up_to(qs.name, qs.max_depth) AS depth)
+               AS d
+         WHERE qs.max_depth IS NOT NULL AND d.depth + b.adding > qs.max_depth) AS full_queues
+
 -- name: copy_jobs
 COPY pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts, idempotency_key,
                    concurrency_key)
@@ -55,15 +71,6 @@ SELECT k.key, k.job_id FROM pgqueue.kept_keys(%(keys)s::text[]) AS k
 -- Bulk enqueue, after inserting keyed jobs: a holder that finished and kept its key while we
 -- inserted wins; our job is taken back (this statement's snapshot sees the holder's commit).
 SELECT d.id, d.idempotency_key, d.holder FROM pgqueue.drop_raced_keyed_jobs(%(ids)s::bigint[]) AS d
-
--- name: check_queue_room
--- Bounded queues (max_depth) that cannot take this many more jobs. Counting stops at
--- max_depth, so the check costs at most that many index entries per bounded queue.
-SELECT qs.name, qs.max_depth, pgqueue.queue_depth_up_to(qs.name, qs.max_depth)
-  FROM unnest(%(queues)s::text[], %(counts)s::integer[]) AS b(queue, adding)
-  JOIN pgqueue.queues AS qs ON qs.name = b.queue
- WHERE qs.max_depth IS NOT NULL
-   AND pgqueue.queue_depth_up_to(qs.name, qs.max_depth) + b.adding > qs.max_depth
 
 -- name: mark_keyed_tasks
 SELECT pgqueue.mark_keyed(%(tasks)s::text[])
@@ -185,9 +192,8 @@ SELECT extract(epoch FROM min(n.run_at) - now()),
 -- cancel_requested tells the worker to stop a handler. Only unindexed columns change: HOT.
 -- The same statement adds the attempts finished since the last heartbeat to the per-minute
 -- counts (sorted, so concurrent workers lock the rows in one order) and drops day-old counts.
--- "j.id = ANY(ids)" here and in ack/fail/release: the primary-key lookup must survive the
--- generic plan a prepared statement switches to after five runs (joining on unnest alone, that
--- plan walks every running job for each id).
+-- The held rows are locked in id order first (the worker sends every batch sorted by id too), so
+-- a heartbeat and an ack or fail of overlapping jobs never lock rows in opposite orders.
 WITH me AS (
     UPDATE pgqueue.workers
        SET last_seen = now(), concurrency = %(concurrency)s,
@@ -210,12 +216,19 @@ WITH me AS (
            dead = c.dead + excluded.dead, cancelled = c.cancelled + excluded.cancelled
 ), expired_counts AS (
     DELETE FROM pgqueue.job_counts WHERE minute < now() - interval '1 day'
+), held AS MATERIALIZED (
+    SELECT j.id
+      FROM pgqueue.jobs AS j
+      JOIN unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS h(id, token)
+        ON j.id = h.id AND j.lease_token = h.token
+     WHERE j.state = 'running'
+     ORDER BY j.id
+       FOR NO KEY UPDATE OF j
 )
 UPDATE pgqueue.jobs AS j
    SET lease_expires_at = now() + %(lease)s::interval
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS h(id, token)
- WHERE j.id = ANY(%(ids)s::bigint[])
-   AND j.id = h.id AND j.lease_token = h.token AND j.state = 'running'
+  FROM held AS h
+ WHERE j.id = h.id
 RETURNING j.id, j.lease_token, j.cancel_requested
 
 -- name: ack_jobs
@@ -229,8 +242,7 @@ WITH done AS (
     DELETE FROM pgqueue.jobs AS j
      USING unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(results)s::text[])
            AS a(id, token, result)
-     WHERE j.id = ANY(%(ids)s::bigint[])
-       AND j.id = a.id AND j.lease_token = a.token AND j.state = 'running'
+     WHERE j.id = a.id AND j.lease_token = a.token AND j.state = 'running'
     RETURNING j.*, a.result AS result_json
 ), recorded AS (
     INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
@@ -273,7 +285,8 @@ WITH input AS (
            END AS outcome
       FROM pgqueue.jobs AS j
       JOIN input AS i ON i.id = j.id AND i.token = j.lease_token
-     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+     WHERE j.state = 'running'
+     ORDER BY j.id
        FOR UPDATE OF j
 ), retried AS (
     UPDATE pgqueue.jobs AS j
@@ -330,8 +343,7 @@ UPDATE pgqueue.jobs AS j
    SET state = 'ready', attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
        worker_id = NULL, run_at = now()
   FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS r(id, token)
- WHERE j.id = ANY(%(ids)s::bigint[])
-   AND j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
+ WHERE j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
 RETURNING j.id
 
 -- name: register_worker

@@ -10,12 +10,19 @@ the lease was lost changes nothing (the token no longer matches) and is logged a
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 
 from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
 
 MAX_BATCH = 1000
+
+
+def _by_id(outcome: Outcome) -> int:
+    return outcome.job.id
+
 
 # What fail_jobs decided, in the words of the logs.
 _VERBS = {"retry": "rescheduled", "dead": "dead-lettered", "cancelled": "cancelled"}
@@ -32,6 +39,9 @@ class Completer(Service):
         # Tasks with a circuit breaker: their outcomes are also counted in
         # pgqueue.circuit_breakers (one more statement per batch that has any).
         self.breaker_tasks = breaker_tasks
+        #: Called with the task's name when its circuit breaker opens (the worker hands back
+        #: the task's prefetched jobs, which were claimed before the trip).
+        self.on_breaker_open: Callable[[str], None] | None = None
         self.pending: list[Outcome] = []
         self.in_flight: list[Outcome] = []
         self._write_lock: asyncio.Lock | None = None
@@ -71,9 +81,13 @@ class Completer(Service):
                 self.in_flight = []
 
     async def _write(self, batch: list[Outcome]) -> None:
+        # Sorted by id: every statement that locks several jobs takes them in the same order,
+        # so a heartbeat and a write of overlapping jobs cannot deadlock.
+        batch = sorted(batch, key=_by_id)
         acks = [o for o in batch if o.kind == "ack"]
         others = [o for o in batch if o.kind != "ack"]
         breaker: list[tuple[Outcome, bool]] = []
+        report: list[tuple[Outcome, str]] = []
         if acks:
             rows = await self.db.fetch(
                 "ack_jobs",
@@ -88,9 +102,9 @@ class Completer(Service):
             for outcome in acks:
                 cancelled = done.get(outcome.job.id)
                 if cancelled is None:
-                    self._written(outcome, "stale")
+                    report.append((outcome, "stale"))
                 else:
-                    self._written(outcome, "cancelled" if cancelled else "succeeded")
+                    report.append((outcome, "cancelled" if cancelled else "succeeded"))
                     if not cancelled and outcome.job.task in self.breaker_tasks:
                         breaker.append((outcome, False))
         if others:
@@ -107,13 +121,17 @@ class Completer(Service):
             decided: dict[int, str] = {row[0]: row[1] for row in rows}
             for outcome in others:
                 written = decided.get(outcome.job.id, "stale")
-                self._written(outcome, written)
+                report.append((outcome, written))
                 if (
                     outcome.job.task in self.breaker_tasks
                     and outcome.kind in _FAILURES
                     and written in ("retry", "dead")
                 ):
                     breaker.append((outcome, True))
+        self.observer.jobs_written(report)
+        if self.log.isEnabledFor(logging.INFO) or any(w == "stale" for _, w in report):
+            for outcome, written in report:
+                self._log_written(outcome, written)
         if breaker:
             await self._record_breakers(breaker)
 
@@ -130,9 +148,10 @@ class Completer(Service):
         for task, before, after in rows:
             if before != after:
                 self.log.warning("circuit breaker %s task=%s (was %s)", after, task, before)
+                if after == "open" and self.on_breaker_open is not None:
+                    self.on_breaker_open(task)
 
-    def _written(self, outcome: Outcome, written: str) -> None:
-        self.observer.job_written(outcome, written)
+    def _log_written(self, outcome: Outcome, written: str) -> None:
         job = outcome.job
         if written == "stale":
             self.log.warning(

@@ -49,8 +49,11 @@ class JobContext:
 
     job: ClaimedJob
     worker_id: str
-    _event: threading.Event = field(default_factory=threading.Event, repr=False)
     cancel_reason: CancelReason | None = None
+    _cancelled: bool = field(default=False, repr=False)
+    # Created only when a sync handler waits on it: most jobs never need one, and a
+    # threading.Event (a Condition and a lock) per job is measurable on the hot path.
+    _event: threading.Event | None = field(default=None, repr=False)
 
     @property
     def id(self) -> int:
@@ -84,20 +87,36 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._cancelled
 
     def raise_if_cancelled(self) -> None:
-        if self._event.is_set():
+        if self._cancelled:
             raise JobCancelled(self.cancel_reason or "cancelled")
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Block (a sync handler's thread) until cancelled or ``timeout``; True if cancelled."""
-        return self._event.wait(timeout)
+        with _EVENT_LOCK:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._cancelled:
+                    self._event.set()
+            event = self._event
+        return event.wait(timeout)
 
     def cancel(self, reason: CancelReason) -> None:
-        if not self._event.is_set():
+        with _EVENT_LOCK:
+            if self._cancelled:
+                return
             self.cancel_reason = reason
-            self._event.set()
+            self._cancelled = True
+            event = self._event
+        if event is not None:
+            event.set()
+
+
+# Guards the lazy creation of a context's event against a concurrent cancel (loop thread vs
+# handler thread); taken only by cancel() and wait_cancelled(), never per job.
+_EVENT_LOCK = threading.Lock()
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgqueue_current_job")

@@ -46,6 +46,15 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     loaders.register(conn)
 
 
+#: Statements that join a batch (unnest of the job ids) to the jobs table. They are never
+#: prepared: after five runs PostgreSQL may switch a prepared statement to a generic plan that
+#: ignores the batch's real size (unnest estimated at ten rows) and picks a join that walks every
+#: running job per acked id. Planned each time, they always look jobs up by primary key.
+PLANNED_EACH_TIME = frozenset(
+    {"ack_jobs", "fail_jobs", "heartbeat", "release_jobs", "record_breaker_outcomes"}
+)
+
+
 class WorkerDB:
     def __init__(
         self, dsn: str, *, size: int, prepare: bool = True, application_name: str | None = None
@@ -78,5 +87,6 @@ class WorkerDB:
         self, name: str, params: Mapping[str, Any] | None = None, timeout: float = 30.0
     ) -> list[Row]:
         async with self.pool.connection(timeout=timeout) as conn, conn.cursor() as cur:
-            await cur.execute(query(name), params)
+            prepare = False if name in PLANNED_EACH_TIME else None
+            await cur.execute(query(name), params, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []

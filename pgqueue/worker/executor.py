@@ -2,7 +2,16 @@
 
 ``async def`` handlers run as tasks on the worker's event loop; plain functions run in a thread
 pool. A slot is taken when a job is started and given back when its handler is done (or, for a
-sync handler past its timeout, abandoned). Stopping a handler:
+sync handler past its timeout, abandoned).
+
+Prefetch: the fetcher may claim more jobs than there are free slots; the extra ones wait here
+(``waiting``, leases held and heartbeated like running jobs) and start the moment a slot frees,
+so the next claim overlaps with running the current batch instead of following it. With
+``prefetch=None`` (auto) the executor prefetches up to four times ``concurrency`` jobs (at most
+1,000) only while recent jobs are short (a moving average under 50 ms): long jobs gain nothing
+from it and would sit claimed here while another worker could have run them.
+
+Stopping a handler:
 
 * lease lost / cancelled / shutdown: ``ctx.cancelled`` turns true; async handlers are also
   cancelled (``asyncio.CancelledError`` raised at their current ``await``);
@@ -16,6 +25,7 @@ import asyncio
 import contextvars
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,7 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 from pgqueue.errors import Fail, InvalidJobError, JobCancelled, Retry
-from pgqueue.payload import call_arguments, dumps
+from pgqueue.payload import dumps
 from pgqueue.tasks import Task
 from pgqueue.worker.context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.worker.outcome import Outcome
@@ -36,12 +46,21 @@ class JobTimeout(Exception):
     error unless the task's ``no_retry_on`` includes it)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Running:
     job: ClaimedJob
     ctx: JobContext
     task: asyncio.Task[None] | None = None
     started: float = field(default_factory=time.monotonic)
+
+
+#: Jobs shorter than this (moving average) make auto-prefetch worthwhile.
+_SHORT_JOB = 0.05
+_EWMA_WEIGHT = 0.05
+#: Auto-prefetch for short jobs: this many batches of slots, at most _AUTO_PREFETCH_MAX jobs
+#: (measured: claims of a few hundred short jobs keep the worker and PostgreSQL both busy).
+_AUTO_PREFETCH_FACTOR = 4
+_AUTO_PREFETCH_MAX = 1000
 
 
 class Executor:
@@ -52,14 +71,19 @@ class Executor:
         worker_id: str,
         submit: Callable[[Outcome], None],
         max_concurrency: int | None = None,
+        prefetch: int | None = None,
     ) -> None:
         self.tasks = tasks
         self.concurrency = concurrency
         self.worker_id = worker_id
         self.submit = submit
+        self.prefetch = prefetch  # None: auto
         # Keyed by (job id, lease token): the same job can be re-claimed by this worker while
         # the handler of its lost attempt is still winding down.
         self.running: dict[tuple[int, int], Running] = {}
+        #: Claimed jobs waiting for a slot (prefetch), in claim order.
+        self.waiting: deque[ClaimedJob] = deque()
+        self._mean_duration: float | None = None
         self.slot_freed = asyncio.Event()
         self.abandoned = 0  # sync handlers still running past their timeout
         self.threads_busy = 0  # sync handlers executing right now (touched only on the loop)
@@ -77,27 +101,67 @@ class Executor:
     def free_slots(self) -> int:
         return self.concurrency - len(self.running)
 
+    def prefetch_limit(self) -> int:
+        if self.prefetch is not None:
+            return self.prefetch
+        mean = self._mean_duration
+        if mean is None or mean >= _SHORT_JOB:
+            return 0
+        return min(_AUTO_PREFETCH_FACTOR * self.concurrency, _AUTO_PREFETCH_MAX)
+
+    def capacity(self, prefetch: bool = True) -> int:
+        """How many more jobs the fetcher may claim now (free slots plus prefetch room)."""
+        room = self.prefetch_limit() if prefetch else 0
+        return self.concurrency + room - len(self.running) - len(self.waiting)
+
     def idle(self) -> bool:
-        return not self.running
+        return not self.running and not self.waiting
 
     def held(self) -> list[tuple[int, int]]:
-        """(id, lease_token) of every job whose handler is running."""
-        return list(self.running)
+        """(id, lease_token) of every job claimed here and not finished: running or waiting."""
+        return [*self.running, *((job.id, job.lease_token) for job in self.waiting)]
 
-    async def wait_for_slot(self) -> None:
-        while self.free_slots() <= 0:
+    async def wait_for_capacity(self, at_least: int = 1, prefetch: bool = True) -> None:
+        """Until the fetcher may claim ``at_least`` jobs (or any, when nothing runs)."""
+        while self.capacity(prefetch) < at_least and (self.running or self.capacity(prefetch) <= 0):
             self.slot_freed.clear()
             await self.slot_freed.wait()
 
     # -- running -----------------------------------------------------------------------------
 
+    def accept(self, jobs: list[ClaimedJob]) -> None:
+        """Start claimed jobs in free slots; the rest wait for one (prefetch)."""
+        for job in jobs:
+            if len(self.running) < self.concurrency and not self.waiting:
+                self.start(job)
+            else:
+                self.waiting.append(job)
+
     def start(self, job: ClaimedJob) -> None:
-        ctx = JobContext(job, self.worker_id)
-        running = Running(job, ctx)
+        running = Running(job, JobContext(job, self.worker_id))
         self.running[job.id, job.lease_token] = running
-        running.task = asyncio.get_running_loop().create_task(
-            self._run(running), name=f"pgqueue-job-{job.id}"
-        )
+        running.task = asyncio.get_running_loop().create_task(self._run(running))
+
+    def _start_waiting(self) -> None:
+        while self.waiting and len(self.running) < self.concurrency:
+            self.start(self.waiting.popleft())
+
+    def find(self, job_id: int, token: int) -> ClaimedJob | None:
+        """The job held here with this lease token (running or waiting), if any."""
+        running = self.running.get((job_id, token))
+        if running is not None:
+            return running.job
+        return next((j for j in self.waiting if j.id == job_id and j.lease_token == token), None)
+
+    def release_waiting(self, task: str | None = None) -> list[ClaimedJob]:
+        """Take back the jobs that never started (all, or ``task``'s): shutdown hands them
+        back, and so does a circuit breaker opening for their task."""
+        jobs = [job for job in self.waiting if task is None or job.task == task]
+        if task is None:
+            self.waiting.clear()
+        else:
+            self.waiting = deque(job for job in self.waiting if job.task != task)
+        return jobs
 
     async def _run(self, running: Running) -> None:
         outcome: Outcome | None = None
@@ -107,9 +171,14 @@ class Executor:
             log.exception("executor bug while running job id=%s", running.job.id)
         finally:
             self.running.pop((running.job.id, running.job.lease_token), None)
+            self._start_waiting()
             self.slot_freed.set()
         if outcome is not None:
-            outcome.duration = time.monotonic() - running.started
+            duration = outcome.duration = time.monotonic() - running.started
+            mean = self._mean_duration
+            self._mean_duration = (
+                duration if mean is None else mean + _EWMA_WEIGHT * (duration - mean)
+            )
             self.submit(outcome)
 
     async def _attempt(self, running: Running) -> Outcome | None:
@@ -122,7 +191,7 @@ class Executor:
                     f"no attempts left: claimed for attempt {job.attempt} of "
                     f"max_attempts {job.max_attempts} (attempts edited by hand?)"
                 )
-            args, kwargs = call_arguments(task.signature, task.name, job.args)
+            args, kwargs = task.binder.bind(job.args)
         except InvalidJobError as exc:
             # The stored args can never fit this handler: retrying cannot help.
             return Outcome.from_exception(job, "fail", exc, self.worker_id)
@@ -249,7 +318,7 @@ class Executor:
 
     def stop_job(self, job_id: int, reason: str, token: int | None = None) -> bool:
         """Ask the handler(s) of a job to stop (cancelled, timeout), or of one attempt (lease
-        lost: ``token``). False if nothing matching runs here."""
+        lost: ``token``). False if nothing matching runs or waits here."""
         matching = [
             r
             for (jid, tok), r in self.running.items()
@@ -257,7 +326,13 @@ class Executor:
         ]
         for running in matching:
             self._stop(running, reason)
-        return bool(matching)
+        waiting = [j for j in self.waiting if j.id == job_id and token in (None, j.lease_token)]
+        for job in waiting:
+            # Never started: a cancelled one is written as cancelled; a lost one is not ours.
+            self.waiting.remove(job)
+            if reason == "cancelled":
+                self.submit(Outcome(job, "cancelled"))
+        return bool(matching or waiting)
 
     def _stop(self, running: Running, reason: str) -> None:
         running.ctx.cancel(reason)

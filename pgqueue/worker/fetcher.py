@@ -15,6 +15,7 @@ finish first), capped at ``throttle_cap`` seconds.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -72,22 +73,29 @@ class Fetcher(Service):
         return self._next_sleep
 
     async def run_once(self) -> None:
-        await self.executor.wait_for_slot()
-        free = self.executor.free_slots()
+        # With prefetch, wait until a good share of it is free again, so claims stay big while
+        # the waiting jobs keep every slot busy; without, claim as soon as one slot frees.
+        # No prefetch under flow control: a limit counts claimed jobs as running, so a job
+        # claimed ahead would hold a place it is not using.
+        prefetch = not self.flow
+        room = self.executor.prefetch_limit() if prefetch else 0
+        await self.executor.wait_for_capacity(max(1, room // 2), prefetch)
+        free = self.executor.capacity(prefetch)
         self.params["limit"] = free
         self.params["running"] = self._running_per_queue()
         rows, throttled = await self._claim()
-        for row in rows:
-            job = ClaimedJob.from_row(row)
-            self.log.info(
-                "job started job_id=%s task=%s queue=%s attempt=%s",
-                job.id,
-                job.task,
-                job.queue,
-                job.attempt,
-            )
-            self.executor.start(job)
-            self.observer.job_started(job)
+        jobs = [ClaimedJob.from_row(row) for row in rows]
+        if jobs and self.log.isEnabledFor(logging.INFO):
+            for job in jobs:
+                self.log.info(
+                    "job started job_id=%s task=%s queue=%s attempt=%s",
+                    job.id,
+                    job.task,
+                    job.queue,
+                    job.attempt,
+                )
+        self.executor.accept(jobs)
+        self.observer.jobs_started(jobs)
         claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
@@ -140,8 +148,8 @@ class Fetcher(Service):
         """This worker's running jobs per queue (the claim's fair share accounts for them)."""
         index = {queue: i for i, queue in enumerate(self.queues)}
         counts = [0] * len(self.queues)
-        for running in self.executor.running.values():
-            position = index.get(running.job.queue)
+        for job in [*(r.job for r in self.executor.running.values()), *self.executor.waiting]:
+            position = index.get(job.queue)
             if position is not None:
                 counts[position] += 1
         return counts

@@ -44,7 +44,7 @@ class Heartbeater(Service):
         return self.lease / 3
 
     async def run_once(self, timeout: float = 30.0) -> None:
-        held = self.executor.held() + self.completer.held()
+        held = sorted(self.executor.held() + self.completer.held())
         counted = self.counts.take()
         try:
             rows = await self.db.fetch(
@@ -68,25 +68,25 @@ class Heartbeater(Service):
             cancel_requested = alive.get((job_id, token))
             if cancel_requested is None:
                 self._lost(job_id, token)
-            elif cancel_requested and (running := self.executor.running.get((job_id, token))):
+            elif cancel_requested and (job := self.executor.find(job_id, token)):
                 self.executor.stop_job(job_id, "cancelled", token)
                 self.log.info(
                     "cancel requested; stopping handler job_id=%s task=%s attempt=%s",
                     job_id,
-                    running.job.task,
-                    running.job.attempt,
+                    job.task,
+                    job.attempt,
                 )
 
     def _lost(self, job_id: int, token: int) -> None:
-        running = self.executor.running.get((job_id, token))
-        if running is None:
+        job = self.executor.find(job_id, token)
+        if job is None:
             return  # finished and written meanwhile: not lost
-        self.observer.lease_lost(running.job)
+        self.observer.lease_lost(job)
         self.log.warning(
             "lease lost; stopping handler job_id=%s task=%s attempt=%s lease_token=%s",
             job_id,
-            running.job.task,
-            running.job.attempt,
+            job.task,
+            job.attempt,
             token,
         )
         self.executor.stop_job(job_id, "lease lost", token)

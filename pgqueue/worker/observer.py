@@ -3,6 +3,10 @@
 Subclass :class:`WorkerObserver`, override what you need, and pass instances to
 ``Worker(..., observers=[...])``. Hooks run on the worker's event loop and must be quick and
 must not raise (an exception is logged and otherwise ignored).
+
+The worker reports whole batches (``jobs_started``, ``jobs_written``: one call per claim or
+write, not per job); their default implementations call the per-job hooks, so an observer
+overrides whichever level suits it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,16 @@ class WorkerObserver:
     def job_written(self, outcome: Outcome, written: Written) -> None:
         """An attempt's outcome reached the database (``written``: succeeded, retry, dead,
         cancelled, stale)."""
+
+    def jobs_started(self, jobs: list[ClaimedJob]) -> None:
+        """One claim's jobs (calls :meth:`job_started` for each unless overridden)."""
+        for job in jobs:
+            self.job_started(job)
+
+    def jobs_written(self, written: list[tuple[Outcome, Written]]) -> None:
+        """One write's outcomes (calls :meth:`job_written` for each unless overridden)."""
+        for outcome, what in written:
+            self.job_written(outcome, what)
 
     def lease_lost(self, job: ClaimedJob) -> None:
         """A heartbeat found that this worker no longer holds the job."""
@@ -54,6 +68,9 @@ class WorkerStats(WorkerObserver):
 
     def job_started(self, job: ClaimedJob) -> None:
         self.claimed += 1
+
+    def jobs_started(self, jobs: list[ClaimedJob]) -> None:
+        self.claimed += len(jobs)
 
     def job_written(self, outcome: Outcome, written: Written) -> None:
         if written == "succeeded":
@@ -104,6 +121,14 @@ class Observers(WorkerObserver):
 
     def job_written(self, outcome: Outcome, written: Written) -> None:
         self._each("job_written", outcome, written)
+
+    def jobs_started(self, jobs: list[ClaimedJob]) -> None:
+        if jobs:
+            self._each("jobs_started", jobs)
+
+    def jobs_written(self, written: list[tuple[Outcome, Written]]) -> None:
+        if written:
+            self._each("jobs_written", written)
 
     def lease_lost(self, job: ClaimedJob) -> None:
         self._each("lease_lost", job)

@@ -59,6 +59,7 @@ from pgqueue.errors import ConfigurationError
 from pgqueue.payload import check_name
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.completer import Completer
+from pgqueue.worker.context import ClaimedJob
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, application_name
 from pgqueue.worker.executor import Executor
@@ -89,6 +90,7 @@ class WorkerSettings:
     concurrency: int = 10  # the slots, or the most slots when min_concurrency is set
     min_concurrency: int | None = None  # autoscale between this and concurrency
     scale_cooldown: float = 10.0  # seconds between shrinking steps (and after any change)
+    prefetch: int | None = None  # jobs claimed ahead of free slots; None: auto (short jobs)
     scheduler: bool = True  # enqueue due cron ticks (safe in every worker)
     scheduler_interval: float = 2.0  # longest sleep between looks at the schedules
     lease: float = 30.0
@@ -108,6 +110,8 @@ class WorkerSettings:
             check_name(queue, "queue name")
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.prefetch is not None and self.prefetch < 0:
+            raise ConfigurationError(f"prefetch must not be negative, got {self.prefetch}")
         if self.min_concurrency is not None and not 1 <= self.min_concurrency <= self.concurrency:
             raise ConfigurationError(
                 f"concurrency range {self.min_concurrency}:{self.concurrency} must satisfy "
@@ -151,6 +155,7 @@ class Worker:
         self._signals = 0
         self.executor: Executor | None = None
         self.threads_finished = True
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- control -----------------------------------------------------------------------------
 
@@ -202,12 +207,14 @@ class Worker:
             db,
             frozenset(n for n, t in self.app.tasks.items() if t.circuit_breaker is not None),
         )
+        completer.on_breaker_open = lambda task: self._breaker_opened(db, task)
         executor = self.executor = Executor(
             self.app.tasks,
             settings.min_concurrency or settings.concurrency,
             self.id,
             completer.submit,
             max_concurrency=settings.concurrency,
+            prefetch=settings.prefetch,
         )
         fetcher = Fetcher(
             db,
@@ -314,16 +321,8 @@ class Worker:
         )
 
     def _cancel_requested(self, job_id: int) -> None:
-        if self.executor is None:
-            return
-        for running in [r for r in self.executor.running.values() if r.job.id == job_id]:
-            log.info(
-                "cancel requested; stopping handler job_id=%s task=%s attempt=%s",
-                job_id,
-                running.job.task,
-                running.job.attempt,
-            )
-        self.executor.stop_job(job_id, "cancelled")
+        if self.executor is not None and self.executor.stop_job(job_id, "cancelled"):
+            log.info("cancel requested; stopping handler job_id=%s", job_id)
 
     async def _register(self, db: WorkerDB) -> bool:
         """Register in pgqueue.workers, waiting out a database that is not up yet."""
@@ -372,6 +371,8 @@ class Worker:
     async def _drain(self, db: WorkerDB, executor: Executor, completer: Completer) -> None:
         """Graceful shutdown: wait for running jobs, then hand back what did not finish."""
         grace = self.settings.shutdown_grace
+        # Prefetched jobs that never started go back first: no reason to run them now.
+        never_started = executor.release_waiting()
         if executor.running:
             log.info("draining running=%s grace=%ss", len(executor.running), grace)
         finished = await executor.wait_idle(grace)
@@ -380,34 +381,48 @@ class Worker:
             # Let cancelled async handlers unwind; sync threads keep running but are released.
             await executor.wait_idle(min(1.0, grace) or 0.1)
         await self._final_write(completer.run_once, "outcomes")
-        held = [(r.job.id, r.job.lease_token) for r in unfinished]
-        if held:
-            rows: list[Any] = []
+        await self._release(db, [*never_started, *(r.job for r in unfinished)], "unfinished")
 
-            async def release() -> None:
-                rows.extend(
-                    await db.fetch(
-                        "release_jobs",
-                        {"ids": [i for i, _ in held], "tokens": [t for _, t in held]},
-                    )
+    async def _release(self, db: WorkerDB, jobs: list[ClaimedJob], why: str) -> None:
+        """Hand jobs back (``ready``, attempt not burned), fenced by their lease tokens."""
+        if not jobs:
+            return
+        rows: list[Any] = []
+
+        async def release() -> None:
+            rows.extend(
+                await db.fetch(
+                    "release_jobs",
+                    {"ids": [j.id for j in jobs], "tokens": [j.lease_token for j in jobs]},
+                )
+            )
+
+        await self._final_write(release, "released jobs")
+        log.info(
+            "released %s jobs count=%s ids=%s", why, len(rows), ",".join(str(r[0]) for r in rows)
+        )
+        released = {row[0] for row in rows}
+        for job in jobs:
+            if job.id in released:
+                log.info(
+                    "job released job_id=%s task=%s queue=%s attempt=%s",
+                    job.id,
+                    job.task,
+                    job.queue,
+                    job.attempt,
                 )
 
-            await self._final_write(release, "released jobs")
-            log.info(
-                "released unfinished jobs count=%s ids=%s",
-                len(rows),
-                ",".join(str(r[0]) for r in rows),
+    def _breaker_opened(self, db: WorkerDB, task: str) -> None:
+        """A breaker opened: its task's prefetched jobs (claimed before the trip) go back."""
+        if self.executor is None:
+            return
+        jobs = self.executor.release_waiting(task)
+        if jobs:
+            released = asyncio.get_running_loop().create_task(
+                self._release(db, jobs, "prefetched (circuit breaker open)")
             )
-            released = {row[0] for row in rows}
-            for running in unfinished:
-                if running.job.id in released:
-                    log.info(
-                        "job released job_id=%s task=%s queue=%s attempt=%s",
-                        running.job.id,
-                        running.job.task,
-                        running.job.queue,
-                        running.job.attempt,
-                    )
+            self._background.add(released)
+            released.add_done_callback(self._background.discard)
 
     async def _final_write(self, write: Any, what: str) -> None:
         loop = asyncio.get_running_loop()

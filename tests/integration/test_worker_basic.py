@@ -323,3 +323,23 @@ def test_observers_see_every_step(app_dsn, pgq):
         "started:noop",
         "succeeded:noop",
     ]
+
+
+def test_prefetched_jobs_are_held_heartbeated_and_handed_back_unstarted(app_dsn, pgq):
+    ids = pgq.enqueue_many([pgq.spec("async_sleep", {"seconds": 30}, {}) for _ in range(6)])
+    with thread_worker(
+        APP, app_dsn, concurrency=1, prefetch=5, lease=2.0, shutdown_grace=0.5, reaper_interval=0.5
+    ):
+        wait_for(lambda: ledger(app_dsn, "start"), message="first job started")
+        time.sleep(3.0)  # past the lease: heartbeats must keep every claimed job's lease
+        with psycopg.connect(app_dsn) as conn:
+            running = conn.execute(
+                "SELECT count(*) FROM pgqueue.jobs WHERE state = 'running'"
+                " AND lease_expires_at > now()"
+            ).fetchone()[0]
+        assert running == 6  # one runs, five wait here for a slot
+        assert len(ledger(app_dsn, "start")) == 1
+    with psycopg.connect(app_dsn) as conn:
+        rows = conn.execute("SELECT state, attempts FROM pgqueue.jobs").fetchall()
+    assert sorted(rows) == [("ready", 0)] * 6  # all handed back, no attempt burned
+    assert {r[0] for r in ledger(app_dsn, "start")} <= set(ids)

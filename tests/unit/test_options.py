@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -84,3 +85,13 @@ def test_format_duration():
         "5m",
         "2h",
     ]
+
+
+def test_with_args_json_copies_every_other_field():
+    from dataclasses import fields, replace
+
+    from pgqueue.enqueue import JobSpec
+
+    values: list[Any] = [object() for _ in fields(JobSpec)]  # distinct, so any mix-up shows
+    template = JobSpec(*values)
+    assert template.with_args_json("{}") == replace(template, args_json="{}")
