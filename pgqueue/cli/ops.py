@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -19,26 +17,13 @@ from pgqueue.cli.common import (
     console,
     friendly_errors,
     json_default,
+    open_queue,
     print_rows,
+    with_app,
 )
 from pgqueue.client import PgQueue
 
 jobs_app = typer.Typer(help="Live jobs: list and inspect.", no_args_is_help=True)
-
-
-@contextmanager
-def _client(dsn: str | None) -> Iterator[PgQueue]:
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            yield pgq
-        finally:
-            pgq.close()
-
-
-def _run(dsn: str | None, read: Callable[[PgQueue], Any]) -> Any:
-    with _client(dsn) as pgq:
-        return read(pgq)
 
 
 def status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
@@ -56,7 +41,7 @@ def status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
             },
         }
 
-    data = _run(dsn, read)
+    data = with_app(dsn, read)
     if as_json:
         _dump(data)
         return
@@ -80,7 +65,7 @@ def jobs_list(
     as_json: JsonOption = False,
 ) -> None:
     """List live jobs (waiting and running), oldest first."""
-    rows = _run(
+    rows = with_app(
         dsn, lambda pgq: inspect.jobs(pgq, queue=queue, state=state, task=task, limit=limit)
     )
     hidden = {"max_attempts", "created_at", "worker_id"}  # in --json and `pgq jobs show`
@@ -98,7 +83,7 @@ def jobs_show(
     as_json: JsonOption = False,
 ) -> None:
     """Everything about one job (live, dead-lettered or finished), with its errors."""
-    job = _run(dsn, lambda pgq: inspect.find_job(pgq, job_id))
+    job = with_app(dsn, lambda pgq: inspect.find_job(pgq, job_id))
     if job is None:
         with friendly_errors():
             from pgqueue.errors import PgQueueError
@@ -129,7 +114,7 @@ def workers(
     as_json: JsonOption = False,
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
-    rows = _run(dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
+    rows = with_app(dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
     hidden = {
         "concurrency",
         "version",
@@ -153,7 +138,7 @@ def retry(
     as_json: JsonOption = False,
 ) -> None:
     """Run jobs again now: waiting ones become ready at once, dead letters are replayed."""
-    result = _run(dsn, lambda pgq: ops.retry(pgq, job_ids))
+    result = with_app(dsn, lambda pgq: ops.retry(pgq, job_ids))
     skipped = sorted(set(job_ids) - set(result.made_ready) - set(result.replayed))
     if as_json:
         _dump({"ready": result.made_ready, "replayed": result.replayed, "skipped": skipped})
@@ -185,7 +170,7 @@ def purge(
     where = ", ".join(
         part for part in (queue and f"queue {queue!r}", task and f"task {task!r}") if part
     )
-    with _client(dsn) as pgq:
+    with open_queue(dsn) as pgq:
         count = ops.purge(pgq, queue=queue, task=task, dead=dead, everything=all_, dry_run=True)
         if dry_run or count == 0:
             _report(as_json, 0, count, f"would delete {count} {what}")
