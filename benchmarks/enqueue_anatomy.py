@@ -8,6 +8,9 @@ prepared statements), jobs/s of:
 * ``raw table``: INSERT into a minimal table (the raw ceiling of ``benchmarks.compare``);
 * ``jobs INSERT``: a plain INSERT into ``pgqueue.jobs`` (its indexes, its NOTIFY trigger);
 * ``jobs INSERT, no trigger``: the same with ``jobs_notify_insert`` disabled (no NOTIFY);
+* ``jobs-shaped, no CHECKs``: a copy of ``pgqueue.jobs`` (columns, defaults, indexes) without its
+  CHECK constraints and trigger: what the constraints cost (PostgreSQL re-reads and re-plans
+  every CHECK expression once per statement, so on one-row inserts they are not cheap);
 * ``PgQueue.enqueue``: the library call (``pgqueue.enqueue_job``: PL/pgSQL, ON CONFLICT, trigger);
 * ``PgQueue.enqueue, no trigger``: the library call without the NOTIFY.
 
@@ -30,6 +33,12 @@ JOBS_INSERT = (
     "INSERT INTO pgqueue.jobs (queue, task, args, state)"
     " VALUES ('default', 'bench.job', %s, 'ready')"
 )
+# NOT NULL constraints come along with LIKE; CHECK constraints and triggers do not.
+NO_CHECKS_DDL = (
+    "CREATE TABLE jobs_no_checks (LIKE pgqueue.jobs"
+    " INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING INDEXES)"
+)
+NO_CHECKS_INSERT = JOBS_INSERT.replace("pgqueue.jobs", "jobs_no_checks")
 
 
 def _insert(dsn: str, statement: str) -> Callable[[], Callable[[], object]]:
@@ -60,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         dsn = fresh_database(admin, "bench_enqueue_anatomy")
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(raw_driver.DDL)
+            conn.execute(NO_CHECKS_DDL)
         print(f"machine: {machine(dsn)}")
 
         def trigger(enabled: bool) -> None:
@@ -71,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
             ("raw table", True, _insert(dsn, raw_driver.INSERT_ONE)),
             ("jobs INSERT", True, _insert(dsn, JOBS_INSERT)),
             ("jobs INSERT, no trigger", False, _insert(dsn, JOBS_INSERT)),
+            ("jobs-shaped, no CHECKs", False, _insert(dsn, NO_CHECKS_INSERT)),
             ("PgQueue.enqueue", True, _library(dsn)),
             ("PgQueue.enqueue, no trigger", False, _library(dsn)),
         ]

@@ -64,6 +64,11 @@ class JobId(int):
     __str__ = int.__repr__  # str(job_id) == "42", as for any int
 
 
+# JobId(value) for a created job, without the Python-level __new__ (bulk enqueue makes one per
+# job; int.__new__ alone is several times cheaper).
+_new_job_id = int.__new__
+
+
 @dataclass(slots=True)
 class JobSpec:
     """A fully validated job, ready to be written."""
@@ -219,7 +224,8 @@ def with_args(template: JobSpec, args: Mapping[str, Any], payload_limit: int) ->
     """The job of ``template`` (validated task and options) with these arguments."""
     if not isinstance(args, Mapping):
         raise InvalidJobError(f"args must be a JSON object (a mapping), got {type(args).__name__}")
-    return template.with_args_json(dumps(dict(args), limit=payload_limit))
+    plain = args if type(args) is dict else dict(args)
+    return template.with_args_json(dumps(plain, limit=payload_limit))
 
 
 def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> JobSpec:
@@ -331,7 +337,7 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
                spec.max_attempts, key, spec.concurrency_key)  # fmt: skip
         if key is None:
             plain.append(row)
-            result[index] = JobId(job_id)
+            result[index] = _new_job_id(JobId, job_id)
         elif key in first_for_key:
             repeats.append((index, key))
         else:

@@ -54,15 +54,22 @@ def _check_keys(value: Any, what: str) -> None:
             stack.extend(child for child in item if isinstance(child, dict | list | tuple))
 
 
+# One encoder for every job: json.dumps with options builds a new JSONEncoder per call, which
+# costs as much as encoding a small payload (bulk enqueue encodes one per job).
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def dumps(value: Any, *, limit: int, what: str = "args") -> str:
     """Serialise ``value`` to compact JSON or raise :class:`InvalidJobError` saying why not.
 
     ``what`` names the value in messages ("args", "result").
     """
+    if type(value) is dict and not value:
+        return "{}"  # a task without arguments: nothing to check
     are = "are" if what.endswith("s") else "is"
     contain = "contain" if what.endswith("s") else "contains"
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
     except ValueError as exc:
         if "Out of range float" in str(exc):
             raise InvalidJobError(
@@ -81,7 +88,8 @@ def dumps(value: Any, *, limit: int, what: str = "args") -> str:
         )
     _check_keys(value, what)
     try:
-        size = len(text.encode("utf-8"))
+        # ASCII text is its own UTF-8 (and holds no lone surrogate): skip the encode.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidJobError(
             f"{what} contain a string that is not valid Unicode (a lone surrogate)"
@@ -246,12 +254,14 @@ def _json_type(value: Any) -> str:
 
 
 class ArgBinder:
-    """Turns stored args back into a call, fast for the common shape.
+    """Maps a task's arguments to and from the stored object, fast for the common shape.
 
-    Most handlers take plain named parameters (no ``*args``/``**kwargs``, no positional-only):
-    for those, a stored object whose keys are known parameters and cover the required ones is
-    the call's keyword arguments as it is, with no ``Signature.bind`` per job. Anything else
-    goes through :func:`call_arguments`.
+    Most tasks take plain named parameters (no ``*args``/``**kwargs``, no positional-only).
+    For those, enqueue maps positional arguments to their names and checks keywords against a
+    set, and the worker passes a stored object whose keys are known parameters and cover the
+    required ones as the call's keyword arguments as it is: no ``Signature.bind`` per job
+    either way. Anything else (and every error, for its message) goes through
+    :func:`bind_arguments` / :func:`call_arguments`.
     """
 
     def __init__(self, signature: inspect.Signature, name: str) -> None:
@@ -262,6 +272,32 @@ class ArgBinder:
         self.simple = all(p.kind in simple for p in params)
         self.names = frozenset(p.name for p in params)
         self.required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+        self.positional = tuple(
+            p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        # What check_complete requires, for any signature (*args/**kwargs are never required).
+        self.required_named = frozenset(
+            p.name
+            for p in params
+            if p.kind in _NAMED_KINDS and p.default is inspect.Parameter.empty
+        )
+
+    def pack(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, partial: bool = False
+    ) -> dict[str, Any]:
+        """:func:`bind_arguments`, without ``Signature.bind`` when the call is plainly valid."""
+        if self.simple and len(args) <= len(self.positional):
+            bound = dict(zip(self.positional, args, strict=False))
+            if not kwargs or (kwargs.keys() <= self.names and bound.keys().isdisjoint(kwargs)):
+                bound.update(kwargs)
+                if partial or self.required <= bound.keys():
+                    return bound
+        return bind_arguments(self.signature, self.name, args, kwargs, partial=partial)
+
+    def check_complete(self, bound: Mapping[str, Any], *, given: str | None = None) -> None:
+        """:func:`check_complete`, a set comparison when nothing is missing."""
+        if not self.required_named <= bound.keys():
+            check_complete(self.signature, self.name, bound, given=given)
 
     def bind(self, stored: Any) -> tuple[list[Any], dict[str, Any]]:
         if (

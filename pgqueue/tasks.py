@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pgqueue.enqueue import (
@@ -28,8 +29,6 @@ from pgqueue.errors import ConfigurationError, InvalidJobError
 from pgqueue.flow import CircuitBreaker, RateLimit, check_limit
 from pgqueue.payload import (
     ArgBinder,
-    bind_arguments,
-    check_complete,
     check_name,
     free_parameter,
     signature_of,
@@ -43,6 +42,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _CALL_OPTIONS = OPTION_NAMES | {"conn"}
+# The options of a job description that set none (shared, read-only).
+_NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
 
 
 class Task(Generic[P, R]):
@@ -130,6 +131,9 @@ class Task(Generic[P, R]):
         Required arguments may be left out: in a workflow, the first free parameter receives
         the parent's result; anywhere else, a missing argument is an error at enqueue.
         """
+        if _CALL_OPTIONS.isdisjoint(kwargs):
+            # No options: the common case of bulk enqueue, without building a TaskCall.
+            return JobCall(self, self.binder.pack(args, kwargs, partial=True), _NO_OPTIONS)
         options, task_kwargs = _split(kwargs)
         if "conn" in options:
             raise InvalidJobError(
@@ -157,8 +161,7 @@ class TaskCall:
     conn: Any = None
 
     def s(self, *args: Any, **kwargs: Any) -> JobCall:
-        bound = bind_arguments(self.task.signature, self.task.name, args, kwargs, partial=True)
-        return JobCall(self.task, bound, self.options)
+        return JobCall(self.task, self.task.binder.pack(args, kwargs, partial=True), self.options)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobId:
         call = self.s(*args, **kwargs)
@@ -183,12 +186,7 @@ class JobCall:
         """The validated job; ``receives``: the first free parameter will be filled in with
         the parents' results (a workflow step), so it may be missing now. ``templates`` caches
         the validated task and options across the jobs of one bulk enqueue."""
-        check_complete(
-            self.task.signature,
-            self.task.name,
-            self.args,
-            given=self.result_arg() if receives else None,
-        )
+        self.task.binder.check_complete(self.args, given=self.result_arg() if receives else None)
         key = _template_key(self.task, self.options) if templates is not None else None
         template = templates.get(key) if templates is not None and key is not None else None
         if template is None:
@@ -209,6 +207,8 @@ class JobCall:
 def _template_key(task: Task[..., Any], options: Mapping[str, Any]) -> Any:
     """What identifies a job template: the task and its call options (None: not hashable, so
     not cached)."""
+    if not options:
+        return (id(task), ())
     try:
         key = (id(task), tuple(sorted(options.items())))
         hash(key)

@@ -6,7 +6,14 @@ import math
 import pytest
 
 from pgqueue.errors import InvalidJobError
-from pgqueue.payload import bind_arguments, call_arguments, check_name, dumps
+from pgqueue.payload import (
+    ArgBinder,
+    bind_arguments,
+    call_arguments,
+    check_complete,
+    check_name,
+    dumps,
+)
 
 
 def test_dumps_is_compact_and_keeps_unicode():
@@ -81,3 +88,52 @@ def test_call_arguments_rejects_unknown_and_missing():
         call_arguments(sig, "t", {"to": 1, "cc": 2})
     with pytest.raises(InvalidJobError, match="do not match"):
         call_arguments(sig, "t", {})
+
+
+def _plain(a: int, b: int = 1, *, k: int = 2) -> None: ...
+def _pos_only(a: int, /, b: int) -> None: ...
+def _variadic(a: int, *rest: int, **extra: int) -> None: ...
+def _none() -> None: ...
+
+
+@pytest.mark.parametrize("func", [_plain, _pos_only, _variadic, _none])
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((), {}),
+        ((1,), {}),
+        ((1, 2), {}),
+        ((1, 2, 3), {}),
+        ((), {"a": 1}),
+        ((1,), {"a": 1}),
+        ((1,), {"k": 3}),
+        ((), {"zz": 1}),
+        ((1,), {"b": 2, "k": 3}),
+    ],
+)
+@pytest.mark.parametrize("partial", [False, True])
+def test_fast_binding_agrees_with_signature_bind(func, args, kwargs, partial):
+    # ArgBinder.pack skips Signature.bind for plainly valid calls: same result, same errors.
+    signature = inspect.signature(func)
+    binder = ArgBinder(signature, "t")
+    try:
+        expected: object = bind_arguments(signature, "t", args, kwargs, partial=partial)
+    except InvalidJobError as exc:
+        expected = str(exc)
+    try:
+        got: object = binder.pack(args, kwargs, partial=partial)
+    except InvalidJobError as exc:
+        got = str(exc)
+    assert got == expected
+    if isinstance(expected, dict):
+        try:
+            check_complete(signature, "t", expected)
+            complete: object = None
+        except InvalidJobError as exc:
+            complete = str(exc)
+        try:
+            binder.check_complete(expected)
+            fast: object = None
+        except InvalidJobError as exc:
+            fast = str(exc)
+        assert fast == complete
