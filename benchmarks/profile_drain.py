@@ -69,10 +69,11 @@ def server_cpu(postmaster: int) -> float:
 
 
 def postmaster_pid(dsn: str) -> int:
+    # Read the backend's parent while the backend is still alive (it exits with the connection).
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    assert row is not None
-    return int(_stat(int(row[0]))[1])
+        assert row is not None
+        return int(_stat(int(row[0]))[1])
 
 
 # -- py-spy samples -----------------------------------------------------------------------------
