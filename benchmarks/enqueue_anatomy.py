@@ -15,12 +15,18 @@ prepared statements), jobs/s of:
 * ``PgQueue.enqueue, no trigger``: the library call without the NOTIFY.
 
 The trigger is disabled only inside this benchmark's own database.
+
+Then bulk enqueue of ``--bulk`` jobs (default 100,000) in parts, seconds (median of the runs):
+building the ``job.s()`` calls, validating them (``JobCall.spec``), writing them
+(``enqueue_many`` of the validated specs: one round trip for ids and clock, COPY, commit), and the
+same rows written by a bare psycopg ``COPY`` (what the server needs, with no library around it).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -28,6 +34,20 @@ import psycopg
 from benchmarks.common import fresh_database, machine, server
 from benchmarks.drivers import protocol, raw_driver
 from pgqueue import PgQueue
+from pgqueue.enqueue import JobSpec
+
+# The task bulk enqueue builds jobs of (its own PgQueue: only the jobs' descriptions are used).
+_tasks = PgQueue()
+
+
+@_tasks.task(name="bench.job")
+async def _bench_job(sent: float | None = None) -> None:
+    pass
+
+
+BARE_COPY = (
+    "COPY pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts) FROM STDIN"
+)
 
 JOBS_INSERT = (
     "INSERT INTO pgqueue.jobs (queue, task, args, state)"
@@ -64,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dsn")
     parser.add_argument("--count", type=int, default=2000, help="jobs per measurement")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--bulk", type=int, default=100_000, help="jobs per bulk measurement")
     args = parser.parse_args(argv)
     with server(args.dsn) as admin:
         dsn = fresh_database(admin, "bench_enqueue_anatomy")
@@ -97,6 +118,48 @@ def main(argv: list[str] | None = None) -> None:
                 rates.append(statistics.median(values))
             print(f"{name:<30} {rates[0]:>12,.0f} {rates[1]:>12,.0f}", flush=True)
         trigger(True)
+        bulk_anatomy(dsn, args.bulk, args.runs)
+
+
+def bulk_anatomy(dsn: str, count: int, runs: int) -> None:
+    parts: dict[str, list[float]] = {}
+
+    def timed(name: str, started: float) -> float:
+        now = time.perf_counter()
+        parts.setdefault(name, []).append(now - started)
+        return now
+
+    with PgQueue(dsn, pool_size=1) as app, psycopg.connect(dsn) as conn:
+        app.enqueue_many([_bench_job.s()])  # open the pool, warm the statements
+        for _ in range(runs):
+            started = time.perf_counter()
+            calls = [_bench_job.s() for _ in range(count)]
+            at = timed("build job.s() calls", started)
+            templates: dict[object, JobSpec] = {}
+            specs = [call.spec(templates=templates) for call in calls]
+            at = timed("validate (JobCall.spec)", at)
+            app.enqueue_many(specs)
+            timed("write (enqueue_many of specs)", at)
+            row = conn.execute(
+                "SELECT now(), array_agg(nextval('pgqueue.jobs_id_seq'))"
+                " FROM generate_series(1, %s)",
+                (count,),
+            ).fetchone()
+            assert row is not None
+            clock, ids = row
+            conn.commit()
+            rows = [(i, "default", "bench.job", "{}", 0, clock, "ready", 5) for i in ids]
+            at = time.perf_counter()
+            with conn.cursor() as cur, cur.copy(BARE_COPY) as copy:
+                for values in rows:
+                    copy.write_row(values)
+            conn.commit()
+            timed("bare psycopg COPY of the same rows", at)
+    library = sum(statistics.median(v) for k, v in parts.items() if not k.startswith("bare"))
+    print(f"\nbulk enqueue of {count:,} jobs (seconds, median of {runs}):")
+    for name, seconds in parts.items():
+        print(f"  {name:<40} {statistics.median(seconds):>7.3f}")
+    print(f"  {'library total':<40} {library:>7.3f}  ({count / library:,.0f} jobs/s)")
 
 
 if __name__ == "__main__":

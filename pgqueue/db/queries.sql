@@ -15,6 +15,19 @@ SELECT e.id, e.created
            %(max_attempts)s, %(idempotency_key)s, %(concurrency_key)s,
            %(unique_for)s::interval, %(unique_states)s::text[]) AS e
 
+-- name: insert_job
+-- The common single job (no idempotency or concurrency key): a plain INSERT, no function call,
+-- with the same columns and rules as pgqueue.enqueue_job. It writes nothing when the queue is
+-- bounded (max_depth): then the caller goes through enqueue_job, which checks for room.
+INSERT INTO pgqueue.jobs (queue, task, args, priority, run_at, state, max_attempts, result_ttl)
+SELECT %(queue)s, %(task)s, %(args)s::jsonb, %(priority)s::smallint, d.due,
+       CASE WHEN d.due > now() THEN 'scheduled' ELSE 'ready' END, %(max_attempts)s::integer,
+       %(result_ttl)s::interval
+  FROM (SELECT coalesce(%(run_at)s::timestamptz, now() + %(delay)s::interval, now()) AS due) AS d
+ WHERE NOT EXISTS (SELECT FROM pgqueue.queues AS qs
+                    WHERE qs.name = %(queue)s AND qs.max_depth IS NOT NULL)
+RETURNING id
+
 -- name: allocate_job_ids
 -- Bulk enqueue reserves its ids up front (so COPY can write them) and reads the database clock
 -- once for every run_at/delay in the batch.
@@ -605,12 +618,13 @@ RETURNING id
 
 -- name: insert_workflow_jobs
 INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          result_ttl)
-SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, result_ttl
+                          result_ttl, concurrency_key)
+SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, result_ttl, ckey
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
               %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
-              %(max_attempts)s::integer[], %(result_ttls)s::interval[])
-       AS u(id, queue, task, args, priority, run_at, state, max_attempts, result_ttl)
+              %(max_attempts)s::integer[], %(result_ttls)s::interval[],
+              %(concurrency_keys)s::text[])
+       AS u(id, queue, task, args, priority, run_at, state, max_attempts, result_ttl, ckey)
 
 -- name: insert_workflow_nodes
 INSERT INTO pgqueue.workflow_nodes (job_id, workflow_id, name, parents, dependents, receive,

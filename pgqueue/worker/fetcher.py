@@ -85,6 +85,9 @@ class Fetcher(Service):
         self.params["running"] = self._running_per_queue()
         rows, throttled = await self._claim()
         jobs = [ClaimedJob.from_row(row) for row in rows]
+        # Hand the jobs over before anything else can raise (a log handler, an observer): a
+        # claimed job the executor never saw would sit unrun until its lease expired.
+        self.executor.accept(jobs)
         if jobs and self.log.isEnabledFor(logging.INFO):
             for job in jobs:
                 self.log.info(
@@ -94,7 +97,6 @@ class Fetcher(Service):
                     job.queue,
                     job.attempt,
                 )
-        self.executor.accept(jobs)
         self.observer.jobs_started(jobs)
         claimed = len(rows)
         self.saturated = claimed >= free

@@ -131,7 +131,10 @@ def _write(
         run_at = due_at(spec, db_now)
         waits = bool(node.parents) or any(p in live for p in spec.depends_on)
         state = "waiting" if waits else ("scheduled" if run_at > db_now else "ready")
-        job_rows.append(job_row(job_id, spec, run_at, state, spec.result_ttl or result_ttl))
+        job_rows.append(
+            (*job_row(job_id, spec, run_at, state, spec.result_ttl or result_ttl),
+             spec.concurrency_key)
+        )  # fmt: skip
         edges.extend((parent, job_id) for parent in spec.depends_on if parent in live)
         node_rows.append(
             {
@@ -145,7 +148,12 @@ def _write(
                 "parent_results": {str(p): succeeded[p] for p in spec.depends_on if p in succeeded},
             }
         )
-    yield Query("insert_workflow_jobs", _columns(job_rows, (*JOB_COLUMNS[:8], "result_ttls")))
+    keyed_tasks = sorted({n.spec.task for n in nodes if n.spec.concurrency_key is not None})
+    if keyed_tasks:
+        # As for any job with a concurrency key: its task's claims check the keys from now on.
+        yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
+    columns = (*JOB_COLUMNS[:8], "result_ttls", "concurrency_keys")
+    yield Query("insert_workflow_jobs", _columns(job_rows, columns))
     yield Query("insert_workflow_nodes", {"workflow_id": workflow_id, "nodes": Jsonb(node_rows)})
     if edges:
         yield Query(

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -40,6 +41,24 @@ def test_enqueue_from_the_shell(dsn, conn):
         "SELECT queue, task, args, state, priority FROM pgqueue.jobs WHERE id = %s", (job_id,)
     ).fetchone()
     assert row == ("reports", "reports.build", {"month": "2026-11"}, "scheduled", -1)
+
+
+def test_enqueue_with_dependencies_result_ttl_and_concurrency_key(dsn, conn):
+    parent = int(invoke("enqueue", "etl.extract", "--dsn", dsn).output.strip())
+    other = int(invoke("enqueue", "etl.extract", "--dsn", dsn).output.strip())
+    result = invoke(
+        "enqueue", "etl.load", "--depends-on", str(parent), "--depends-on", str(other),
+        "--result-ttl", "1h", "--concurrency-key", "customer-7", "--dsn", dsn,
+    )  # fmt: skip
+    child = int(result.output.strip())
+    row = conn.execute(
+        "SELECT state, result_ttl, concurrency_key FROM pgqueue.jobs WHERE id = %s", (child,)
+    ).fetchone()
+    assert row == ("waiting", timedelta(hours=1), "customer-7")
+    # A dependency on a job that does not exist is refused, and nothing is written.
+    missing = runner.invoke(app, ["enqueue", "etl.load", "--depends-on", "999999", "--dsn", dsn])
+    assert missing.exit_code == 1 and "999999" in missing.output, missing.output
+    assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone()[0] == 3
 
 
 def test_enqueue_idempotency_and_json_output(dsn):

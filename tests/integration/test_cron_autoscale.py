@@ -129,11 +129,14 @@ def test_missed_ticks_follow_the_schedules_policy(app_dsn, tmp_path, policy):
         ).fetchone()
     assert row is not None
     enqueued, skipped = row
+    # Eleven ticks were missed, or twelve when a minute boundary passed while the workers
+    # started (the clock moves on in the test too).
     if policy == "skip":
         # The latest tick is under a minute late (within grace): it runs; the rest are dropped.
-        assert len(jobs) == 1 and enqueued == 1 and skipped == 10
+        assert len(jobs) == 1 and enqueued == 1 and skipped in (10, 11)
     else:
-        assert len(jobs) == 3 and enqueued == 3 and skipped == 8  # max_catch_up latest ticks
+        # max_catch_up: the three latest ticks run.
+        assert len(jobs) == 3 and enqueued == 3 and skipped in (8, 9)
         assert [b[0] - a[0] for a, b in itertools.pairwise(jobs)] == [timedelta(minutes=1)] * 2
 
 

@@ -320,3 +320,37 @@ def test_queue_stats_view(pgq, conn, send_email):
         "other": (1, 0, 0, 0, True),
         "dlq-only": (0, 0, 0, 1, False),
     }
+
+
+def test_plain_insert_and_enqueue_job_write_the_same_row(pgq, conn):
+    # A job without keys is a plain INSERT; the SQL function must write the very same row.
+    columns = (
+        "queue, task, args, state, priority, max_attempts, attempts, lease_token, errors,"
+        " result_ttl, run_at - created_at > interval '59 s'"
+    )
+    plain = pgq.enqueue("t", {"x": [1, "é"]}, queue="q", priority=-3, max_attempts=7, delay=60)
+    now = pgq.enqueue("t", {}, result_ttl=timedelta(hours=1))
+    [by_function] = conn.execute(
+        "SELECT id FROM pgqueue.enqueue_job('t', '{\"x\": [1, \"é\"]}', 'q', -3,"
+        " now() + interval '60 s', 7)"
+    ).fetchone()
+    conn.commit()
+    rows = {
+        job_id: conn.execute(
+            f"SELECT {columns} FROM pgqueue.jobs WHERE id = %s",  # noqa: S608
+            (job_id,),
+        ).fetchone()
+        for job_id in (plain, by_function, now)
+    }
+    assert rows[plain] == rows[by_function]
+    assert rows[plain][:4] == ("q", "t", {"x": [1, "é"]}, "scheduled")
+    assert rows[now][3] == "ready" and rows[now][9] == timedelta(hours=1)
+
+
+def test_a_bounded_queue_goes_through_the_room_check(pgq, conn):
+    pgq.configure_queue("small", max_depth=1)
+    first = pgq.enqueue("t", {}, queue="small")
+    assert first.created
+    with pytest.raises(PgQueueError, match="full"):
+        pgq.enqueue("t", {}, queue="small")
+    assert count(conn) == 1

@@ -342,3 +342,16 @@ def test_cli_workflow_show_and_list(app_dsn, pgq):
     ]
     missing = runner.invoke(cli_app, ["workflow", "show", "424242", "--dsn", app_dsn])
     assert missing.exit_code == 1 and "workflow 424242 not found" in missing.output
+
+
+def test_workflow_jobs_keep_their_concurrency_keys(app_dsn, pgq):
+    run = pgq.enqueue_workflow(chain(add.s(1, 2), add.s(y=1, concurrency_key="customer-7")))
+    first, second = run.job_ids
+    with psycopg.connect(app_dsn) as conn:
+        rows = conn.execute(
+            "SELECT id, concurrency_key FROM pgqueue.jobs WHERE id = ANY(%s)", ([first, second],)
+        ).fetchall()
+    keys: dict[int, str | None] = dict(rows)
+    assert keys == {first: None, second: "customer-7"}
+    # The task is marked keyed, so its claims check the key limit.
+    assert scalar(app_dsn, "SELECT keyed FROM pgqueue.task_limits WHERE task = %s", (add.name,))
