@@ -335,14 +335,24 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     keyed: list[tuple[int, tuple[Any, ...]]] = []
     first_for_key: dict[str, int] = {}
     repeats: list[tuple[int, str]] = []
+    # Jobs that are ready now and carry no key take the column defaults for run_at (now(): the
+    # transaction's clock, the db_now read above), state and the keys: shorter rows to send.
+    ready: list[tuple[Any, ...]] = []
     for index, (spec, job_id) in enumerate(zip(specs, ids, strict=True)):
         # (One pass, spelled out: this loop runs once per job of a bulk enqueue.)
-        if spec.run_at is None and not spec.delay:
+        key = spec.idempotency_key
+        now = spec.run_at is None and not spec.delay
+        if now and key is None and spec.concurrency_key is None:
+            ready.append(
+                (job_id, spec.queue, spec.task, spec.args_json, spec.priority, spec.max_attempts)
+            )
+            result[index] = _new_job_id(JobId, job_id)
+            continue
+        if now:
             run_at, state = db_now, "ready"
         else:
             run_at = due_at(spec, db_now)
             state = "scheduled" if run_at > db_now else "ready"
-        key = spec.idempotency_key
         row = (job_id, spec.queue, spec.task, spec.args_json, spec.priority, run_at, state,
                spec.max_attempts, key, spec.concurrency_key)  # fmt: skip
         if key is None:
@@ -354,6 +364,10 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
             first_for_key[key] = index
             unique = ",".join(spec.unique_states) if spec.unique_states else None
             keyed.append((index, (*row, spec.unique_for, unique)))
+    if len(ready) >= _COPY_THRESHOLD:
+        yield CopyIn("copy_ready_jobs", ready)
+    else:
+        plain.extend((i, q, t, a, p, db_now, "ready", m, None, None) for i, q, t, a, p, m in ready)
     if plain:
         if len(plain) >= _COPY_THRESHOLD:
             yield CopyIn("copy_jobs", plain)

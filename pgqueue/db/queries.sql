@@ -55,6 +55,12 @@ COPY pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
                    concurrency_key)
 FROM STDIN
 
+-- name: copy_ready_jobs
+-- Jobs that are ready now and have no keys: run_at (now(), the transaction's clock), state and
+-- the keys come from the column defaults.
+COPY pgqueue.jobs (id, queue, task, args, priority, max_attempts)
+FROM STDIN
+
 -- name: insert_jobs
 INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
                           idempotency_key, concurrency_key)

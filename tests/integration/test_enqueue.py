@@ -354,3 +354,25 @@ def test_a_bounded_queue_goes_through_the_room_check(pgq, conn):
     with pytest.raises(PgQueueError, match="full"):
         pgq.enqueue("t", {}, queue="small")
     assert count(conn) == 1
+
+
+def test_bulk_mixes_ready_delayed_and_keyed_jobs(pgq, conn):
+    # Ready jobs without keys take the column defaults (run_at = the transaction's now());
+    # the others are written with their own run_at, state and keys, in the same transaction.
+    specs = [pgq.spec("t", {"i": i}, {}) for i in range(100)]
+    specs += [
+        pgq.spec("t", {"i": 100}, {"delay": 60}),
+        pgq.spec("t", {"i": 101}, {"idempotency_key": "k"}),
+    ]
+    specs += [pgq.spec("t", {"i": 102}, {"concurrency_key": "c"})]
+    ids = pgq.enqueue_many(specs)
+    assert len(ids) == 103 and all(job_id.created for job_id in ids)
+    rows = conn.execute(
+        "SELECT (args->>'i')::int, state, run_at = created_at, idempotency_key, concurrency_key"
+        " FROM pgqueue.jobs ORDER BY 1"
+    ).fetchall()
+    assert rows[:100] == [(i, "ready", True, None, None) for i in range(100)]
+    assert rows[100][:3] == (100, "scheduled", False)
+    assert rows[101] == (101, "ready", True, "k", None)
+    assert rows[102] == (102, "ready", True, None, "c")
+    assert [r[0] for r in conn.execute("SELECT id FROM pgqueue.jobs ORDER BY id")] == sorted(ids)
