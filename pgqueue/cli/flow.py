@@ -24,6 +24,9 @@ RateSetting = Annotated[
     str | None, typer.Option("--rate", metavar="20/s|100/m|none", help="Token bucket rate.")
 ]
 Burst = Annotated[float | None, typer.Option(help="Token bucket size (default: one period).")]
+Concurrency = Annotated[
+    str | None, typer.Option(metavar="N|none", help="Running at once, across all workers.")
+]
 
 
 def _int(value: str | None, what: str) -> Any:
@@ -56,9 +59,7 @@ def queue_set(
     max_depth: Annotated[
         str | None, typer.Option(metavar="N|none", help="Refuse enqueues beyond this many waiting.")
     ] = None,
-    concurrency: Annotated[
-        str | None, typer.Option(metavar="N|none", help="Running at once, across all workers.")
-    ] = None,
+    concurrency: Concurrency = None,
     rate: RateSetting = None,
     burst: Burst = None,
     dsn: DsnOption = None,
@@ -87,9 +88,7 @@ def queue_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
 @task_app.command("set")
 def task_set(
     task: Annotated[str, typer.Argument(help="Task name.")],
-    concurrency: Annotated[
-        str | None, typer.Option(metavar="N|none", help="Running at once, across all workers.")
-    ] = None,
+    concurrency: Concurrency = None,
     key_limit: Annotated[
         str | None, typer.Option(metavar="N|none", help="Running at once per concurrency key.")
     ] = None,
