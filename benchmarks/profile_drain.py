@@ -222,6 +222,10 @@ def explain(dsn: str, depth: int, limit: int) -> str:
         "lease": timedelta(seconds=30),
         "worker_id": worker_id,
         "limit": limit,
+        # From the top of the queue, as every worker's first claim.
+        "after_priority": [None],
+        "after_run_at": [None],
+        "after_id": [None],
     }
     out = [f"### {depth:,} jobs waiting", ""]
     with psycopg.connect(dsn) as conn:

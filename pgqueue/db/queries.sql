@@ -136,9 +136,17 @@ SELECT u.name, u.paused, pg_notify('pgqueue_jobs', u.name) AS notified
 -- When flow control applies to these queues or tasks (weights, limits, keyed jobs, a breaker
 -- not closed), a one-time filter skips the walk: the worker learns it from next_due and claims
 -- with claim_flow instead.
+-- %(after_*)s hold, per queue, the key of the last job this worker's previous full claim took
+-- (NULL: from the top). While a long backlog drains, the walk starts after that key instead of
+-- stepping again over the index entries of every job claimed since the last VACUUM (B-tree keeps
+-- them until then). Jobs that sort before the key (a higher priority enqueued since, a row a
+-- concurrent statement had locked) are found by the next walk from the top: the worker walks
+-- from the top at least every CLAIM_RESCAN seconds and after every claim that came back short.
 WITH candidates AS MATERIALIZED (
     SELECT c.id
-      FROM unnest(%(queues)s::text[]) AS q(name)
+      FROM unnest(%(queues)s::text[], %(after_priority)s::smallint[],
+                  %(after_run_at)s::timestamptz[], %(after_id)s::bigint[])
+           AS q(name, priority, run_at, id)
       -- paused queues are not claimed from
      CROSS JOIN LATERAL (SELECT NOT EXISTS (
                SELECT 1 FROM pgqueue.queues AS qs WHERE qs.name = q.name AND qs.paused)
@@ -149,6 +157,9 @@ WITH candidates AS MATERIALIZED (
                SELECT j.id, j.priority, j.run_at
                  FROM pgqueue.jobs AS j
                 WHERE qa.active AND j.queue = q.name AND j.state = 'ready'
+                  AND (j.priority, j.run_at, j.id)
+                      > (coalesce(q.priority, -32768), coalesce(q.run_at, '-infinity'),
+                         coalesce(q.id, -9223372036854775808))
                   AND j.task = ANY(%(tasks)s::text[])
                 ORDER BY j.priority, j.run_at, j.id
                 LIMIT %(limit)s

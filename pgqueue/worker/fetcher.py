@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
+from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.context import ClaimedJob
 from pgqueue.worker.db import Row, WorkerDB
@@ -49,7 +51,7 @@ class Fetcher(Service):
         self.executor = executor
         self.completer = completer
         self.queues = queues
-        self.params = {
+        self.params: dict[str, Any] = {
             "queues": queues,
             "tasks": task_names,
             "lease": timedelta(seconds=lease),
@@ -57,6 +59,7 @@ class Fetcher(Service):
             "limit": 0,
             "running": [0] * len(queues),
         }
+        self.cursor = ClaimCursor(queues)
         self.poll_interval = poll_interval
         self.burst = burst
         self.on_burst_done = on_burst_done
@@ -138,7 +141,12 @@ class Fetcher(Service):
         Returns the jobs and, when limits held work back, the seconds until a retry may succeed
         (0: unknown)."""
         if not self.flow:
-            return await self.db.fetch("claim_jobs", self.params), None
+            limit = self.params["limit"]
+            self.params.update(self.cursor.params())
+            rows = await self.db.fetch("claim_jobs", self.params)
+            self.cursor.claimed(rows, full=len(rows) >= limit)
+            return rows, None
+        self.cursor.reset()
         rows = await self.db.fetch("claim_flow", self.params)
         signals = [float(row[11]) for row in rows if row[0] is None]
         if any(signal < 0 for signal in signals):

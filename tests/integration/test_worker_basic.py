@@ -343,3 +343,42 @@ def test_prefetched_jobs_are_held_heartbeated_and_handed_back_unstarted(app_dsn,
         rows = conn.execute("SELECT state, attempts FROM pgqueue.jobs").fetchall()
     assert sorted(rows) == [("ready", 0)] * 6  # all handed back, no attempt burned
     assert {r[0] for r in ledger(app_dsn, "start")} <= set(ids)
+
+
+def test_claim_after_a_key_takes_only_the_jobs_that_sort_after_it(app_dsn, pgq):
+    ids = pgq.enqueue_many([pgq.spec("noop", {"n": i}, {}) for i in range(6)])
+    urgent = pgq.enqueue("noop", {"n": 99}, priority=-1)
+    params = {
+        "queues": ["default"],
+        "tasks": ["noop"],
+        "lease": timedelta(seconds=30),
+        "worker_id": "00000000-0000-0000-0000-000000000001",
+        "limit": 2,
+        "running": [0],
+    }
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        key = conn.execute(
+            "SELECT priority, run_at, id FROM pgqueue.jobs WHERE id = %s", (ids[2],)
+        ).fetchone()
+        after = {"after_priority": [key[0]], "after_run_at": [key[1]], "after_id": [key[2]]}
+        claimed = conn.execute(query("claim_jobs"), {**params, **after}).fetchall()
+        # After the key, in key order (not the urgent job, which sorts before it).
+        assert sorted(r[0] for r in claimed) == ids[3:5]
+        top = {"after_priority": [None], "after_run_at": [None], "after_id": [None]}
+        claimed = conn.execute(query("claim_jobs"), {**params, **top}).fetchall()
+        assert sorted(r[0] for r in claimed) == sorted([urgent, ids[0]])
+
+
+def test_a_higher_priority_job_overtakes_a_draining_backlog(app_dsn, pgq):
+    """The claim continues after its last key while a backlog drains, but walks from the top
+    again within a quarter second, so a job enqueued ahead of the backlog does not wait for it."""
+    backlog = pgq.enqueue_many([pgq.spec("async_sleep", {"seconds": 0.02}, {}) for _ in range(400)])
+    with thread_worker(APP, app_dsn, concurrency=4):
+        wait_for(lambda: len(ledger(app_dsn, "start")) >= 40, message="the drain to get going")
+        urgent = pgq.enqueue("async_sleep", {"seconds": 0}, priority=-10)
+        started_before = len(ledger(app_dsn, "start"))
+        wait_for(lambda: urgent in {r[0] for r in ledger(app_dsn, "start")}, message="urgent job")
+        order = [r[0] for r in ledger(app_dsn, "start")]
+    overtaken = len(backlog) - (order.index(urgent) - 1)
+    assert started_before < 150
+    assert overtaken > 150, f"the urgent job started after {order.index(urgent)} others"
