@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 #: Seconds between walks from the top of the ready index while claims keep coming back full.
@@ -26,6 +27,7 @@ CLAIM_RESCAN = 0.25
 
 # Positions in a claim_jobs row.
 _ID, _QUEUE, _PRIORITY, _RUN_AT = 0, 1, 7, 9
+_key = itemgetter(_PRIORITY, _RUN_AT, _ID)
 
 
 class ClaimCursor:
@@ -62,7 +64,23 @@ class ClaimCursor:
         if not full:
             self.reset()
             return
+        if not rows:
+            return
         keys = self._keys
+        if self._size == 1:
+            # One queue (the common case): the largest key in C, not a Python loop per row.
+            try:
+                row = max(rows, key=_key)
+            except TypeError:  # a run_at that is not a datetime: see below
+                self.reset()
+                return
+            if row[_QUEUE] not in self._index or not isinstance(row[_RUN_AT], datetime):
+                self.reset()
+                return
+            key = _key(row)
+            if keys[0] is None or key > keys[0]:
+                keys[0] = key
+            return
         for row in rows:
             position = self._index.get(row[_QUEUE])
             run_at = row[_RUN_AT]

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from pgqueue.worker.db import WorkerDB
+from pgqueue.worker.db import WorkerDB, int_array
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
 
@@ -92,9 +92,14 @@ class Completer(Service):
             rows = await self.db.fetch(
                 "ack_jobs",
                 {
-                    "ids": [o.job.id for o in acks],
-                    "tokens": [o.job.lease_token for o in acks],
-                    "results": [o.result for o in acks],
+                    "ids": int_array([o.job.id for o in acks]),
+                    "tokens": int_array([o.job.lease_token for o in acks]),
+                    # NULL when no job keeps a result (most batches): unnest pads with NULLs.
+                    "results": (
+                        [o.result for o in acks]
+                        if any(o.result is not None for o in acks)
+                        else None
+                    ),
                 },
             )
             # A job cancelled while its handler ran is recorded as cancelled by ack_jobs.

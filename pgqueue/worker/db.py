@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -22,6 +22,14 @@ from pgqueue.worker import loaders
 log = logging.getLogger("pgqueue.worker.db")
 
 Row = tuple[Any, ...]
+
+
+def int_array(values: Iterable[int]) -> str:
+    """A batch of ids or tokens as a PostgreSQL array literal (``{1,2,3}``), cast by the query.
+    psycopg dumps a Python list element by element in Python (about 1 us a job for an ack's
+    ids and tokens); this is one ``join`` in C. Only ints go in, so nothing needs quoting."""
+    return "{" + ",".join(map(str, values)) + "}"
+
 
 #: Errors that mean "the database is unreachable or went away": wait and try again.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (

@@ -164,13 +164,36 @@ class Executor:
         return jobs
 
     async def _run(self, running: Running) -> None:
+        # One coroutine per job (besides the handler's own): the steps before and after the
+        # handler are plain methods.
+        job, ctx = running.job, running.ctx
         outcome: Outcome | None = None
         try:
-            outcome = await self._attempt(running)
-        except Exception:  # pragma: no cover - _attempt turns every handler error into outcomes
-            log.exception("executor bug while running job id=%s", running.job.id)
+            task = self.tasks[job.task]
+            prepared = self._arguments(task, job, ctx)
+            if isinstance(prepared, Outcome):
+                outcome = prepared
+            else:
+                args, kwargs = prepared
+                try:
+                    if not task.is_async:
+                        value = await self._run_sync(task, ctx, args, kwargs)
+                    elif task.timeout is None:
+                        token = set_current(ctx)
+                        try:
+                            value = await task.func(*args, **kwargs)
+                        finally:
+                            reset_current(token)
+                    else:
+                        value = await self._run_async(task, ctx, args, kwargs)
+                except (asyncio.CancelledError, Exception) as exc:
+                    outcome = self._raised(running, task, exc)
+                else:
+                    outcome = self._returned(task, job, value)
+        except Exception:  # pragma: no cover - every handler error becomes an outcome above
+            log.exception("executor bug while running job id=%s", job.id)
         finally:
-            self.running.pop((running.job.id, running.job.lease_token), None)
+            self.running.pop((job.id, job.lease_token), None)
             self._start_waiting()
             self.slot_freed.set()
         if outcome is not None:
@@ -181,9 +204,10 @@ class Executor:
             )
             self.submit(outcome)
 
-    async def _attempt(self, running: Running) -> Outcome | None:
-        job, ctx = running.job, running.ctx
-        task = self.tasks[job.task]
+    def _arguments(
+        self, task: Task[..., Any], job: ClaimedJob, ctx: JobContext
+    ) -> tuple[list[Any], dict[str, Any]] | Outcome:
+        """The handler's arguments, or the outcome of a job that can never run."""
         try:
             if job.attempt > job.max_attempts:
                 # Only a row edited by hand gets here (waiting jobs always have attempts left).
@@ -197,28 +221,29 @@ class Executor:
             return Outcome.from_exception(job, "fail", exc, self.worker_id)
         if task.pass_context:
             args.insert(0, ctx)
-        try:
-            if task.is_async:
-                value = await self._run_async(task, ctx, args, kwargs)
-            else:
-                value = await self._run_sync(task, ctx, args, kwargs)
-        except asyncio.CancelledError:
+        return args, kwargs
+
+    def _raised(self, running: Running, task: Task[..., Any], exc: BaseException) -> Outcome | None:
+        """What the attempt amounts to when the handler raised (or was cancelled)."""
+        job, ctx = running.job, running.ctx
+        if isinstance(exc, asyncio.CancelledError):
             return self._stopped(running, None)
-        except JobCancelled as exc:
+        if isinstance(exc, JobCancelled):
             return self._stopped(running, exc)
-        except JobTimeout as exc:
+        if isinstance(exc, JobTimeout):
             return self._failed(task, job, exc)
-        except Retry as exc:
+        if isinstance(exc, Retry):
             delay = exc.delay if exc.delay is not None else task.retry_delay(job.attempt, exc)
             if isinstance(delay, timedelta):
                 delay = delay.total_seconds()
             return Outcome(job, "retry", float(delay))
-        except Fail as exc:
+        if isinstance(exc, Fail):
             return Outcome.from_exception(job, "fail", exc, self.worker_id)
-        except Exception as exc:
-            if ctx.cancel_reason in ("lease lost", "shutdown"):
-                return self._stopped(running, exc)
-            return self._failed(task, job, exc)
+        if ctx.cancel_reason in ("lease lost", "shutdown"):
+            return self._stopped(running, exc)
+        return self._failed(task, job, exc)
+
+    def _returned(self, task: Task[..., Any], job: ClaimedJob, value: Any) -> Outcome:
         # Finished, even if asked to stop meanwhile: report it (the ack is fenced anyway).
         if not job.wants_result:
             return Outcome(job, "ack")  # nobody reads the value: do not even serialise it
@@ -258,19 +283,18 @@ class Executor:
     async def _run_async(
         self, task: Task[..., Any], ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
     ) -> Any:
+        """An async handler with a timeout."""
+        assert task.timeout is not None
         token = set_current(ctx)
         # A timeout is one more reason to stop the handler, set before it is cancelled so the
         # handler (and _stopped) can tell why.
-        timer = None
-        if task.timeout is not None:
-            timer = asyncio.get_running_loop().call_later(
-                task.timeout, self.stop_job, ctx.id, "timeout", ctx.job.lease_token
-            )
+        timer = asyncio.get_running_loop().call_later(
+            task.timeout, self.stop_job, ctx.id, "timeout", ctx.job.lease_token
+        )
         try:
             return await task.func(*args, **kwargs)
         finally:
-            if timer is not None:
-                timer.cancel()
+            timer.cancel()
             reset_current(token)
 
     async def _run_sync(

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
-from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB
+from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, int_array
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
@@ -52,8 +52,8 @@ class Heartbeater(Service):
                 {
                     "worker_id": self.worker_id,
                     "lease": timedelta(seconds=self.lease),
-                    "ids": [job_id for job_id, _ in held],
-                    "tokens": [token for _, token in held],
+                    "ids": int_array([job_id for job_id, _ in held]),
+                    "tokens": int_array([token for _, token in held]),
                     "concurrency": self.executor.concurrency,
                     **self.stats.as_params(),
                     **JobCounts.as_params(counted),

@@ -81,3 +81,17 @@ def test_a_row_whose_run_at_could_not_be_read_sends_the_next_claim_to_the_top():
     broken: tuple[object, ...] = (7, "a", "t", {}, 1, 5, 1, 0, T0, "infinity", False)
     cursor.claimed([row(1, "a"), broken], True)
     assert cursor.params() == TOP
+
+
+def test_one_queue_takes_the_largest_key_of_a_claim():
+    cursor = ClaimCursor(["a"], clock=Clock())
+    cursor.params()
+    cursor.claimed([row(3, "a", 0, 5), row(9, "a", 0, 2), row(2, "a", 0, 5)], True)
+    assert cursor.params() == {
+        "after_priority": [0],
+        "after_run_at": [T0 + timedelta(seconds=5)],
+        "after_id": [3],
+    }
+    broken: tuple[object, ...] = (7, "a", "t", {}, 1, 5, 1, 0, T0, "infinity", False)
+    cursor.claimed([row(10, "a", 0, 9), broken], True)
+    assert cursor.params() == {"after_priority": [None], "after_run_at": [None], "after_id": [None]}
