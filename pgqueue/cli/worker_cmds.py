@@ -91,8 +91,8 @@ def work(
     prefetch: Annotated[
         str,
         typer.Option(
-            help="Jobs claimed ahead of free slots: N, or auto (up to --concurrency while jobs "
-            "are short, none for long jobs).",
+            help="Jobs claimed ahead of free slots: N, or auto (up to 8x --concurrency, at most "
+            "1,000, while jobs are short; none for long jobs).",
             metavar="N|auto",
         ),
     ] = "auto",

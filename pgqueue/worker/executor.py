@@ -7,7 +7,7 @@ sync handler past its timeout, abandoned).
 Prefetch: the fetcher may claim more jobs than there are free slots; the extra ones wait here
 (``waiting``, leases held and heartbeated like running jobs) and start the moment a slot frees,
 so the next claim overlaps with running the current batch instead of following it. With
-``prefetch=None`` (auto) the executor prefetches up to four times ``concurrency`` jobs (at most
+``prefetch=None`` (auto) the executor prefetches up to eight times ``concurrency`` jobs (at most
 1,000) only while recent jobs are short (a moving average under 50 ms): long jobs gain nothing
 from it and would sit claimed here while another worker could have run them.
 
@@ -22,11 +22,12 @@ Stopping a handler:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -59,7 +60,7 @@ _SHORT_JOB = 0.05
 _EWMA_WEIGHT = 0.05
 #: Auto-prefetch for short jobs: this many batches of slots, at most _AUTO_PREFETCH_MAX jobs
 #: (measured: claims of a few hundred short jobs keep the worker and PostgreSQL both busy).
-_AUTO_PREFETCH_FACTOR = 4
+_AUTO_PREFETCH_FACTOR = 8
 _AUTO_PREFETCH_MAX = 1000
 
 
@@ -85,6 +86,8 @@ class Executor:
         self.waiting: deque[ClaimedJob] = deque()
         self._mean_duration: float | None = None
         self.slot_freed = asyncio.Event()
+        #: Places held by claims in flight (see reserve).
+        self.reserved = 0
         self.abandoned = 0  # sync handlers still running past their timeout
         self.threads_busy = 0  # sync handlers executing right now (touched only on the loop)
         self._threads = ThreadPoolExecutor(
@@ -110,9 +113,20 @@ class Executor:
         return min(_AUTO_PREFETCH_FACTOR * self.concurrency, _AUTO_PREFETCH_MAX)
 
     def capacity(self, prefetch: bool = True) -> int:
-        """How many more jobs the fetcher may claim now (free slots plus prefetch room)."""
+        """How many more jobs the fetcher may claim now (free slots plus prefetch room, less
+        what claims in flight may bring)."""
         room = self.prefetch_limit() if prefetch else 0
-        return self.concurrency + room - len(self.running) - len(self.waiting)
+        return self.concurrency + room - len(self.running) - len(self.waiting) - self.reserved
+
+    @contextlib.contextmanager
+    def reserve(self, count: int) -> Iterator[None]:
+        """Hold ``count`` places for a claim in flight, so a second claim does not take them."""
+        self.reserved += count
+        try:
+            yield
+        finally:
+            self.reserved -= count
+            self.slot_freed.set()  # the other claim lane may be waiting for these places
 
     def idle(self) -> bool:
         return not self.running and not self.waiting

@@ -15,6 +15,7 @@ finish first), capped at ``throttle_cap`` seconds.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,7 +24,7 @@ from typing import Any
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.context import ClaimedJob
-from pgqueue.worker.db import Row, WorkerDB
+from pgqueue.worker.db import TRANSIENT_ERRORS, Row, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.service import Service
 
@@ -71,6 +72,8 @@ class Fetcher(Service):
         #: Flow control applies to this worker's queues or tasks: claim with pgqueue.claim.
         self.flow = False
         self._throttle_backoff = 0.0
+        #: The second claim lane's claim, while one is in flight (see _claim_ahead).
+        self._ahead: asyncio.Task[None] | None = None
 
     def interval(self) -> float:
         return self._next_sleep
@@ -83,24 +86,15 @@ class Fetcher(Service):
         prefetch = not self.flow
         room = self.executor.prefetch_limit() if prefetch else 0
         await self.executor.wait_for_capacity(max(1, room // 2), prefetch)
+        if prefetch and room and self.saturated and self._ahead is None:
+            # A backlog: let a second claim go out while this one is in flight (see _ahead).
+            self._ahead = asyncio.create_task(self._claim_ahead(room), name="pgqueue-claim-ahead")
         free = self.executor.capacity(prefetch)
         self.params["limit"] = free
         self.params["running"] = self._running_per_queue()
-        rows, throttled = await self._claim()
-        jobs = [ClaimedJob.from_row(row) for row in rows]
-        # Hand the jobs over before anything else can raise (a log handler, an observer): a
-        # claimed job the executor never saw would sit unrun until its lease expired.
-        self.executor.accept(jobs)
-        if jobs and self.log.isEnabledFor(logging.INFO):
-            for job in jobs:
-                self.log.info(
-                    "job started job_id=%s task=%s queue=%s attempt=%s",
-                    job.id,
-                    job.task,
-                    job.queue,
-                    job.attempt,
-                )
-        self.observer.jobs_started(jobs)
+        with self.executor.reserve(free):
+            rows, throttled = await self._claim(self.params)
+        self._hand_over(rows)
         claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
@@ -136,18 +130,67 @@ class Fetcher(Service):
             # Burst mode does not wait for notifications; it polls briefly until done.
             self._next_sleep = min(self._next_sleep, 0.05)
 
-    async def _claim(self) -> tuple[list[Row], float | None]:
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            # Stopped like the main claim (a claim cut off in flight is reaped later).
+            if self._ahead is not None:
+                self._ahead.cancel()
+                await asyncio.gather(self._ahead, return_exceptions=True)
+
+    async def _claim_ahead(self, room: int) -> None:
+        """The second claim lane, while a backlog drains with prefetch. One claim in flight at a
+        time left the executor idle at the end of every batch: a 256-job claim takes longer to
+        come back (server time, then loading the rows on a busy event loop) than 256 short jobs
+        take to run. This lane waits for room like the main one (claims in flight reserve
+        theirs, so the two never claim more than the room), claims once and hands the jobs
+        over; the main lane starts it again while claims keep coming back full."""
+        try:
+            await self.executor.wait_for_capacity(max(1, room // 2), True)
+            free = self.executor.capacity(True)
+            if free <= 0 or self.flow:
+                return
+            params = {**self.params, "limit": free}
+            with self.executor.reserve(free):
+                rows, _ = await self._claim(params)
+            self._hand_over(rows)
+        except TRANSIENT_ERRORS as exc:
+            # The main lane meets the same outage and reports it.
+            self.log.debug("claim ahead failed error=%r", str(exc).strip()[:200])
+        except Exception:
+            self.log.exception("claim ahead failed")
+        finally:
+            self._ahead = None
+
+    def _hand_over(self, rows: list[Row]) -> None:
+        jobs = [ClaimedJob.from_row(row) for row in rows]
+        # Hand the jobs over before anything else can raise (a log handler, an observer): a
+        # claimed job the executor never saw would sit unrun until its lease expired.
+        self.executor.accept(jobs)
+        if jobs and self.log.isEnabledFor(logging.INFO):
+            for job in jobs:
+                self.log.info(
+                    "job started job_id=%s task=%s queue=%s attempt=%s",
+                    job.id,
+                    job.task,
+                    job.queue,
+                    job.attempt,
+                )
+        self.observer.jobs_started(jobs)
+
+    async def _claim(self, params: dict[str, Any]) -> tuple[list[Row], float | None]:
         """Claim with the plain statement, or with pgqueue.claim while flow control applies.
         Returns the jobs and, when limits held work back, the seconds until a retry may succeed
         (0: unknown)."""
         if not self.flow:
-            limit = self.params["limit"]
-            self.params.update(self.cursor.params())
-            rows = await self.db.fetch("claim_jobs", self.params)
+            limit = params["limit"]
+            params.update(self.cursor.params())
+            rows = await self.db.fetch("claim_jobs", params)
             self.cursor.claimed(rows, full=len(rows) >= limit)
             return rows, None
         self.cursor.reset()
-        rows = await self.db.fetch("claim_flow", self.params)
+        rows = await self.db.fetch("claim_flow", params)
         signals = [float(row[11]) for row in rows if row[0] is None]
         if any(signal < 0 for signal in signals):
             self.flow = False  # no flow control applies any more
@@ -167,7 +210,12 @@ class Fetcher(Service):
     def _burst_finished(self, claimed_any: bool) -> bool:
         """Nothing ready and nothing running or unwritten, twice in a row (a retry written in
         between could have made a job ready again)."""
-        if claimed_any or not self.executor.idle() or not self.completer.idle():
+        if (
+            claimed_any
+            or not self.executor.idle()
+            or not self.completer.idle()
+            or self._ahead is not None
+        ):
             self._idle_empty_claims = 0
             return False
         self._idle_empty_claims += 1

@@ -173,6 +173,10 @@ def _expired_claim(conn: psycopg.Connection[Any], n: int) -> tuple[int, int]:
             "lease": timedelta(milliseconds=1),
             "worker_id": "00000000-0000-0000-0000-000000000001",
             "limit": 1,
+            # from the top of the queue
+            "after_priority": [None],
+            "after_run_at": [None],
+            "after_id": [None],
         },
     ).fetchone()
     assert row is not None
