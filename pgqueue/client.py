@@ -33,6 +33,7 @@ from pgqueue.errors import (
     UnknownTaskError,
 )
 from pgqueue.flow import CircuitBreaker, RateLimit
+from pgqueue.gc_pause import gc_paused
 from pgqueue.payload import check_name
 from pgqueue.retry import BackoffLike
 from pgqueue.schedules import Schedule
@@ -426,11 +427,14 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         A batch that would overflow a bounded queue (``max_depth``) raises
         :class:`~pgqueue.QueueFullError` before writing anything, or waits up to
         ``wait_if_full`` seconds for room."""
-        specs = _specs(jobs)
+        # (The collector is paused while jobs are built and written, not while waiting.)
+        with gc_paused():
+            specs = _specs(jobs)
         waiter = _RoomWaiter(wait_if_full or 0.0)
         while True:
             try:
-                return self.run(enqueue_many(specs), conn, atomic=True)
+                with gc_paused():
+                    return self.run(enqueue_many(specs), conn, atomic=True)
             except QueueFullError as exc:
                 time.sleep(waiter.next_delay(exc))
 
@@ -441,11 +445,13 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         conn: AsyncConnection | None = None,
         wait_if_full: float | None = None,
     ) -> list[JobId]:
-        specs = _specs(jobs)
+        with gc_paused():
+            specs = _specs(jobs)
         waiter = _RoomWaiter(wait_if_full or 0.0)
         while True:
             try:
-                return await self.run_async(enqueue_many(specs), conn, atomic=True)
+                with gc_paused():
+                    return await self.run_async(enqueue_many(specs), conn, atomic=True)
             except QueueFullError as exc:
                 await asyncio.sleep(waiter.next_delay(exc))
 

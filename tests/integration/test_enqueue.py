@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -376,3 +377,13 @@ def test_bulk_mixes_ready_delayed_and_keyed_jobs(pgq, conn):
     assert rows[101] == (101, "ready", True, "k", None)
     assert rows[102] == (102, "ready", True, None, "c")
     assert [r[0] for r in conn.execute("SELECT id FROM pgqueue.jobs ORDER BY id")] == sorted(ids)
+
+
+def test_bulk_enqueue_gives_the_garbage_collector_back_on(dsn):
+    with PgQueue(dsn) as app:
+        assert gc.isenabled()
+        ids = app.enqueue_many([app.spec("t", {"n": i}, {}) for i in range(500)])
+        assert len(ids) == 500 and gc.isenabled()
+        with pytest.raises(InvalidJobError):
+            app.enqueue_many([app.spec("t", {"n": float("nan")}, {})])
+        assert gc.isenabled()
