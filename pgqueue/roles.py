@@ -5,7 +5,8 @@ Three roles, each with only what its part of pgqueue needs:
 * **producer**: enqueue only. ``EXECUTE`` on ``pgqueue.enqueue_job``/``enqueue``/
   ``job_ids_by_key``/``insert_keyed_jobs`` (``SECURITY DEFINER``, so it needs no ``SELECT`` on
   jobs), ``INSERT`` on the
-  columns bulk enqueue writes, ``SELECT`` on ``id`` only (``RETURNING id``), the id sequence.
+  columns bulk enqueue writes, ``SELECT`` on ``id`` only (``RETURNING id``), the id sequence,
+  ``SELECT`` on ``idle_workers`` (the wake-up trigger reads it).
   It cannot read other jobs' args, update or delete jobs, or write lease columns.
 * **worker**: everything a worker process does (claim, heartbeat, complete, retry, dead-letter,
   reap, prune, cron ticks, breaker and rate-limit state): ``SELECT``/``INSERT``/``UPDATE``/
@@ -169,6 +170,8 @@ def _grants(names: RoleNames) -> Iterator[sql.Composed]:
     # checked against their max_depth before a bulk enqueue.
     yield sql.SQL("GRANT UPDATE (result_ttl) ON {} TO {}").format(table("jobs"), producer)
     yield sql.SQL("GRANT SELECT (name, max_depth) ON {} TO {}").format(table("queues"), producer)
+    # The wake-up trigger runs as the inserting role: it notifies only while a worker is idle.
+    yield sql.SQL("GRANT SELECT ON {} TO {}").format(table("idle_workers"), producer)
     for function in _PRODUCER_FUNCTIONS:
         yield sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(table(function), producer)
 

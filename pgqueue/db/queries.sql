@@ -221,8 +221,8 @@ SELECT extract(epoch FROM min(n.run_at) - now()),
 -- worker's own row. Jobs missing from the result were lost (reaped, or the token moved on);
 -- cancel_requested tells the worker to stop a handler. Only unindexed columns change: HOT.
 -- The same statement adds the attempts finished since the last heartbeat to the per-minute
--- counts (sorted, so concurrent workers lock the rows in one order) and drops day-old counts.
--- The held rows are locked in id order first (the worker sends every batch sorted by id too), so
+-- counts (sorted, so concurrent workers lock the rows in one order), drops day-old counts and
+-- the idle_workers rows of workers that stopped or vanished. The held rows are locked in id order first (the worker sends every batch sorted by id too), so
 -- a heartbeat and an ack or fail of overlapping jobs never lock rows in opposite orders.
 WITH me AS (
     UPDATE pgqueue.workers
@@ -246,6 +246,12 @@ WITH me AS (
            dead = c.dead + excluded.dead, cancelled = c.cancelled + excluded.cancelled
 ), expired_counts AS (
     DELETE FROM pgqueue.job_counts WHERE minute < now() - interval '1 day'
+), stale_idle AS (
+    -- Workers that died while idle: producers would notify for them forever.
+    DELETE FROM pgqueue.idle_workers AS i
+     WHERE NOT EXISTS (SELECT 1 FROM pgqueue.workers AS w
+                        WHERE w.id = i.worker_id AND w.stopped_at IS NULL
+                          AND w.last_seen > now() - interval '5 minutes')
 ), held AS MATERIALIZED (
     SELECT j.id
       FROM pgqueue.jobs AS j
@@ -380,7 +386,26 @@ RETURNING j.id
 INSERT INTO pgqueue.workers (id, host, pid, queues, concurrency, version)
 VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(version)s)
 
+-- name: register_idle
+-- The worker waits for a NOTIFY from now on: producers notify while any such row exists
+-- (migration 0008 explains the handshake that follows).
+INSERT INTO pgqueue.idle_workers (worker_id) VALUES (%(worker_id)s)
+ON CONFLICT (worker_id) DO NOTHING
+
+-- name: idle_handshake
+-- True once no producer that may have read idle_workers before this worker's row was there is
+-- still in its transaction (they hold the lock shared until they end). Never waits.
+SELECT CASE WHEN pg_try_advisory_lock(1885827442, 1)
+            THEN pg_advisory_unlock(1885827442, 1) ELSE false END
+
+-- name: unregister_idle
+-- Claims come back full again: this worker claims as soon as a slot frees, no NOTIFY needed.
+DELETE FROM pgqueue.idle_workers WHERE worker_id = %(worker_id)s
+
 -- name: deregister_worker
+WITH idle AS (
+    DELETE FROM pgqueue.idle_workers WHERE worker_id = %(worker_id)s
+)
 UPDATE pgqueue.workers
    SET stopped_at = now(), last_seen = now(), jobs_succeeded = %(succeeded)s,
        jobs_retried = %(retried)s, jobs_dead = %(dead)s, jobs_cancelled = %(cancelled)s,

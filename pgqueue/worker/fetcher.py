@@ -16,6 +16,7 @@ finish first), capped at ``throttle_cap`` seconds.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -27,6 +28,12 @@ from pgqueue.worker.context import ClaimedJob
 from pgqueue.worker.db import TRANSIENT_ERRORS, Row, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.service import Service
+
+
+class _Idle(enum.Enum):
+    NO = "not registered"
+    REGISTERED = "registered; producers that looked earlier may still be committing"
+    VERIFIED = "registered; every job enqueued since is notified"
 
 
 class Fetcher(Service):
@@ -72,6 +79,9 @@ class Fetcher(Service):
         #: Flow control applies to this worker's queues or tasks: claim with pgqueue.claim.
         self.flow = False
         self._throttle_backoff = 0.0
+        #: Whether this worker is registered in idle_workers (see _go_idle).
+        self._idle = _Idle.NO
+        self._handshake_backoff = 0.0
         #: The second claim lane's claim, while one is in flight (see _claim_ahead).
         self._ahead: asyncio.Task[None] | None = None
 
@@ -98,6 +108,10 @@ class Fetcher(Service):
         claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
+            if self._idle is not _Idle.NO:
+                # Busy: this worker claims as soon as a slot frees; producers need not notify.
+                await self.db.fetch("unregister_idle", self.params)
+                self._idle = _Idle.NO
             self._next_sleep = 0.0  # there may be more: claim again as soon as slots free up
             self._idle_empty_claims = 0
             self._throttle_backoff = 0.0
@@ -120,6 +134,9 @@ class Fetcher(Service):
             self.on_burst_done()
             self.stop()
             return
+        if not self.burst and self._idle is not _Idle.VERIFIED:
+            await self._go_idle()
+            return
         seconds = due[0][0] if due and due[0][0] is not None else None
         self._next_sleep = (
             self.poll_interval
@@ -129,6 +146,24 @@ class Fetcher(Service):
         if self.burst:
             # Burst mode does not wait for notifications; it polls briefly until done.
             self._next_sleep = min(self._next_sleep, 0.05)
+
+    async def _go_idle(self) -> None:
+        """Register as waiting for a NOTIFY, then make sure no job slipped past: producers
+        notify only while some worker is registered (migration 0008), so a producer that looked
+        before our row was there did not notify. Once none of those is still in its
+        transaction (idle_handshake), one more claim sees all their jobs."""
+        if self._idle is _Idle.NO:
+            await self.db.fetch("register_idle", self.params)
+            self._idle = _Idle.REGISTERED
+        ready = await self.db.fetch("idle_handshake")
+        if ready and ready[0][0]:
+            self._idle = _Idle.VERIFIED
+            self._handshake_backoff = 0.0
+            self._next_sleep = 0.0  # that one more claim
+            return
+        # Such a producer is still in its transaction: poll until it is not.
+        self._handshake_backoff = min(0.5, max(0.01, self._handshake_backoff * 2))
+        self._next_sleep = self._handshake_backoff
 
     async def run(self) -> None:
         try:
