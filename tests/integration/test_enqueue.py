@@ -261,6 +261,11 @@ def test_async_twin_in_the_callers_transaction(dsn, pgq, conn, send_email):
 
 def test_one_notify_per_transaction_per_queue(dsn, pgq, send_email):
     with psycopg.connect(dsn, autocommit=True) as listener:
+        # Producers notify only while a worker waits for it (tests/integration/test_idle_wakeup.py).
+        listener.execute(
+            "INSERT INTO pgqueue.idle_workers (worker_id)"
+            " VALUES ('00000000-0000-0000-0000-0000000000aa')"
+        )
         listener.execute("LISTEN pgqueue_jobs")
         with psycopg.connect(dsn) as app:
             for i in range(5):
