@@ -16,6 +16,7 @@ finish first), capped at ``throttle_cap`` seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Callable
@@ -84,6 +85,7 @@ class Fetcher(Service):
         self._handshake_backoff = 0.0
         #: The second claim lane's claim, while one is in flight (see _claim_ahead).
         self._ahead: asyncio.Task[None] | None = None
+        self._ahead_sent = False
 
     def interval(self) -> float:
         return self._next_sleep
@@ -169,10 +171,18 @@ class Fetcher(Service):
         try:
             await super().run()
         finally:
-            # Stopped like the main claim (a claim cut off in flight is reaped later).
-            if self._ahead is not None:
-                self._ahead.cancel()
-                await asyncio.gather(self._ahead, return_exceptions=True)
+            ahead = self._ahead
+            if ahead is not None and not self._ahead_sent:
+                ahead.cancel()  # still waiting for room: nothing claimed yet
+            if ahead is not None:
+                # A claim already sent is let come back rather than cut off (its jobs would
+                # stay claimed until their leases expired): the jobs wait unstarted and the
+                # shutdown hands them back.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(ahead), timeout=5.0)
+                if not ahead.done():
+                    ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
 
     async def _claim_ahead(self, room: int) -> None:
         """The second claim lane, while a backlog drains with prefetch. One claim in flight at a
@@ -188,6 +198,7 @@ class Fetcher(Service):
                 return
             params = {**self.params, "limit": free}
             with self.executor.reserve(free):
+                self._ahead_sent = True
                 rows, _ = await self._claim(params)
             self._hand_over(rows)
         except TRANSIENT_ERRORS as exc:
@@ -197,12 +208,16 @@ class Fetcher(Service):
             self.log.exception("claim ahead failed")
         finally:
             self._ahead = None
+            self._ahead_sent = False
 
     def _hand_over(self, rows: list[Row]) -> None:
         jobs = [ClaimedJob.from_row(row) for row in rows]
         # Hand the jobs over before anything else can raise (a log handler, an observer): a
         # claimed job the executor never saw would sit unrun until its lease expired.
-        self.executor.accept(jobs)
+        if self.stopping.is_set():
+            self.executor.waiting.extend(jobs)  # stopping: handed back, not started
+        else:
+            self.executor.accept(jobs)
         if jobs and self.log.isEnabledFor(logging.INFO):
             for job in jobs:
                 self.log.info(

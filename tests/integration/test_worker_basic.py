@@ -382,3 +382,15 @@ def test_a_higher_priority_job_overtakes_a_draining_backlog(app_dsn, pgq):
     overtaken = len(backlog) - (order.index(urgent) - 1)
     assert started_before < 150
     assert overtaken > 150, f"the urgent job started after {order.index(urgent)} others"
+
+
+def test_stopping_mid_drain_leaves_no_job_claimed(app_dsn, pgq):
+    """Both claim lanes are busy while a backlog of short jobs drains; stopping hands every
+    claimed-but-unfinished job back (none stays running until its lease expires)."""
+    pgq.enqueue_many([pgq.spec("async_sleep", {"seconds": 0.005}, {}) for _ in range(3000)])
+    for _ in range(3):
+        with thread_worker(APP, app_dsn, concurrency=16, lease=60.0):
+            wait_for(lambda: len(ledger(app_dsn, "end")) >= 200, message="the drain to get going")
+        assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE state = 'running'") == 0
+        with psycopg.connect(app_dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM ledger")
