@@ -247,11 +247,16 @@ WITH me AS (
 ), expired_counts AS (
     DELETE FROM pgqueue.job_counts WHERE minute < now() - interval '1 day'
 ), stale_idle AS (
-    -- Workers that died while idle: producers would notify for them forever.
+    -- Workers that died while idle: producers would notify for them forever. SKIP LOCKED:
+    -- every worker's heartbeat sweeps, and two deleting the same rows in different orders
+    -- would deadlock.
     DELETE FROM pgqueue.idle_workers AS i
-     WHERE NOT EXISTS (SELECT 1 FROM pgqueue.workers AS w
-                        WHERE w.id = i.worker_id AND w.stopped_at IS NULL
-                          AND w.last_seen > now() - interval '5 minutes')
+     WHERE i.worker_id IN (
+           SELECT s.worker_id FROM pgqueue.idle_workers AS s
+            WHERE NOT EXISTS (SELECT 1 FROM pgqueue.workers AS w
+                               WHERE w.id = s.worker_id AND w.stopped_at IS NULL
+                                 AND w.last_seen > now() - interval '5 minutes')
+              FOR UPDATE SKIP LOCKED)
 ), held AS MATERIALIZED (
     SELECT j.id
       FROM pgqueue.jobs AS j

@@ -72,3 +72,21 @@ def test_a_job_committed_while_the_worker_goes_idle_is_not_missed(app_dsn, pgq):
             wait_for(lambda: ledger(app_dsn, "end"), timeout=5, message="the job to run")
             assert time.monotonic() - committed < 2.0
     assert [row[0] for row in ledger(app_dsn, "end")] == [job]
+
+
+def test_heartbeats_sweep_the_rows_of_workers_that_died_idle(app_dsn):
+    dead = "00000000-0000-0000-0000-0000000000dd"
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgqueue.idle_workers (worker_id) VALUES (%s)", (dead,))
+    with thread_worker(APP, app_dsn, lease=1.5):
+        wait_for(
+            lambda: (
+                not scalar(
+                    app_dsn,
+                    "SELECT count(*) FROM pgqueue.idle_workers WHERE worker_id = %s",
+                    (dead,),
+                )
+            ),
+            message="the dead worker's row to be swept",
+        )
+        wait_for(lambda: idle_workers(app_dsn) == 1, message="the live worker stays registered")
