@@ -278,6 +278,11 @@ def postgres_restarts(env: Env, size: str) -> Report:
             fault = chaos.fault("restart", held)
             env.restart()
             fault.healed_at = now()
+            # The jobs held at the crash itself: a crash keeps every committed claim and ack and
+            # nothing else, so the rows still running when the server is back are exactly those
+            # (read before the workers reconnect). Jobs claimed between the sample above and the
+            # crash count as interrupted too.
+            fault.held = sorted({*held, *chaos.held()})
         chaos.drain()
         return chaos.report()
 
