@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ def free_port() -> int:
 @dataclass
 class Dashboard:
     url: str
+    port: int
     process: subprocess.Popen[bytes]
 
     def request(
@@ -49,6 +51,16 @@ class Dashboard:
         except urllib.error.HTTPError as error:
             return error.code, dict(error.headers), error.read().decode()
 
+    def raw(self, request: bytes) -> bytes:
+        """Send bytes as they are (urllib always adds a Host header) and return the reply."""
+        host = urllib.parse.urlsplit(self.url).hostname or "127.0.0.1"
+        with socket.create_connection((host, self.port), timeout=15) as sock:
+            sock.sendall(request)
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+            return reply
+
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
@@ -56,20 +68,35 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 @contextmanager
-def dashboard(dsn: str, *args: str, log: Path | None = None) -> Iterator[Dashboard]:
+def dashboard(
+    dsn: str,
+    *args: str,
+    log: Path | None = None,
+    bind: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[Dashboard]:
+    """``pgq dashboard`` on a free port; ``bind`` is passed as ``--host`` (the default,
+    127.0.0.1, otherwise), and the test talks to it on 127.0.0.1 either way."""
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PGQUEUE_DASHBOARD_TOKEN", None)
-    env.pop("PGQUEUE_DASHBOARD_BASIC_AUTH", None)
+    environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for name in (
+        "PGQUEUE_DASHBOARD_TOKEN",
+        "PGQUEUE_DASHBOARD_BASIC_AUTH",
+        "PGQUEUE_DASHBOARD_ALLOWED_HOSTS",
+    ):
+        environ.pop(name, None)
+    environ.update(env or {})
+    host_args = ["--host", bind] if bind else []
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
     process = subprocess.Popen(
-        [PGQ, "dashboard", "--port", str(port), "--dsn", dsn, *args],
+        [PGQ, "dashboard", "--port", str(port), "--dsn", dsn, *host_args, *args],
         cwd=ROOT,
-        env=env,
+        env=environ,
         stdout=out,
         stderr=subprocess.STDOUT,
     )
-    board = Dashboard(f"http://127.0.0.1:{port}", process)
+    local = "127.0.0.1" if bind in (None, "0.0.0.0") else bind
+    board = Dashboard(f"http://{local}:{port}", port, process)
     try:
         wait_for(lambda: _healthy(board), timeout=30, message="the dashboard to start")
         yield board

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
+from rich.markup import escape
 
 from pgqueue import inspect, logs
-from pgqueue.cli.common import DsnOption, friendly_errors
+from pgqueue.cli.common import DsnOption, err_console, friendly_errors
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 
@@ -35,8 +36,22 @@ def dashboard(
     ] = None,
     read_only: Annotated[bool, typer.Option(help="Show everything, allow no actions.")] = False,
     secure_cookies: Annotated[
-        bool, typer.Option(help="Mark cookies Secure (when served over HTTPS).")
+        bool,
+        typer.Option(help="Served over HTTPS (by a proxy): Secure cookies, https:// Origin."),
     ] = False,
+    allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            envvar="PGQUEUE_DASHBOARD_ALLOWED_HOSTS",
+            help=(
+                "Also answer to this Host name, IP or *.domain (repeatable). Always: localhost, "
+                "127.0.0.1, [::1] and the --host address; other Hosts get 400."
+            ),
+            show_default=False,
+        ),
+    ] = None,
     dsn: DsnOption = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
 ) -> None:
@@ -44,7 +59,29 @@ def dashboard(
     import uvicorn
 
     from pgqueue.dashboard import DashboardSettings, create_app
-    from pgqueue.dashboard.security import Auth, is_loopback
+    from pgqueue.dashboard.security import (
+        LOOPBACK_HOSTS,
+        Auth,
+        allowed_host,
+        bind_host,
+        is_loopback,
+    )
+
+    names = list(LOOPBACK_HOSTS)
+    bound = bind_host(host)
+    if bound is not None:
+        names.append(bound)
+    # Click splits the environment variable on whitespace; commas work in both places.
+    for value in allowed_hosts or []:
+        pieces = [piece.strip() for piece in value.split(",")]
+        if not any(pieces):
+            _usage_error(f"--allowed-host {value!r}: empty")
+        for piece in filter(None, pieces):
+            try:
+                names.append(allowed_host(piece))
+            except ValueError as exc:
+                _usage_error(f"--allowed-host {piece!r}: {exc}")
+    allowed = tuple(dict.fromkeys(names))
 
     with friendly_errors():
         username = password = None
@@ -63,12 +100,26 @@ def dashboard(
         inspect.queue_stats(pgq)  # fail now, with a clear message, if the database is not ready
         app = create_app(
             pgq,
-            DashboardSettings(auth=auth, read_only=read_only, secure_cookies=secure_cookies),
+            DashboardSettings(
+                auth=auth,
+                read_only=read_only,
+                secure_cookies=secure_cookies,
+                allowed_hosts=allowed,
+            ),
         )
+    shown = f"[{host}]" if ":" in host else host
     typer.echo(
-        f"pgqueue dashboard on http://{host}:{port}/" + (" (read-only)" if read_only else "")
+        f"pgqueue dashboard on http://{shown}:{port}/" + (" (read-only)" if read_only else "")
     )
+    typer.echo("answering to Host: " + ", ".join(allowed))
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
         pgq.close()
+
+
+def _usage_error(message: str) -> NoReturn:
+    # One line, whatever the terminal's width, and the user's value printed as typed (brackets
+    # in it are not rich markup).
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)

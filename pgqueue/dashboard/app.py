@@ -3,8 +3,10 @@
 The page (``static/index.html`` + ``app.js``, no CDN) polls ``GET /api/state`` every couple of
 seconds and draws its tables and SVG charts itself. Actions are ``POST /api/<action>`` with a
 JSON body, authenticated and CSRF-checked (:mod:`pgqueue.dashboard.security`), refused in
-read-only mode. Every number comes from the documented views, through :mod:`pgqueue.inspect`,
-and every action from the same functions the CLI calls.
+read-only mode. Every request first passes the Host allow-list, and every response carries the
+security headers (CSP, no framing, nosniff, no referrer). Every number comes from the
+documented views, through :mod:`pgqueue.inspect`, and every action from the same functions the
+CLI calls.
 """
 
 from __future__ import annotations
@@ -35,22 +37,31 @@ from pgqueue.cli.common import json_default
 from pgqueue.client import PgQueue
 from pgqueue.dashboard.security import (
     CSRF_COOKIE,
+    LOOPBACK_HOSTS,
+    OPEN_PATHS,
     TOKEN_COOKIE,
     Auth,
-    csrf_ok,
+    HostCheck,
+    SecurityHeaders,
+    csrf_refusal,
     new_csrf_token,
 )
 from pgqueue.errors import PgQueueError
 
 STATIC = resources.files("pgqueue.dashboard") / "static"
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 @dataclass
 class DashboardSettings:
     auth: Auth = field(default_factory=Auth)
     read_only: bool = False
-    secure_cookies: bool = False  # set when served over HTTPS (behind a proxy)
+    # Served over HTTPS (behind a proxy): Secure cookies, and the page's Origin is https://.
+    secure_cookies: bool = False
     limit: int = 50  # rows per table
+    # The Host names (or *.domain patterns) the dashboard answers to, as
+    # pgqueue.dashboard.security.allowed_host spells them; anything else gets 400.
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
 
 
 class _Json(JSONResponse):
@@ -63,16 +74,11 @@ def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlet
     page = (STATIC / "index.html").read_text(encoding="utf-8")
 
     async def index(request: Request) -> Response:
-        if request.query_params.get("token") and settings.auth.token is not None:
-            # Trade the token in the URL for an HttpOnly cookie, and drop it from the URL.
-            response: Response = RedirectResponse("/", status_code=303)
-            _cookie(response, TOKEN_COOKIE, request.query_params["token"])
-            return response
         csrf = request.cookies.get(CSRF_COOKIE) or new_csrf_token()
         html = page.replace("{{csrf}}", csrf).replace(
             "{{read_only}}", "true" if settings.read_only else "false"
         )
-        response = HTMLResponse(html, headers={"Cache-Control": "no-store"})
+        response = HTMLResponse(html, headers=NO_STORE)
         _cookie(response, CSRF_COOKIE, csrf)
         return response
 
@@ -99,7 +105,8 @@ def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlet
         }
 
     async def state(request: Request) -> Response:
-        return _Json(await run_in_threadpool(read_state))
+        # Dead letters' args and tracebacks: not for any cache.
+        return _Json(await run_in_threadpool(read_state), headers=NO_STORE)
 
     actions: dict[str, Callable[[dict[str, Any]], Any]] = {
         "replay": lambda body: {"replayed": pgq.replay_dead_letters(ids=[_id(body)])},
@@ -115,8 +122,9 @@ def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlet
             return PlainTextResponse("unknown action", status_code=404)
         if settings.read_only:
             return PlainTextResponse("the dashboard is read-only", status_code=403)
-        if not csrf_ok(request):
-            return PlainTextResponse("CSRF check failed", status_code=403)
+        refusal = csrf_refusal(request, https=settings.secure_cookies)
+        if refusal is not None:
+            return PlainTextResponse(refusal, status_code=403)
         try:
             body = await request.json()
             if not isinstance(body, dict):
@@ -129,16 +137,39 @@ def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlet
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    def unauthorized(message: str) -> Response:
+        headers = {}
+        if settings.auth.username is not None:
+            headers["WWW-Authenticate"] = 'Basic realm="pgqueue", charset="UTF-8"'
+        return PlainTextResponse(message, status_code=401, headers=headers)
+
+    def login(request: Request) -> Response:
+        # Trade the token in the URL for an HttpOnly session cookie, and send the browser to a
+        # URL without it, so that it stays in no address bar, bookmark or Referer.
+        if not settings.auth.token_matches(request.query_params["token"]):
+            return unauthorized("invalid token")
+        response = RedirectResponse("/", status_code=303, headers=NO_STORE)
+        _cookie(response, TOKEN_COOKIE, request.query_params["token"])
+        return response
+
     class AuthMiddleware(BaseHTTPMiddleware):
         async def dispatch(
             self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
         ) -> Response:
-            if request.url.path == "/healthz" or settings.auth.check(request):
+            if request.url.path in OPEN_PATHS:
                 return await call_next(request)
-            headers = {}
-            if settings.auth.username is not None:
-                headers["WWW-Authenticate"] = 'Basic realm="pgqueue", charset="UTF-8"'
-            return PlainTextResponse("authentication required", status_code=401, headers=headers)
+            if settings.auth.token is not None and "token" in request.query_params:
+                # A URL carrying the token is accepted by the login and nowhere else, even with
+                # other valid credentials: nothing should come to rely on putting it in URLs.
+                if request.method == "GET" and request.url.path == "/":
+                    return login(request)
+                return unauthorized(
+                    "the token is accepted in a URL only to log in (GET /?token=...); "
+                    "send it in an Authorization: Bearer header"
+                )
+            if settings.auth.check(request):
+                return await call_next(request)
+            return unauthorized("authentication required")
 
     return Starlette(
         routes=[
@@ -148,7 +179,13 @@ def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlet
             Route("/api/{action}", action, methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
         ],
-        middleware=[Middleware(AuthMiddleware)],
+        # Outermost first: headers on every response (the Host refusal included), then the Host
+        # allow-list before anything else looks at the request.
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(HostCheck, allowed_hosts=settings.allowed_hosts),
+            Middleware(AuthMiddleware),
+        ],
     )
 
 

@@ -1,5 +1,6 @@
 """The dashboard end to end in a real headless Chromium (Debian's chromium + chromedriver):
-the page loads, its numbers match SQL, and clicking buttons really moves jobs."""
+the page loads, its numbers match SQL, and clicking buttons really moves jobs, all under the
+dashboard's Content-Security-Policy (no violation reported, and the policy is enforced)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,16 @@ def browser() -> Iterator[WebDriver]:
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    # Record every CSP violation of every page from its first script on (a script injected
+    # through DevTools is not itself subject to the page's policy).
+    driver.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {
+            "source": "window.cspViolations = [];"
+            "document.addEventListener('securitypolicyviolation', (e) =>"
+            " window.cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`));"
+        },
+    )
     try:
         yield driver
     finally:
@@ -147,6 +158,15 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
         }
         scripts = [s.get_attribute("src") for s in browser.find_elements(By.TAG_NAME, "script")]
         assert scripts == [board.url + "/static/app.js"]
+        # The legend's colour swatches are set through the CSSOM, which the CSP allows (a style
+        # attribute would be blocked and leave them transparent).
+        swatches = fresh(
+            lambda: [
+                i.value_of_css_property("background-color")
+                for i in browser.find_elements(By.CSS_SELECTOR, "#depth-legend i")
+            ]
+        )
+        assert len(swatches) == 3 and "rgba(0, 0, 0, 0)" not in swatches, swatches
 
         # Replay: the click moves the job out of the dead letters and back into its queue.
         click(browser, f'{dead} button[data-action="replay"]')
@@ -180,6 +200,19 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
             lambda: "nothing running" in text(browser, "#running"),
             message="the page to show nothing running",
         )
+        # Everything above ran under the policy without one violation; and the policy is really
+        # enforced: an injected inline script does not run.
+        assert browser.execute_script("return window.cspViolations") == []
+        browser.execute_script(
+            "const s = document.createElement('script');"
+            "s.textContent = 'window.inlineRan = true';"
+            "document.body.append(s);"
+        )
+        wait_for(
+            lambda: browser.execute_script("return window.cspViolations.length") == 1,
+            message="the CSP to report the inline script",
+        )
+        assert browser.execute_script("return window.inlineRan") is None
         shot = os.environ.get("PGQUEUE_SCREENSHOT")
         if (
             shot

@@ -1,5 +1,7 @@
 // pgqueue dashboard: polls /api/state, renders tables and SVG charts, posts actions.
 // No framework and no CDN: everything the page needs is served by `pgq dashboard`.
+// The page runs under a strict Content-Security-Policy: no inline script or style, so styles are
+// set through the CSSOM (el(tag, { style: { prop: value } })), never as a style attribute.
 "use strict";
 
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
@@ -12,6 +14,7 @@ function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
     if (key === "onclick") node.addEventListener("click", value);
+    else if (key === "style") Object.assign(node.style, value);
     else node.setAttribute(key, value);
   }
   for (const child of children) {
@@ -176,7 +179,7 @@ function lineChart(svgId, legendId, series, yLabel) {
   });
   svg.replaceChildren(...nodes);
   document.getElementById(legendId).replaceChildren(...series.map((s, i) =>
-    el("span", {}, el("i", { style: `background:${COLORS[i % COLORS.length]}` }), s.name)));
+    el("span", {}, el("i", { style: { background: COLORS[i % COLORS.length] } }), s.name)));
 }
 
 function renderCharts(state) {
