@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,7 +93,11 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
     if external:
         server = PgServer(external, None)
     else:
-        dsn, data = _start_embedded(tmp_path_factory.mktemp("embedded-pg"))
+        # Not under pytest's numbered temporary directories: a concurrent pytest session
+        # prunes the oldest of those, and a server whose data directory vanishes stops
+        # answering mid-run.
+        base = Path(tempfile.mkdtemp(prefix="pgqueue-test-pg-"))
+        dsn, data = _start_embedded(base)
         server = PgServer(dsn, data)
     template_dsn = server.create_database(TEMPLATE)
     migrate.upgrade(template_dsn)
@@ -101,6 +107,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
     server.drop_database(TEMPLATE)
     if server.data_dir is not None:
         embedded.stop(server.data_dir)
+        shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
 @pytest.fixture
@@ -164,15 +171,18 @@ class OwnServer:
 
 
 @pytest.fixture
-def own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnServer]:
+def own_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnServer]:
     from tests.integration import worker_app
 
-    server = OwnServer(tmp_path)
+    # Outside pytest's numbered temporary directories, as for the session's server.
+    base = Path(tempfile.mkdtemp(prefix="pgqueue-test-own-"))
+    server = OwnServer(base)
     monkeypatch.setenv("PGQUEUE_DSN", server.dsn)
     yield server
     worker_app.close_ledger()
     if embedded.is_running(server.data):
         embedded.stop(server.data)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def dbname_of(dsn: str) -> str:
