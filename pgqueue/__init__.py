@@ -22,6 +22,7 @@ from pgqueue.errors import (
     ResultUnavailableError,
     Retry,
     UnknownTaskError,
+    UnsupportedConnectionError,
     WorkflowNotFoundError,
 )
 from pgqueue.flow import UNSET, CircuitBreaker, RateLimit
@@ -64,6 +65,7 @@ __all__ = [
     "Schedule",
     "Task",
     "UnknownTaskError",
+    "UnsupportedConnectionError",
     "WorkflowNotFoundError",
     "WorkflowRun",
     "__version__",

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
-from typing import Any, TypeAlias, TypeVar, overload
+from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -22,7 +22,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pgqueue import admin, config
 from pgqueue.client_flow import FlowControlMixin
 from pgqueue.client_workflows import WorkflowMethods
+from pgqueue.db import connections
 from pgqueue.db import plan as plans
+from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
 from pgqueue.errors import (
@@ -35,6 +37,7 @@ from pgqueue.errors import (
 from pgqueue.flow import CircuitBreaker, RateLimit
 from pgqueue.gc_pause import gc_paused
 from pgqueue.payload import check_name
+from pgqueue.results_listener import ResultListener
 from pgqueue.retry import BackoffLike
 from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, P, R, Task
@@ -59,10 +62,21 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
         pool_size: int = 10,
         prepare: bool = True,
+        pool: ConnectionPool | AsyncConnectionPool | None = None,
     ) -> None:
         if max_payload_bytes <= 0:
             raise ConfigurationError("max_payload_bytes must be positive")
-        self._dsn = config.configured_dsn(dsn)
+        if pool is not None and not isinstance(pool, ConnectionPool | AsyncConnectionPool):
+            raise ConfigurationError(
+                "pool must be a psycopg_pool ConnectionPool or AsyncConnectionPool, got "
+                f"{type(pool).__name__}"
+            )
+        # A shared pool's database is the queue's, unless a DSN says otherwise (workers, the
+        # results listener and the other kind of pool connect with the DSN).
+        shared_dsn = pool.conninfo if pool is not None else None
+        self._dsn = config.configured_dsn(
+            dsn or (shared_dsn if isinstance(shared_dsn, str) else None)
+        )
         self.max_payload_bytes = max_payload_bytes
         self.pool_size = pool_size
         # Server-side prepared statements break behind a transaction-pooling PgBouncer older
@@ -76,9 +90,15 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         #: schedules declared with ``@pgq.periodic``; workers write them at start-up
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.RLock()
-        self._pool: ConnectionPool | None = None
+        # The application's own pools (PgQueue(pool=...)) are used, never closed, by pgqueue.
+        self._shared_pool = pool if isinstance(pool, ConnectionPool) else None
+        self._shared_async_pool = pool if isinstance(pool, AsyncConnectionPool) else None
+        self._pool: ConnectionPool | None = self._shared_pool
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, AsyncConnectionPool
+        ] = weakref.WeakKeyDictionary()
+        self._listeners: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[ResultListener]
         ] = weakref.WeakKeyDictionary()
 
     # -- configuration ---------------------------------------------------------------------
@@ -107,7 +127,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
         timeout: float | timedelta | None = None,
         backoff: BackoffLike | None = None,
-        pass_context: bool = False,
+        pass_context: Literal[False] = False,
         result_ttl: float | timedelta | None = None,
         retry_on: Any = None,
         no_retry_on: Any = None,
@@ -117,6 +137,31 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         circuit_breaker: CircuitBreaker | None = None,
         on: str | tuple[str, ...] | list[str] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    # pass_context=True: the function's first parameter is the JobContext, which the worker
+    # passes and enqueue does not, so its signature says nothing about enqueue's arguments.
+    @overload
+    def task(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+        timeout: float | timedelta | None = None,
+        backoff: BackoffLike | None = None,
+        pass_context: bool,
+        result_ttl: float | timedelta | None = None,
+        retry_on: Any = None,
+        no_retry_on: Any = None,
+        concurrency_limit: int | None = None,
+        key_limit: int | None = None,
+        rate_limit: str | float | RateLimit | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        on: str | tuple[str, ...] | list[str] | None = None,
+    ) -> Callable[[Callable[..., R]], Task[..., R]]: ...
 
     def task(
         self,
@@ -209,7 +254,9 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
-            task: Task[P, R] = self.task(**task_options)(function)
+            # Options in a dict match several overloads of task(): name the type they share.
+            make_task: Callable[[Callable[P, R]], Task[P, R]] = self.task(**task_options)
+            task = make_task(function)
             schedule = Schedule(
                 name=name or task.name,
                 cron=cron_expression,
@@ -227,6 +274,11 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
             return task
 
         return register
+
+    def declared_queues(self) -> list[str]:
+        """The queues this app's tasks run on (what ``pgq work`` serves without ``--queue``),
+        in order of first declaration; ``["default"]`` when no task is declared."""
+        return list(dict.fromkeys(task.queue for task in self.tasks.values())) or ["default"]
 
     def get_task(self, name: str) -> Task[..., Any]:
         try:
@@ -256,12 +308,17 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
                         kwargs=self._conn_kwargs,
                         open=False,
                         name="pgqueue-client",
+                        # A connection the server dropped (a restart, a failover) is found
+                        # and replaced when handed out, not by the enqueue that uses it.
+                        check=ConnectionPool.check_connection,
                     )
                     pool.open(wait=True)
                     self._pool = pool
         return self._pool
 
     async def _async_pool(self) -> AsyncConnectionPool:
+        if self._shared_async_pool is not None:
+            return self._shared_async_pool
         loop = asyncio.get_running_loop()
         pool = self._async_pools.get(loop)
         if pool is None:
@@ -274,67 +331,98 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
                 kwargs=self._conn_kwargs,
                 open=False,
                 name="pgqueue-client-async",
+                check=AsyncConnectionPool.check_connection,  # as for the sync pool
             )
             self._async_pools[loop] = pool
             await pool.open(wait=True)
         return pool
 
     @contextmanager
-    def connection(self, conn: Connection | None = None) -> Iterator[Connection]:
-        """``conn`` itself, or a pooled autocommit connection (each statement commits)."""
+    def connection(self, conn: object | None = None) -> Iterator[Connection]:
+        """The psycopg connection behind ``conn`` (see :mod:`pgqueue.db.connections` for what
+        is accepted), or a pooled autocommit connection (each statement commits)."""
         if conn is not None:
-            yield conn
+            yield connections.sync_driver(conn)
             return
         with _schema_hint(), self._sync_pool().connection() as pooled:
             yield pooled
 
     @asynccontextmanager
-    async def connection_async(
-        self, conn: AsyncConnection | None = None
-    ) -> AsyncIterator[AsyncConnection]:
+    async def connection_async(self, conn: object | None = None) -> AsyncIterator[AsyncConnection]:
+        """The async twin of :meth:`connection`."""
         if conn is not None:
-            yield conn
+            yield await connections.async_driver(conn)
             return
         pool = await self._async_pool()
         with _schema_hint():
             async with pool.connection() as pooled:
                 yield pooled
 
-    def run(
-        self, plan: plans.Plan[T], conn: Connection | None = None, *, atomic: bool = False
-    ) -> T:
-        """Drive a plan on ``conn`` or a pooled connection.
+    def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
+        """Drive a plan on the caller's ``conn`` or a pooled connection.
 
-        ``atomic`` plans need one transaction. A non-autocommit connection already gives them
-        one (the caller's, or the pool's, committed at the end); only an autocommit connection
-        needs an explicit one. (``conn.transaction()`` on an idle non-autocommit connection
-        would commit at the end of the block, behind the caller's back.)
+        On the caller's connection pgqueue never begins or commits a transaction: statements
+        join the caller's, and an ``atomic`` plan (several statements that must be all or
+        nothing) runs in a savepoint inside it, so an error (a full queue, a bad parent)
+        leaves the caller's transaction as it was, neither committed nor aborted. On a pooled
+        connection an ``atomic`` plan gets a transaction of its own.
         """
         with self.connection(conn) as c, _schema_hint():
-            if atomic and c.autocommit:
-                with c.transaction():
-                    return plans.run(plan, c)
-            return plans.run(plan, c)
+            foreign = conn is not None
+            if atomic and (foreign or c.autocommit):
+                with connections.atomic(c):
+                    return plans.run(plan, c, foreign=foreign, guard=False)
+            return plans.run(plan, c, foreign=foreign)
 
     async def run_async(
-        self, plan: plans.Plan[T], conn: AsyncConnection | None = None, *, atomic: bool = False
+        self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
     ) -> T:
+        """The async twin of :meth:`run`."""
         async with self.connection_async(conn) as c:
             with _schema_hint():
-                if atomic and c.autocommit:
-                    async with c.transaction():
-                        return await plans.run_async(plan, c)
-                return await plans.run_async(plan, c)
+                foreign = conn is not None
+                if atomic and (foreign or c.autocommit):
+                    async with connections.atomic_async(c):
+                        return await plans.run_async(plan, c, foreign=foreign, guard=False)
+                return await plans.run_async(plan, c, foreign=foreign)
+
+    async def _results_listener(self) -> ResultListener:
+        """The LISTEN connection shared by this loop's ``result_async`` calls (the first call
+        starts it; calls made meanwhile wait for the same one)."""
+        loop = asyncio.get_running_loop()
+        starting = self._listeners.get(loop)
+        if starting is None:
+            starting = loop.create_task(self._start_listener(), name="pgqueue-results-start")
+            self._listeners[loop] = starting
+        try:
+            return await asyncio.shield(starting)
+        except psycopg.Error:
+            if self._listeners.get(loop) is starting:
+                del self._listeners[loop]  # the next call tries again
+            raise
+
+    async def _start_listener(self) -> ResultListener:
+        dsn = await asyncio.to_thread(lambda: self.dsn)
+        listener = ResultListener(dsn, self._conn_kwargs)
+        await listener.start()
+        return listener
 
     def close(self) -> None:
-        """Close the client's connection pools (sync; async pools need :meth:`aclose`)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        """Close the client's connection pools (sync; async pools need :meth:`aclose`). A pool
+        the application passed in (``pool=``) is left open: it is the application's."""
+        pool, self._pool = self._pool, self._shared_pool
+        if pool is not None and pool is not self._shared_pool:
             pool.close()
 
     async def aclose(self) -> None:
+        """Close the client's pools and this loop's results listener (``async with pgq:``)."""
         self.close()
         loop = asyncio.get_running_loop()
+        starting = self._listeners.pop(loop, None)
+        if starting is not None:
+            listener = await asyncio.gather(starting, return_exceptions=True)
+            if isinstance(listener[0], ResultListener):
+                await listener[0].close()
         pool = self._async_pools.pop(loop, None)
         if pool is not None:
             await pool.close()
@@ -376,7 +464,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         task: str | Task[..., Any],
         args: Mapping[str, Any] | None = None,
         *,
-        conn: Connection | None = None,
+        conn: ConnectionArg | None = None,
         **options: Any,
     ) -> JobId:
         """Enqueue by task name with an args object (no need to import the task's code)."""
@@ -387,31 +475,26 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         task: str | Task[..., Any],
         args: Mapping[str, Any] | None = None,
         *,
-        conn: AsyncConnection | None = None,
+        conn: AsyncConnectionArg | None = None,
         **options: Any,
     ) -> JobId:
         return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
 
-    def enqueue_spec(self, spec: JobSpec, conn: Connection | None = None) -> JobId:
-        if not spec.wait_if_full:
-            return self.run(enqueue_one(spec), conn, atomic=spec.needs_transaction)
-        waiter = _RoomWaiter(spec.wait_if_full)
+    def enqueue_spec(self, spec: JobSpec, conn: object | None = None) -> JobId:
+        # A full queue raises without touching the caller's transaction (the statement that
+        # finds it full runs in a savepoint there), so waiting for room is a plain retry.
+        waiter = _RoomWaiter(spec.wait_if_full or 0.0)
         while True:
             try:
-                # A savepoint: a full queue must not abort the caller's transaction.
-                with self.connection(conn) as c, c.transaction():
-                    return self.run(enqueue_one(spec), c)
+                return self.run(enqueue_one(spec), conn, atomic=spec.needs_transaction)
             except QueueFullError as exc:
                 time.sleep(waiter.next_delay(exc))
 
-    async def enqueue_spec_async(self, spec: JobSpec, conn: AsyncConnection | None = None) -> JobId:
-        if not spec.wait_if_full:
-            return await self.run_async(enqueue_one(spec), conn, atomic=spec.needs_transaction)
-        waiter = _RoomWaiter(spec.wait_if_full)
+    async def enqueue_spec_async(self, spec: JobSpec, conn: object | None = None) -> JobId:
+        waiter = _RoomWaiter(spec.wait_if_full or 0.0)
         while True:
             try:
-                async with self.connection_async(conn) as c, c.transaction():
-                    return await self.run_async(enqueue_one(spec), c)
+                return await self.run_async(enqueue_one(spec), conn, atomic=spec.needs_transaction)
             except QueueFullError as exc:
                 await asyncio.sleep(waiter.next_delay(exc))
 
@@ -419,7 +502,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         self,
         jobs: Iterable[JobCall | JobSpec],
         *,
-        conn: Connection | None = None,
+        conn: ConnectionArg | None = None,
         wait_if_full: float | None = None,
     ) -> list[JobId]:
         """Enqueue many jobs atomically in a few statements (COPY); ids in input order.
@@ -442,7 +525,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         self,
         jobs: Iterable[JobCall | JobSpec],
         *,
-        conn: AsyncConnection | None = None,
+        conn: AsyncConnectionArg | None = None,
         wait_if_full: float | None = None,
     ) -> list[JobId]:
         with gc_paused():
@@ -457,13 +540,13 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
 
     # -- operator actions --------------------------------------------------------------------
 
-    def cancel(self, job_id: int, *, conn: Connection | None = None) -> admin.CancelResult:
+    def cancel(self, job_id: int, *, conn: ConnectionArg | None = None) -> admin.CancelResult:
         """Cancel a job: 'cancelled' (it was waiting and is gone), 'cancelling' (it is running;
         its worker stops the handler and records it cancelled), or 'not_found'."""
         return self.run(admin.cancel(job_id), conn)
 
     async def cancel_async(
-        self, job_id: int, *, conn: AsyncConnection | None = None
+        self, job_id: int, *, conn: AsyncConnectionArg | None = None
     ) -> admin.CancelResult:
         return await self.run_async(admin.cancel(job_id), conn)
 
@@ -477,7 +560,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         *,
         batch_size: int = 500,
         dry_run: bool = False,
-        conn: Connection | None = None,
+        conn: ConnectionArg | None = None,
         **filters: Any,
     ) -> int:
         """Move matching dead letters back to the queue with fresh attempts, in batches of
@@ -495,11 +578,11 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
             if len(moved) < batch_size:
                 return total
 
-    def pause_queue(self, queue: str, *, conn: Connection | None = None) -> None:
+    def pause_queue(self, queue: str, *, conn: ConnectionArg | None = None) -> None:
         """Stop workers claiming from ``queue`` (enqueue still works; running jobs finish)."""
         self.run(admin.set_paused(check_name(queue, "queue name"), True), conn)
 
-    def resume_queue(self, queue: str, *, conn: Connection | None = None) -> None:
+    def resume_queue(self, queue: str, *, conn: ConnectionArg | None = None) -> None:
         """Let workers claim from ``queue`` again (they are woken at once)."""
         self.run(admin.set_paused(check_name(queue, "queue name"), False), conn)
 

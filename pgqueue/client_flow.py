@@ -19,7 +19,7 @@ from pgqueue.payload import check_name
 from pgqueue.schedules import Schedule
 
 if TYPE_CHECKING:
-    from pgqueue.client import AsyncConnection, Connection
+    from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
     from pgqueue.tasks import JobCall, Task
 
 T = TypeVar("T")
@@ -35,13 +35,13 @@ class FlowControlMixin:
     if TYPE_CHECKING:  # provided by PgQueue
 
         def run(
-            self, plan: plans.Plan[T], conn: Connection | None = None, *, atomic: bool = False
+            self, plan: plans.Plan[T], conn: ConnectionArg | None = None, *, atomic: bool = False
         ) -> T: ...
 
         async def run_async(
             self,
             plan: plans.Plan[T],
-            conn: AsyncConnection | None = None,
+            conn: AsyncConnectionArg | None = None,
             *,
             atomic: bool = False,
         ) -> T: ...
@@ -57,7 +57,7 @@ class FlowControlMixin:
             self,
             jobs: Iterable[JobCall | JobSpec],
             *,
-            conn: Connection | None = None,
+            conn: ConnectionArg | None = None,
             wait_if_full: float | None = None,
         ) -> list[JobId]: ...
 
@@ -65,7 +65,7 @@ class FlowControlMixin:
             self,
             jobs: Iterable[JobCall | JobSpec],
             *,
-            conn: AsyncConnection | None = None,
+            conn: AsyncConnectionArg | None = None,
             wait_if_full: float | None = None,
         ) -> list[JobId]: ...
 
@@ -84,7 +84,7 @@ class FlowControlMixin:
         event: str,
         payload: Mapping[str, Any] | None = None,
         *,
-        conn: Connection | None = None,
+        conn: ConnectionArg | None = None,
     ) -> list[JobId]:
         """Enqueue one job for every task subscribed to ``event`` (``@pgq.task(on=event)``),
         with ``payload`` as its arguments, in one transaction (the caller's with ``conn``).
@@ -98,7 +98,7 @@ class FlowControlMixin:
         event: str,
         payload: Mapping[str, Any] | None = None,
         *,
-        conn: AsyncConnection | None = None,
+        conn: AsyncConnectionArg | None = None,
     ) -> list[JobId]:
         specs = self._event_specs(event, payload)
         return await self.enqueue_many_async(specs, conn=conn) if specs else []
@@ -113,7 +113,7 @@ class FlowControlMixin:
         max_depth: Any = UNSET,
         concurrency_limit: Any = UNSET,
         rate_limit: Any = UNSET,
-        conn: Connection | None = None,
+        conn: ConnectionArg | None = None,
     ) -> dict[str, Any]:
         """Change a queue's flow-control settings (arguments left out stay as they are; None
         clears one): ``weight`` (fair share of a worker's slots), ``max_depth`` (backpressure),
@@ -136,7 +136,7 @@ class FlowControlMixin:
         concurrency_limit: Any = UNSET,
         key_limit: Any = UNSET,
         rate_limit: Any = UNSET,
-        conn: Connection | None = None,
+        conn: ConnectionArg | None = None,
     ) -> dict[str, Any]:
         """Change a task's limits in the database (the next worker start re-applies what the
         code declares for that task)."""
@@ -168,12 +168,12 @@ class FlowControlMixin:
         """Open a task's breaker by hand for ``seconds`` (default: its cooldown)."""
         return self.run(flow.set_breaker(task, "open", seconds))
 
-    def sync_declarations(self, conn: Connection | None = None) -> None:
+    def sync_declarations(self, conn: ConnectionArg | None = None) -> None:
         """Write what the code declares (task limits, breakers, ``@periodic`` schedules) to
         the database. Workers do this at start-up."""
         self.run(declarations(self), conn, atomic=True)
 
-    async def sync_declarations_async(self, conn: AsyncConnection | None = None) -> None:
+    async def sync_declarations_async(self, conn: AsyncConnectionArg | None = None) -> None:
         await self.run_async(declarations(self), conn, atomic=True)
 
     # -- schedules ---------------------------------------------------------------------------
@@ -192,7 +192,7 @@ class FlowControlMixin:
         queue: str | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
-        conn: Connection | None = None,
+        conn: ConnectionArg | None = None,
     ) -> None:
         """Create or update a cron schedule from code at run time (a row in
         ``pgqueue.schedules``; running workers pick it up)."""
@@ -213,13 +213,13 @@ class FlowControlMixin:
         )
         self.run(cron.save([definition], from_code=False), conn, atomic=True)
 
-    def unschedule(self, name: str, *, conn: Connection | None = None) -> bool:
+    def unschedule(self, name: str, *, conn: ConnectionArg | None = None) -> bool:
         return self.run(cron.delete(name), conn)
 
-    def pause_schedule(self, name: str, *, conn: Connection | None = None) -> bool:
+    def pause_schedule(self, name: str, *, conn: ConnectionArg | None = None) -> bool:
         return self.run(cron.set_paused(name, True), conn, atomic=True)
 
-    def resume_schedule(self, name: str, *, conn: Connection | None = None) -> bool:
+    def resume_schedule(self, name: str, *, conn: ConnectionArg | None = None) -> bool:
         """Resume at the next tick from now (ticks while paused are not caught up)."""
         return self.run(cron.set_paused(name, False), conn, atomic=True)
 

@@ -7,20 +7,23 @@ async twins sharing all of it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
 from pgqueue import retention as retention_plans
-from pgqueue.results import wait_for_result
+from pgqueue.results import Deadline, read_outcome, wait_for_result
+from pgqueue.results_listener import ResultListener
 from pgqueue.workflow.builders import Compiled, Workflow
 from pgqueue.workflow.inspect import get_workflow, list_workflows
 from pgqueue.workflow.plan import enqueue_compiled
 from pgqueue.workflow.run import WorkflowRun
 
 if TYPE_CHECKING:
-    from pgqueue.client import AsyncConnection, Connection
+    from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
     from pgqueue.db.plan import Plan
 
 T = TypeVar("T")
@@ -33,12 +36,14 @@ class WorkflowMethods:
         def dsn(self) -> str: ...
 
         def run(
-            self, plan: Plan[T], conn: Connection | None = None, *, atomic: bool = False
+            self, plan: Plan[T], conn: ConnectionArg | None = None, *, atomic: bool = False
         ) -> T: ...
 
         async def run_async(
-            self, plan: Plan[T], conn: AsyncConnection | None = None, *, atomic: bool = False
+            self, plan: Plan[T], conn: AsyncConnectionArg | None = None, *, atomic: bool = False
         ) -> T: ...
+
+        async def _results_listener(self) -> ResultListener: ...
     # -- results -------------------------------------------------------------------------------
 
     def result(self, job_id: int, *, timeout: float | None = None) -> Any:
@@ -54,32 +59,42 @@ class WorkflowMethods:
             return self.run(wait_for_result(int(job_id), timeout), conn)
 
     async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any:
-        """The async twin of :meth:`result`."""
-        dsn = await _dsn_async(self)
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            return await self.run_async(wait_for_result(int(job_id), timeout), conn)
+        """The async twin of :meth:`result`. The calls on one event loop share one LISTEN
+        connection (:mod:`pgqueue.results_listener`) and read through the client's pool, so
+        awaiting results in many requests at once does not open a connection each."""
+        job_id = int(job_id)
+        deadline = Deadline(job_id, timeout)
+        listener = await self._results_listener()
+        with listener.watch(job_id) as woken:
+            while True:
+                woken.clear()  # before the read: a notification after it still counts
+                finished, value = await self.run_async(read_outcome(job_id))
+                if finished:
+                    return value
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), deadline.next_wait())
 
     # -- workflows -----------------------------------------------------------------------------
 
     def enqueue_workflow(
-        self, workflow: Workflow, *, conn: Connection | None = None
+        self, workflow: Workflow, *, conn: ConnectionArg | None = None
     ) -> WorkflowRun:
         """Write a chain, group, chord or DAG atomically (in ``conn``'s transaction if given)."""
         return self.enqueue_compiled(workflow.compile(), conn=conn)
 
     async def enqueue_workflow_async(
-        self, workflow: Workflow, *, conn: AsyncConnection | None = None
+        self, workflow: Workflow, *, conn: AsyncConnectionArg | None = None
     ) -> WorkflowRun:
         return await self.enqueue_compiled_async(workflow.compile(), conn=conn)
 
     def enqueue_compiled(
-        self, compiled: Compiled, *, conn: Connection | None = None
+        self, compiled: Compiled, *, conn: ConnectionArg | None = None
     ) -> WorkflowRun:
         written = self.run(enqueue_compiled(compiled), conn, atomic=True)
         return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
 
     async def enqueue_compiled_async(
-        self, compiled: Compiled, *, conn: AsyncConnection | None = None
+        self, compiled: Compiled, *, conn: AsyncConnectionArg | None = None
     ) -> WorkflowRun:
         written = await self.run_async(enqueue_compiled(compiled), conn, atomic=True)
         return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
@@ -123,9 +138,3 @@ class WorkflowMethods:
     ) -> retention_plans.PruneReport:
         """One pruning pass (what every worker's pruner does periodically)."""
         return self.run(retention_plans.prune(batch_size))
-
-
-async def _dsn_async(app: WorkflowMethods) -> str:
-    import asyncio
-
-    return await asyncio.to_thread(lambda: app.dsn)

@@ -8,6 +8,11 @@ demand in a per-user data directory (see :mod:`pgqueue.db.embedded`).
 from __future__ import annotations
 
 import os
+import re
+
+from psycopg.conninfo import conninfo_to_dict
+
+from pgqueue.errors import ConfigurationError
 
 DSN_ENV_VARS = ("PGQUEUE_DSN", "DATABASE_URL")
 
@@ -22,14 +27,46 @@ DEFAULT_PRIORITY = 0
 
 
 def configured_dsn(explicit: str | None = None) -> str | None:
-    """The DSN given explicitly or through the environment, or ``None`` (meaning: embedded)."""
+    """The DSN given explicitly or through the environment, or ``None`` (meaning: embedded),
+    in the form libpq takes (see :func:`normalize_dsn`)."""
     if explicit:
-        return explicit
+        return normalize_dsn(explicit, "--dsn")
     for name in DSN_ENV_VARS:
         value = os.environ.get(name)
         if value:
-            return value
+            return normalize_dsn(value, f"${name}")
     return None
+
+
+# SQLAlchemy's URL form names a driver: postgresql+psycopg://, postgres+asyncpg://, ...
+_DRIVER_URL = re.compile(r"^(postgres(?:ql)?)\+[A-Za-z0-9_]+://")
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+ACCEPTED_DSNS = (
+    "postgresql://user:password@host:5432/dbname, postgres://..., SQLAlchemy's "
+    "postgresql+psycopg://..., or keywords such as 'host=... dbname=...'"
+)
+
+
+def normalize_dsn(dsn: str, source: str = "DSN") -> str:
+    """``dsn`` as libpq takes it: a SQLAlchemy URL (``postgresql+psycopg://``, common in app
+    configs) loses its driver part; anything libpq cannot parse, or a URL of another database,
+    raises :class:`ConfigurationError` naming ``source`` (where the DSN came from) and the forms
+    accepted. Parsing is local: nothing connects."""
+    dsn = dsn.strip()
+    dsn = _DRIVER_URL.sub(r"\1://", dsn, count=1)
+    scheme = _URL_SCHEME.match(dsn)
+    if scheme is not None and scheme.group(1) not in ("postgres", "postgresql"):
+        raise ConfigurationError(
+            f"{source} is a {scheme.group(1)}:// URL; pgqueue needs PostgreSQL: {ACCEPTED_DSNS}"
+        )
+    try:
+        conninfo_to_dict(dsn)
+    except Exception as exc:  # psycopg.ProgrammingError, with libpq's reason
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigurationError(
+            f"{source} is not a valid PostgreSQL DSN ({reason}); expected {ACCEPTED_DSNS}"
+        ) from None
+    return dsn
 
 
 def resolve_dsn(explicit: str | None = None) -> str:

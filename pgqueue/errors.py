@@ -21,6 +21,11 @@ class InvalidJobError(PgQueueError, ValueError):
     """A job was rejected before anything was written (bad args, bad option, bad name)."""
 
 
+class UnsupportedConnectionError(PgQueueError, TypeError):
+    """``conn=`` is not a connection pgqueue can use (the message says which are accepted), or
+    it is closed or in an aborted transaction."""
+
+
 class UnknownTaskError(PgQueueError, LookupError):
     """A task name that is not registered on this :class:`~pgqueue.PgQueue`."""
 

@@ -42,27 +42,46 @@ def wait_for_result(job_id: int, timeout: float | None) -> Plan[Any]:
     does not keep its result, or if ``timeout`` seconds pass first (None: wait for ever).
 
     Run on its own autocommit connection: it LISTENs before the first read, so an outcome
-    committed in between is never missed.
+    committed in between is never missed. (``result_async`` waits through a listener shared by
+    the calls of one event loop instead: :mod:`pgqueue.results_listener`.)
     """
-    if timeout is not None and timeout < 0:
-        raise ValueError("timeout must not be negative")
+    deadline = Deadline(job_id, timeout)
     yield Query("listen_results")
-    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        rows = yield Query("job_outcome", {"job_id": job_id})
-        finished, value = outcome(job_id, rows)
+        finished, value = yield from read_outcome(job_id)
         if finished:
             return value
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            raise ResultTimeoutError(f"job {job_id} did not finish within {timeout:g}s")
-        wake_at = now + RECHECK_SECONDS
-        if deadline is not None:
-            wake_at = min(wake_at, deadline)
+        wake_at = time.monotonic() + deadline.next_wait()
         while (remaining := wake_at - time.monotonic()) > 0:
             notes = yield Wait(remaining)
             if any(mentions(payload, job_id) for (payload,) in notes):
                 break
+
+
+def read_outcome(job_id: int) -> Plan[tuple[bool, Any]]:
+    """One look at the job: (True, result) once it succeeded, (False, None) while it is live;
+    raises for every other ending (see :func:`outcome`)."""
+    rows = yield Query("job_outcome", {"job_id": job_id})
+    return outcome(job_id, rows)
+
+
+class Deadline:
+    """How long a waiter for ``job_id`` may sleep before it looks again."""
+
+    def __init__(self, job_id: int, timeout: float | None) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValueError("timeout must not be negative")
+        self.job_id = job_id
+        self.timeout = timeout
+        self.at = None if timeout is None else time.monotonic() + timeout
+
+    def next_wait(self) -> float:
+        """Seconds until the next look (at most the recheck interval); raises
+        :class:`ResultTimeoutError` once the timeout has passed."""
+        now = time.monotonic()
+        if self.at is not None and now >= self.at:
+            raise ResultTimeoutError(f"job {self.job_id} did not finish within {self.timeout:g}s")
+        return RECHECK_SECONDS if self.at is None else min(RECHECK_SECONDS, self.at - now)
 
 
 def mentions(payload: str, job_id: int) -> bool:

@@ -5,16 +5,21 @@ directly; ``task.enqueue(...)`` writes a job. Keyword arguments of ``enqueue`` w
 options (``queue``, ``priority``, ``run_at``, ``delay``, ``max_attempts``, ``idempotency_key``,
 ``conn``) are taken as options; everything else goes to the task. When the task's own parameters
 use one of those names, ``task.options(...).enqueue(...)`` passes every keyword to the task.
+
+Typing: ``Task`` is generic in the function's parameters (a ``ParamSpec``) and return type.
+``task.options(...).enqueue(...)`` is the enqueue a type checker checks against the function's
+own signature; ``task.enqueue(...)`` and ``task.s(...)`` take ``Any``: a ``ParamSpec`` cannot
+be combined with extra keyword options (``enqueue``), and ``s`` accepts partial arguments.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
 
 from pgqueue.enqueue import (
     OPTION_NAMES,
@@ -36,7 +41,10 @@ from pgqueue.payload import (
 from pgqueue.retry import BackoffLike, RetryPolicy
 
 if TYPE_CHECKING:
-    from pgqueue.client import Connection, PgQueue
+    from typing import Unpack
+
+    from pgqueue.client import PgQueue
+    from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,6 +52,25 @@ R = TypeVar("R")
 _CALL_OPTIONS = OPTION_NAMES | {"conn"}
 # The options of a job description that set none (shared, read-only).
 _NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The keyword arguments of ``task.options(...)``, for type checkers (``check_options``
+    validates them at run time). ``None`` leaves an option unset, as it does at run time."""
+
+    queue: str | None
+    priority: int | None
+    run_at: datetime | None
+    delay: float | timedelta | None
+    max_attempts: int | None
+    idempotency_key: str | None
+    concurrency_key: str | None
+    unique_for: float | timedelta | None
+    unique_states: str | Iterable[str] | None
+    wait_if_full: float | timedelta | None
+    result_ttl: float | timedelta | None
+    depends_on: Iterable[int] | None
+    conn: ConnectionArg | AsyncConnectionArg | None
 
 
 class Task(Generic[P, R]):
@@ -119,9 +146,10 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue!r}>"
 
-    def options(self, **options: Any) -> TaskCall:
+    def options(self, **options: Unpack[EnqueueOptions]) -> TaskCall[P, R]:
         """The same task with per-call options fixed; its ``enqueue`` passes every keyword
-        argument to the task (for tasks whose parameter names clash with option names)."""
+        argument to the task (for tasks whose parameter names clash with option names), and a
+        type checker checks them against the task's signature."""
         conn = options.pop("conn", None)
         return TaskCall(self, check_options(options), conn)
 
@@ -153,21 +181,23 @@ class Task(Generic[P, R]):
 
 
 @dataclass(frozen=True, slots=True)
-class TaskCall:
-    """A task with per-call options fixed (``task.options(...)``)."""
+class TaskCall(Generic[P, R]):
+    """A task with per-call options fixed (``task.options(...)``); ``enqueue`` takes exactly
+    the task's own arguments, typed by its signature."""
 
-    task: Task[..., Any]
+    task: Task[P, R]
     options: Mapping[str, Any]
-    conn: Any = None
+    conn: ConnectionArg | AsyncConnectionArg | None = None
 
     def s(self, *args: Any, **kwargs: Any) -> JobCall:
+        # Any, not P: a job description may leave arguments for its workflow parents to fill.
         return JobCall(self.task, self.task.binder.pack(args, kwargs, partial=True), self.options)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> JobId:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
         call = self.s(*args, **kwargs)
         return self.task.app.enqueue_spec(call.spec(), conn=self.conn)
 
-    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobId:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
         call = self.s(*args, **kwargs)
         return await self.task.app.enqueue_spec_async(call.spec(), conn=self.conn)
 
@@ -200,7 +230,7 @@ class JobCall:
         bound here), or None: this step ignores them."""
         return free_parameter(self.task.signature, self.args)
 
-    def enqueue(self, conn: Connection | None = None) -> JobId:
+    def enqueue(self, conn: ConnectionArg | None = None) -> JobId:
         return self.task.app.enqueue_spec(self.spec(), conn=conn)
 
 
@@ -224,4 +254,14 @@ def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _default_name(func: Callable[..., Any]) -> str:
     module = getattr(func, "__module__", None) or "tasks"
-    return f"{module}.{getattr(func, '__qualname__', repr(func))}"
+    qualname = getattr(func, "__qualname__", repr(func))
+    if module == "__main__":
+        # A worker imports the module by its name, so it would register "tasks.add", never
+        # "__main__.add": the jobs would wait for ever and pgq.result() would never return.
+        raise ConfigurationError(
+            f"task {qualname!r} is defined in __main__ (a script run as `python file.py` or "
+            f"`python -m module`), and workers could never find a task named "
+            f"'__main__.{qualname}': move it into a module that both this script and "
+            f'`pgq work` import, or give it a name: @pgq.task(name="myapp.{qualname}")'
+        )
+    return f"{module}.{qualname}"

@@ -12,8 +12,11 @@ from typing import Annotated, Any, TypeVar
 import psycopg
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from pgqueue import enqueue
 from pgqueue.client import PgQueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
@@ -33,6 +36,25 @@ DsnOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
+# Ranges of numeric options (checked by in_range): out of range is a usage error naming the
+# option and the range, not a database error (LIMIT -1) or an overflow (an id past bigint).
+MAX_ROWS = enqueue.MAX_ROWS  # what the API accepts too
+MAX_BATCH = 100_000
+MAX_JOB_ID = enqueue.MAX_JOB_ID
+
+
+def in_range(low: int, high: int) -> Callable[[Any], Any]:
+    """A typer callback for an int option (or a repeated one): out of range is a usage error
+    that names the option and the accepted range."""
+
+    def check(value: Any) -> Any:
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if item is not None and not low <= item <= high:
+                raise typer.BadParameter(f"must be between {low} and {high}, got {item}")
+        return value
+
+    return check
+
 
 def duration(value: str | float) -> float:
     """typer parser for durations such as 30s, 5m, 250ms (defaults arrive as numbers)."""
@@ -50,10 +72,14 @@ def friendly_errors() -> Iterator[None]:
     try:
         yield
     except PgQueueError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        # Escaped: messages carry brackets ("pip install 'pgqueue[embedded]'") that rich
+        # would take for markup.
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except psycopg.OperationalError as exc:
-        err_console.print(f"[red]database unreachable:[/red] {exc}", highlight=False)
+        err_console.print(
+            f"[red]database unreachable:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(1) from None
 
 
@@ -91,7 +117,8 @@ def print_rows(
         table.add_column(column)
     formatters = formatters or {}
     for row in rows:
-        table.add_row(*(formatters.get(c, _cell)(row.get(c)) for c in columns))
+        # Text, not str: a value with brackets (args, error messages) is not rich markup.
+        table.add_row(*(Text(formatters.get(c, _cell)(row.get(c))) for c in columns))
     console.print(table)
 
 

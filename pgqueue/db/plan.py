@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.adapt import AdaptersMap
+from psycopg.pq import Format
 
+from pgqueue.db.connections import atomic, atomic_async
 from pgqueue.db.queries import query
 
 T = TypeVar("T")
@@ -26,6 +29,10 @@ class Query:
 
     name: str
     params: Mapping[str, Any] | None = None
+    #: The statement may fail with an error the plan turns into an exception of its own (a
+    #: full queue): in a transaction it runs in a savepoint, so that the error leaves the
+    #: transaction usable (drivers skip this when the whole plan already runs in one).
+    guarded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +56,16 @@ Step = Query | CopyIn | Wait
 Plan = Generator[Step, list[Row], T]
 
 
-def run(plan: Plan[T], conn: psycopg.Connection[Any]) -> T:
-    """Drive ``plan`` on a sync connection, in whatever transaction the connection is in."""
+def run(
+    plan: Plan[T], conn: psycopg.Connection[Any], *, foreign: bool = False, guard: bool = True
+) -> T:
+    """Drive ``plan`` on a sync connection, in whatever transaction the connection is in.
+
+    ``foreign``: the caller's connection, whose adapters may have been changed by its framework
+    (Django loads ``jsonb`` as text), so pgqueue's statements use psycopg's standard loaders.
+    ``guard``: run ``guarded`` steps in a savepoint when in a transaction (off when the caller
+    already runs the whole plan in one).
+    """
     try:
         step = next(plan)
         while True:
@@ -59,8 +74,14 @@ def run(plan: Plan[T], conn: psycopg.Connection[Any]) -> T:
                 step = plan.send([(note.payload,) for note in notes])
                 continue
             with conn.cursor() as cur:
+                if foreign:
+                    _standard_loaders(cur.adapters)
                 if isinstance(step, Query):
-                    cur.execute(query(step.name), step.params)
+                    if guard and step.guarded and _in_transaction(conn):
+                        with atomic(conn):
+                            cur.execute(query(step.name), step.params)
+                    else:
+                        cur.execute(query(step.name), step.params)
                     rows = cur.fetchall() if cur.description is not None else []
                 else:
                     with cur.copy(query(step.name)) as copy:
@@ -74,8 +95,15 @@ def run(plan: Plan[T], conn: psycopg.Connection[Any]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-async def run_async(plan: Plan[T], conn: psycopg.AsyncConnection[Any]) -> T:
-    """Drive ``plan`` on an async connection, in whatever transaction the connection is in."""
+async def run_async(
+    plan: Plan[T],
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    foreign: bool = False,
+    guard: bool = True,
+) -> T:
+    """Drive ``plan`` on an async connection, in whatever transaction the connection is in
+    (``foreign`` and ``guard`` as for :func:`run`)."""
     try:
         step = next(plan)
         while True:
@@ -84,8 +112,14 @@ async def run_async(plan: Plan[T], conn: psycopg.AsyncConnection[Any]) -> T:
                 step = plan.send([(note.payload,) async for note in notes])
                 continue
             async with conn.cursor() as cur:
+                if foreign:
+                    _standard_loaders(cur.adapters)
                 if isinstance(step, Query):
-                    await cur.execute(query(step.name), step.params)
+                    if guard and step.guarded and _in_transaction(conn):
+                        async with atomic_async(conn):
+                            await cur.execute(query(step.name), step.params)
+                    else:
+                        await cur.execute(query(step.name), step.params)
                     rows = await cur.fetchall() if cur.description is not None else []
                 else:
                     async with cur.copy(query(step.name)) as copy:
@@ -97,3 +131,23 @@ async def run_async(plan: Plan[T], conn: psycopg.AsyncConnection[Any]) -> T:
             step = plan.send(rows)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """In a transaction, or about to be (psycopg opens one before a non-autocommit
+    connection's first statement)."""
+    return not conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+
+# The loaders pgqueue's results rely on, as psycopg ships them.
+_STANDARD = [
+    (name, fmt, psycopg.adapters.get_loader(psycopg.adapters.types[name].oid, fmt))
+    for name in ("json", "jsonb")
+    for fmt in (Format.TEXT, Format.BINARY)
+]
+
+
+def _standard_loaders(adapters: AdaptersMap) -> None:
+    for name, fmt, loader in _STANDARD:
+        if loader is not None and adapters.get_loader(adapters.types[name].oid, fmt) is not loader:
+            adapters.register_loader(name, loader)

@@ -23,7 +23,8 @@ from pgqueue.errors import InvalidJobError
 from pgqueue.tasks import JobCall
 
 if TYPE_CHECKING:
-    from pgqueue.client import AsyncConnection, Connection, PgQueue
+    from pgqueue.client import PgQueue
+    from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
     from pgqueue.workflow.run import WorkflowRun
 
 Receive = Literal["one", "list"]
@@ -96,13 +97,13 @@ class Workflow:
             compiled.on_failure = FailureStep(self.on_failure.spec(receives=True), arg)
         return compiled
 
-    def enqueue(self, *, conn: Connection | None = None) -> WorkflowRun:
+    def enqueue(self, *, conn: ConnectionArg | None = None) -> WorkflowRun:
         """Write every job of the workflow in one transaction (the caller's, with ``conn``)."""
         compiled = self.compile()
         assert compiled.app is not None
         return compiled.app.enqueue_compiled(compiled, conn=conn)
 
-    async def enqueue_async(self, *, conn: AsyncConnection | None = None) -> WorkflowRun:
+    async def enqueue_async(self, *, conn: AsyncConnectionArg | None = None) -> WorkflowRun:
         compiled = self.compile()
         assert compiled.app is not None
         return await compiled.app.enqueue_compiled_async(compiled, conn=conn)

@@ -1,0 +1,208 @@
+"""The connections callers hand to ``conn=``, and how pgqueue joins their transactions.
+
+Applications hold a psycopg connection, a SQLAlchemy ``Session``/``Connection`` (sync or async,
+psycopg dialect) or Django's connection (psycopg 3 backend). :func:`sync_driver` and
+:func:`async_driver` unwrap each to the psycopg connection underneath, without importing either
+framework (an object is recognised by where its class comes from and imported only then), and
+refuse everything else with an error that names what is accepted.
+
+Transactions: pgqueue never begins or commits a transaction on a caller's connection. Its
+statements join the caller's transaction (psycopg opens it implicitly on a non-autocommit
+connection), and anything that must be all-or-nothing runs in a savepoint inside it
+(:func:`atomic` / :func:`atomic_async`). The one trap: psycopg's ``conn.transaction()`` on an
+*idle* non-autocommit connection is ``BEGIN ... COMMIT``, not a savepoint, which would commit the
+caller's transaction behind its back (the first statement inside Django's ``atomic()``, a
+SQLAlchemy session before its first flush). There the transaction is opened first with a
+statement of its own, so the block becomes a savepoint in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeAlias, TypeVar
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from pgqueue.db.queries import query
+from pgqueue.errors import UnsupportedConnectionError
+
+#: What ``conn=`` takes in the sync API: a psycopg ``Connection``, a SQLAlchemy ``Session`` or
+#: ``Connection`` (psycopg dialect), or Django's connection; checked at run time (``object``,
+#: so that neither framework is needed to type-check a caller).
+ConnectionArg: TypeAlias = object
+#: What ``conn=`` takes in the async API: a psycopg ``AsyncConnection``, or a SQLAlchemy
+#: ``AsyncSession`` or ``AsyncConnection`` (psycopg dialect).
+AsyncConnectionArg: TypeAlias = object
+
+ACCEPTED = (
+    "a psycopg (3) Connection, a SQLAlchemy Session or Connection on the psycopg dialect, "
+    "or Django's connection (psycopg 3 backend)"
+)
+ACCEPTED_ASYNC = (
+    "a psycopg (3) AsyncConnection, or a SQLAlchemy AsyncSession or AsyncConnection on the "
+    "psycopg dialect"
+)
+
+
+def sync_driver(conn: object) -> psycopg.Connection[Any]:
+    """The psycopg connection behind ``conn`` (for the sync API)."""
+    if isinstance(conn, psycopg.Connection):
+        return _open(conn)
+    if isinstance(conn, psycopg.AsyncConnection):
+        raise UnsupportedConnectionError(
+            "conn is a psycopg AsyncConnection: use the async method (..._async), or pass "
+            f"{ACCEPTED}"
+        )
+    origin = _origin(conn)
+    if origin == "sqlalchemy":
+        return _open(_from_sqlalchemy(conn))
+    if origin == "django":
+        return _open(_from_django(conn))
+    raise UnsupportedConnectionError(f"conn must be {ACCEPTED}; got {_describe(conn)}")
+
+
+async def async_driver(conn: object) -> psycopg.AsyncConnection[Any]:
+    """The psycopg async connection behind ``conn`` (for the async API)."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return _open(conn)
+    if isinstance(conn, psycopg.Connection):
+        raise UnsupportedConnectionError(
+            f"conn is a sync psycopg Connection: use the sync method, or pass {ACCEPTED_ASYNC}"
+        )
+    origin = _origin(conn)
+    if origin == "sqlalchemy":
+        return _open(await _from_sqlalchemy_async(conn))
+    if origin == "django":
+        raise UnsupportedConnectionError(
+            "Django's connection is synchronous: call the sync method (from async code, "
+            "through asgiref's sync_to_async, as Django's own ORM calls are)"
+        )
+    raise UnsupportedConnectionError(f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)}")
+
+
+@contextmanager
+def atomic(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """All-or-nothing inside whatever transaction ``conn`` is in (see the module docstring):
+    a savepoint in the caller's transaction, or a transaction of its own on an idle autocommit
+    connection. An error inside rolls back to the savepoint, so the caller's transaction is
+    neither committed nor aborted."""
+    if _must_open(conn):
+        conn.execute(query("open_transaction"))
+    with conn.transaction():
+        yield
+
+
+@asynccontextmanager
+async def atomic_async(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """The async twin of :func:`atomic`."""
+    if _must_open(conn):
+        await conn.execute(query("open_transaction"))
+    async with conn.transaction():
+        yield
+
+
+def _must_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """An idle non-autocommit connection: the caller's transaction has not started yet, so
+    ``conn.transaction()`` would be an outer BEGIN ... COMMIT rather than a savepoint."""
+    return not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+
+
+C = TypeVar("C", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
+
+
+def _open(conn: C) -> C:
+    if conn.closed:
+        raise UnsupportedConnectionError("conn is closed: pass an open connection")
+    if conn.info.transaction_status == TransactionStatus.INERROR:
+        raise UnsupportedConnectionError(
+            "conn's transaction is aborted (an earlier statement failed): roll it back first"
+        )
+    return conn
+
+
+def _origin(conn: object) -> str:
+    return type(conn).__module__.partition(".")[0]
+
+
+def _describe(conn: object) -> str:
+    kind = type(conn)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _from_sqlalchemy(conn: Any) -> psycopg.Connection[Any]:
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session
+
+    if isinstance(conn, Session):
+        # Begins the session's transaction if it has none (autobegin), as a query would.
+        conn = conn.connection()
+    if not isinstance(conn, Connection):
+        raise UnsupportedConnectionError(
+            f"conn must be {ACCEPTED}; got {_describe(conn)} (for an AsyncSession or "
+            "AsyncConnection, call the async method)"
+        )
+    _check_dialect(conn.dialect)
+    if not conn.in_transaction():
+        # SQLAlchemy begins a transaction on a connection's first statement ("autobegin");
+        # ours bypass it, so begin it here, or the application's commit() would be a no-op
+        # and its jobs rolled back when the connection goes back to the pool.
+        conn.begin()
+    driver = conn.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise UnsupportedConnectionError(
+            f"conn must be {ACCEPTED}; its driver connection is {_describe(driver)}"
+        )
+    return driver
+
+
+async def _from_sqlalchemy_async(conn: Any) -> psycopg.AsyncConnection[Any]:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    if isinstance(conn, AsyncSession):
+        conn = await conn.connection()
+    if not isinstance(conn, AsyncConnection):
+        raise UnsupportedConnectionError(
+            f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)} (for a sync Session or "
+            "Connection, call the sync method)"
+        )
+    _check_dialect(conn.dialect)
+    if not conn.in_transaction():
+        await conn.begin()  # see _from_sqlalchemy: autobegin, as a query would
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    if not isinstance(driver, psycopg.AsyncConnection):
+        raise UnsupportedConnectionError(
+            f"conn must be {ACCEPTED_ASYNC}; its driver connection is {_describe(driver)}"
+        )
+    return driver
+
+
+def _check_dialect(dialect: Any) -> None:
+    name, driver = getattr(dialect, "name", "?"), getattr(dialect, "driver", "?")
+    if name != "postgresql" or not str(driver).startswith("psycopg") or driver == "psycopg2":
+        raise UnsupportedConnectionError(
+            f"conn uses SQLAlchemy's {name}+{driver} dialect: pgqueue needs PostgreSQL through "
+            "psycopg 3 (a URL starting postgresql+psycopg://)"
+        )
+
+
+def _from_django(conn: Any) -> psycopg.Connection[Any]:
+    # django.db.connection is a proxy to the default alias's DatabaseWrapper; both have these.
+    vendor = getattr(conn, "vendor", None)
+    if vendor is None or not hasattr(conn, "ensure_connection"):
+        raise UnsupportedConnectionError(f"conn must be {ACCEPTED}; got {_describe(conn)}")
+    if vendor != "postgresql":
+        raise UnsupportedConnectionError(
+            f"conn is a Django {vendor} connection: pgqueue needs PostgreSQL "
+            "(django.db.backends.postgresql with psycopg 3)"
+        )
+    conn.ensure_connection()
+    driver = conn.connection
+    if not isinstance(driver, psycopg.Connection):
+        raise UnsupportedConnectionError(
+            f"conn is a Django connection through {_describe(driver)}: pgqueue needs the "
+            "psycopg 3 driver (pip install 'psycopg[binary]'; Django uses it when installed)"
+        )
+    return driver
