@@ -1,0 +1,1 @@
+"""Integrations with application frameworks (each imports its framework only when used)."""
