@@ -8,10 +8,19 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from pgqueue import config
 from pgqueue.cli import dashboard_cmd, jobs, ops, roles, worker_cmds
-from pgqueue.cli.common import DsnOption, JsonOption, duration, friendly_errors, print_rows
+from pgqueue.cli.common import (
+    MAX_JOB_ID,
+    DsnOption,
+    JsonOption,
+    duration,
+    friendly_errors,
+    in_range,
+    print_rows,
+)
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.cli.flow import breaker_app, queue_app, task_app
@@ -87,16 +96,51 @@ def migrate(
     sql: Annotated[
         bool, typer.Option("--sql", help="Print the SQL instead of running it.")
     ] = False,
+    transaction: Annotated[
+        bool,
+        typer.Option(
+            "--transaction/--no-transaction",
+            help="With --sql: wrap the SQL in BEGIN/COMMIT. --no-transaction is for pasting it"
+            " into a migration that has a transaction of its own, such as an alembic revision"
+            " (where pgqueue.alembic.upgrade(op) does the same without pasting).",
+        ),
+    ] = True,
+    from_revision: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="With --sql: the revision the database is at (default: pgqueue not installed).",
+            metavar="REVISION",
+        ),
+    ] = None,
     revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
 ) -> None:
     """Upgrade pgqueue's schema (own version table, safe to run from several processes)."""
+    from pgqueue.cli.common import err_console
+
+    if not sql and (not transaction or from_revision is not None):
+        raise typer.BadParameter(
+            "--no-transaction and --from only apply with --sql", param_hint="--sql"
+        )
     with friendly_errors():
-        if sql:
-            sys.stdout.write(migrations.upgrade_sql(revision))
-            return
-        url = config.resolve_dsn(dsn)
-        migrations.upgrade(url, revision)
-        typer.echo(f"pgqueue schema at {migrations.current_revision(url)}")
+        try:
+            if sql:
+                sys.stdout.write(
+                    migrations.upgrade_sql(revision, from_revision, transaction=transaction)
+                )
+                return
+            url = config.resolve_dsn(dsn)
+            migrations.upgrade(url, revision)
+            typer.echo(f"pgqueue schema at {migrations.current_revision(url)}")
+        except Exception as exc:
+            # One line, not alembic's and SQLAlchemy's traceback with the failed statement.
+            message = migrations.describe_error(exc)
+            if message is None:
+                raise
+            err_console.print(
+                f"[red]pgq migrate failed:[/red] {escape(message)}", highlight=False, soft_wrap=True
+            )
+            raise typer.Exit(1) from None
 
 
 @app.command("enqueue")
@@ -127,6 +171,7 @@ def enqueue(
         list[int] | None,
         typer.Option(
             "--depends-on",
+            callback=in_range(1, MAX_JOB_ID),
             help="Id of a job that must succeed first (repeat for several); the job waits.",
             metavar="ID",
         ),
@@ -194,9 +239,15 @@ def stats(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
 
 @app.command("demo")
 def demo(
-    jobs: Annotated[int, typer.Option(help="How many jobs to enqueue.")] = 3000,
-    workers: Annotated[int, typer.Option(help="Worker processes to start.")] = 2,
-    concurrency: Annotated[int, typer.Option(help="Slots per worker.")] = 16,
+    jobs: Annotated[
+        int, typer.Option(callback=in_range(1, 10_000_000), help="How many jobs to enqueue.")
+    ] = 3000,
+    workers: Annotated[
+        int, typer.Option(callback=in_range(1, 64), help="Worker processes to start.")
+    ] = 2,
+    concurrency: Annotated[
+        int, typer.Option(callback=in_range(1, 1000), help="Slots per worker.")
+    ] = 16,
     dsn: DsnOption = None,
 ) -> None:
     """Run the demo: enqueue jobs, run real workers with a live view, print a summary."""
