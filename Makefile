@@ -1,10 +1,16 @@
 # Two entry points (see README): `make demo` runs the demo on an embedded PostgreSQL,
-# `make test` runs lint, type checks and the whole test suite. Both create .venv themselves.
+# `make test` runs lint, type checks and the whole test suite. Both create .venv themselves;
+# `make test` also installs the Debian packages its tests need (scripts/install-system-deps).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The other supported Pythons, each in its own .venv-X.Y with pyenv's interpreter
+# (scripts/find-python); `make test-versions` runs VERSION_TESTS on each of them, a few minutes
+# apiece, where `make test` runs everything on $(PYTHON).
+EXTRA_PYTHONS ?= 3.12 3.13
+VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/test_worker_basic.py
 
-.PHONY: demo test lint typecheck pytest bench compare clean
+.PHONY: demo test lint typecheck pytest system-deps test-versions bench compare clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +30,26 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
-pytest: $(BIN)/.installed
+pytest: $(BIN)/.installed system-deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+
+# PostgreSQL 15 with pg_cron, PgBouncer, Chromium: a no-op once they are installed.
+system-deps:
+	bash scripts/install-system-deps
+
+test-versions: $(addprefix test-python-,$(EXTRA_PYTHONS))
+
+test-python-%: .venv-%/.installed
+	PATH="$(CURDIR)/.venv-$*/bin:$$PATH" .venv-$*/bin/pytest -x -q -p no:cacheprovider \
+		$(VERSION_TESTS)
+
+# Kept between runs (make would delete a stamp only a pattern rule names).
+.PRECIOUS: .venv-%/.installed
+.venv-%/.installed: pyproject.toml
+	python="$$(bash scripts/find-python $*)" && "$$python" -m venv .venv-$*
+	.venv-$*/bin/pip install --quiet --upgrade pip
+	.venv-$*/bin/pip install --quiet -e '.[dev]'
+	touch $@
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.enqueue
@@ -35,4 +59,4 @@ compare: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.compare $(COMPARE_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-*/ .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,101 @@
+"""A user's module, written as the README shows, that ``mypy --strict`` and pyright must accept.
+
+Never imported or run: tests/unit/test_typing.py type-checks it as a separate program would
+(pgqueue found as an installed package, so its ``py.typed`` marker is what makes it typed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+import pgqueue
+from pgqueue import (
+    ExponentialBackoff,
+    Fail,
+    JobContext,
+    JobId,
+    PgQueue,
+    RateLimit,
+    Retry,
+    chain,
+    current_job,
+    group,
+)
+
+pgq = PgQueue("postgresql://app@localhost/app")
+
+
+@pgq.task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@pgq.task(queue="emails", max_attempts=5, priority=0)
+def send_email(to: str, subject: str = "Welcome") -> None:
+    ctx = current_job()
+    if ctx.attempt > 3:
+        raise Fail("giving up")
+
+
+@pgq.task(
+    timeout=30,
+    max_attempts=8,
+    backoff=ExponentialBackoff(base=2, cap=600),
+    rate_limit=RateLimit.parse("20/s"),
+)
+def sync_inventory(sku: str) -> None:
+    if not sku:
+        raise Retry(delay=60)
+
+
+@pgq.task(result_ttl=3600)
+async def resize(image_id: int, width: int = 100) -> dict[str, int]:
+    await asyncio.sleep(0)
+    return {"image_id": image_id, "width": width}
+
+
+@pgq.task(pass_context=True)
+def audited(ctx: JobContext, action: str) -> str:
+    return f"{ctx.task}:{action}"
+
+
+@pgq.periodic("*/5 * * * *", queue="maintenance")
+def cleanup() -> None: ...
+
+
+def signup(dsn: str, email: str) -> JobId:
+    # Untyped enqueue: options and the task's arguments share the keywords.
+    send_email.enqueue(email, delay=timedelta(minutes=5))
+    with psycopg.connect(dsn) as conn:
+        conn.execute("INSERT INTO users (email) VALUES (%s)", [email])
+        # Typed enqueue: the options first, then exactly the task's own arguments.
+        job_id: JobId = send_email.options(conn=conn, priority=-1).enqueue(email, subject="Hi")
+    if not job_id.created:
+        raise RuntimeError("an idempotency key matched")
+    return job_id
+
+
+def totals(numbers: list[int]) -> int:
+    direct: int = add(1, 2)  # calling the task runs the function here
+    job = add.options(queue="math", run_at=datetime.now(UTC)).enqueue(1, b=2)
+    ids: list[JobId] = pgq.enqueue_many([add.s(n, n) for n in numbers])
+    by_name = pgq.enqueue("billing.charge", {"order": 7}, queue="billing")
+    result = pgq.result(job, timeout=30)
+    return direct + int(result) + len(ids) + int(by_name)
+
+
+async def thumbnails(aconn: psycopg.AsyncConnection[tuple[object, ...]]) -> list[int]:
+    first = await resize.options(conn=aconn, result_ttl=600).enqueue_async(1, width=50)
+    second = await resize.enqueue_async(2, conn=aconn)
+    info = await pgq.result_async(first, timeout=30)
+    return [int(info["width"]), second]
+
+
+def pipeline(ids: list[int]) -> object:
+    run = chain(add.s(1, 2), add.s(b=3)).enqueue()
+    both = group(add.s(i, i) for i in ids).enqueue()
+    audited.options(queue="audit").enqueue(action="export")
+    return (run.result(timeout=60), both.id, pgqueue.__version__)

@@ -1,0 +1,40 @@
+"""Calls a type checker must reject: each line marked ``# error: CODE`` must get exactly that
+mypy error (and a pyright error), and no other line any (tests/unit/test_typing.py).
+
+Excluded from the project's own mypy run (pyproject.toml), which would fail on purpose here.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from pgqueue import PgQueue
+
+pgq = PgQueue()
+
+
+@pgq.task(queue="math")
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@pgq.task
+async def greet(name: str, *, loud: bool = False) -> str:
+    return name.upper() if loud else name
+
+
+def wrong(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    add.options(queue="math").enqueue(1, "2")  # error: arg-type
+    add.options(conn=conn).enqueue(1)  # error: call-arg
+    add.options().enqueue(1, 2, 3)  # error: call-arg
+    add.options().enqueue(a=1, c=2)  # error: call-arg
+    add.options(priorty=1).enqueue(1, 2)  # error: call-arg
+    add.options(queue=7).enqueue(1, 2)  # error: arg-type
+    add.options(delay="soon").enqueue(1, 2)  # error: arg-type
+    total: str = add(1, 2)  # error: assignment
+    print(total)
+
+
+async def wrong_async() -> None:
+    await greet.options().enqueue_async("Ann", loud="yes")  # error: arg-type
+    await greet.options().enqueue_async(name=1)  # error: arg-type
