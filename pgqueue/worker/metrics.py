@@ -17,9 +17,10 @@ from typing import Any
 
 import psycopg
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pgqueue import log_queue
 from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError
 from pgqueue.worker.context import ClaimedJob
@@ -67,6 +68,14 @@ class WorkerMetrics(WorkerObserver):
         self.db_errors = counter(
             "pgqueue_db_errors", "Database errors seen by the worker's services.", ["service"]
         )
+        self.loop_stalls = Counter(
+            "pgqueue_event_loop_stalls",
+            "Times a handler blocked the worker's event loop past a heartbeat interval.",
+            registry=self.registry,
+        )
+        # Read from the log queue at scrape time (it counts drops from any thread, including
+        # before this exporter existed): pgqueue_log_records_dropped_total.
+        self.registry.register(LogRecordsDropped())
         self._by_written = {
             "succeeded": self.succeeded,
             "retry": self.retried,
@@ -94,6 +103,22 @@ class WorkerMetrics(WorkerObserver):
 
     def db_error(self, service: str) -> None:
         self.db_errors.labels(service).inc()
+
+    def loop_stalled(self, seconds: float) -> None:
+        self.loop_stalls.inc()
+
+
+class LogRecordsDropped(Collector):
+    """Log records the worker dropped because its log output did not keep up (the queue to
+    the log writer thread was full; see pgqueue.log_queue)."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "pgqueue_log_records_dropped",
+            "Log records dropped because the log output did not keep up (log queue full).",
+        )
+        family.add_metric([], log_queue.dropped_total())
+        yield family
 
 
 class QueueDepthCollector(Collector):
