@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pgqueue.db.plan import Plan, Query
+from pgqueue.enqueue import check_limit
 from pgqueue.errors import InvalidJobError
 
 CancelResult = Literal["cancelled", "cancelling", "not_found"]
@@ -65,6 +66,11 @@ def cancel(job_id: int) -> Plan[CancelResult]:
 
 
 def list_dead_letters(where: DeadLetterFilter, limit: int) -> Plan[list[dict[str, Any]]]:
+    # Checked here, not in the plan's body: a bad limit is refused before any connection.
+    return _list_dead_letters(where, check_limit(limit))
+
+
+def _list_dead_letters(where: DeadLetterFilter, limit: int) -> Plan[list[dict[str, Any]]]:
     rows = yield Query("list_dead_letters", {**where.params(), "limit": limit})
     return [dict(zip(DEAD_LETTER_COLUMNS, row, strict=True)) for row in rows]
 

@@ -37,6 +37,13 @@ OPTION_NAMES = frozenset(
 #: Final states a job can keep its idempotency key in (with ``unique_for``).
 UNIQUE_STATES = ("succeeded", "dead", "cancelled")
 _SMALLINT = (-32768, 32767)
+#: The largest job id (ids are bigint).
+MAX_JOB_ID = 2**63 - 1
+#: The longest delay, TTL or key lifetime: far beyond any real use, and small enough that the
+#: database's ``now() + value`` is always a valid timestamp.
+_MAX_YEARS = 1000
+MAX_DURATION = timedelta(days=365 * _MAX_YEARS + _MAX_YEARS // 4)
+_MAX_SECONDS = MAX_DURATION.total_seconds()
 _MAX_KEY_LENGTH = 1000
 # Below this many jobs a multi-row INSERT beats setting up a COPY.
 _COPY_THRESHOLD = 64
@@ -179,25 +186,49 @@ def check_job_ids(value: object, what: str) -> tuple[int, ...]:
         raise InvalidJobError(f"{what} must be a list of job ids, got {type(value).__name__}")
     ids: dict[int, None] = {}
     for item in value:
-        if not isinstance(item, int) or isinstance(item, bool) or item < 1:
-            raise InvalidJobError(f"{what} must contain job ids (positive integers), got {item!r}")
+        # Ids are bigints: a larger number would reach the database and fail there.
+        if not isinstance(item, int) or isinstance(item, bool) or not 1 <= item <= MAX_JOB_ID:
+            raise InvalidJobError(
+                f"{what} must contain job ids (integers between 1 and {MAX_JOB_ID}), "
+                f"got {item!r:.40}"
+            )
         ids[int(item)] = None
     return tuple(ids)
 
 
 def to_timedelta(value: object, what: str) -> timedelta:
-    """Seconds (int/float) or a timedelta, non-negative and finite."""
+    """Seconds (int/float) or a timedelta, between 0 and :data:`MAX_DURATION`.
+
+    The bound keeps every ``now() + value`` the database computes (run_at, keep_until,
+    expires_at) a valid timestamp, and ``timedelta(seconds=...)`` from overflowing."""
+    accepted = f"{what} must be between 0 and {_MAX_YEARS} years"
     if isinstance(value, timedelta):
         delta = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise InvalidJobError(f"{what} must be finite, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidJobError(f"{accepted} (must be finite), got {value!r}")
+        if value < 0:
+            raise InvalidJobError(f"{accepted} (must not be negative), got {value!r:.40}")
+        if value > _MAX_SECONDS:
+            raise InvalidJobError(f"{accepted} ({_MAX_SECONDS:.0f} seconds), got {value!r:.40}")
         delta = timedelta(seconds=value)
     else:
         raise InvalidJobError(f"{what} must be seconds or a timedelta, got {type(value).__name__}")
     if delta < timedelta(0):
-        raise InvalidJobError(f"{what} must not be negative, got {value!r}")
+        raise InvalidJobError(f"{accepted} (must not be negative), got {value!r}")
+    if delta > MAX_DURATION:
+        raise InvalidJobError(f"{accepted} ({MAX_DURATION.days} days), got {value!r}")
     return delta
+
+
+#: The most rows one listing returns (the CLI's --limit takes the same range).
+MAX_ROWS = 1_000_000
+
+
+def check_limit(value: object, what: str = "limit") -> int:
+    """A row count for a listing: 1 to :data:`MAX_ROWS` (a negative LIMIT is a database error,
+    and a huge one a way to read a whole table by accident)."""
+    return _check_int(value, what, 1, MAX_ROWS)
 
 
 def _check_int(value: object, what: str, low: int, high: int) -> int:
@@ -294,6 +325,7 @@ def enqueue_one(spec: JobSpec) -> Plan[JobId]:
             "unique_for": spec.unique_for,
             "unique_states": list(spec.unique_states) if spec.unique_states else None,
         },
+        guarded=True,  # a full queue raises PGQ01 (QueueFullError): keep the caller's transaction
     )
     job_id, created = rows[0]
     if created and spec.result_ttl is not None:

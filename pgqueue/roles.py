@@ -7,7 +7,10 @@ Three roles, each with only what its part of pgqueue needs:
   jobs), ``INSERT`` on the
   columns bulk enqueue writes, ``SELECT`` on ``id`` only (``RETURNING id``), the id sequence,
   ``SELECT`` on ``idle_workers`` (the wake-up trigger reads it).
-  It cannot read other jobs' args, update or delete jobs, or write lease columns.
+  It cannot read other jobs' args, update or delete jobs, or write lease columns. It writes
+  ids (bulk enqueue reserves them with ``nextval`` and COPYs them), but the database refuses
+  an id the sequence never handed out or one a dead letter or history row holds (trigger
+  ``jobs_check_new_ids``, migration 0009): a job with such an id could never be recorded.
 * **worker**: everything a worker process does (claim, heartbeat, complete, retry, dead-letter,
   reap, prune, cron ticks, breaker and rate-limit state): ``SELECT``/``INSERT``/``UPDATE``/
   ``DELETE`` on pgqueue's tables (read-only: the retention settings and the version table),
@@ -48,7 +51,9 @@ ROLE_SETTINGS: dict[str, dict[str, str]] = {
 }
 
 # Columns bulk enqueue writes (COPY or multi-row INSERT). Lease and attempt columns are not
-# among them, so a producer cannot forge a running or half-used job.
+# among them, so a producer cannot forge a running or half-used job. ``id`` is: COPY needs the
+# ids bulk enqueue reserved (no RETURNING), so instead of revoking it the database checks every
+# id a producer inserts (pgqueue.check_job_ids, run by the trigger jobs_check_new_ids).
 _ENQUEUE_COLUMNS = (
     "id",
     "queue",
@@ -73,6 +78,9 @@ _PRODUCER_FUNCTIONS = (
     "drop_raced_keyed_jobs",
     "queue_depth_up_to",
     "mark_keyed",
+    # Run by the id check on the producer's inserts (also executable by PUBLIC, so an upgrade
+    # does not break enqueue before this script is rerun).
+    "check_job_ids",
 )
 # The worker process does much more than claim and ack: it writes retries and dead letters,
 # prunes history and dead letters (retention), advances cron schedules, records circuit-breaker

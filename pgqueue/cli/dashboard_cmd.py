@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from pgqueue import inspect, logs
-from pgqueue.cli.common import DsnOption, err_console, friendly_errors
+from pgqueue.cli.common import DsnOption, err_console, friendly_errors, in_range
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 
@@ -17,7 +17,9 @@ def dashboard(
     host: Annotated[
         str, typer.Option(help="Address to bind; anything but loopback requires auth.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8080,
+    port: Annotated[
+        int, typer.Option(callback=in_range(0, 65535), help="Port to serve on.")
+    ] = 8080,
     token: Annotated[
         str | None,
         typer.Option(

@@ -8,7 +8,17 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, console, friendly_errors, print_rows
+from pgqueue.cli.common import (
+    MAX_BATCH,
+    MAX_JOB_ID,
+    MAX_ROWS,
+    DsnOption,
+    JsonOption,
+    console,
+    friendly_errors,
+    in_range,
+    print_rows,
+)
 from pgqueue.client import PgQueue
 from pgqueue.errors import InvalidJobError
 
@@ -53,7 +63,9 @@ def list_(
     error: ErrorOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
+    limit: Annotated[
+        int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many rows.")
+    ] = 50,
     traceback: Annotated[bool, typer.Option(help="Show the last traceback.")] = False,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
@@ -87,13 +99,18 @@ def list_(
 
 @dlq_app.command("replay")
 def replay(
-    ids: Annotated[list[int] | None, typer.Option("--id", help="Only these ids (repeat).")] = None,
+    ids: Annotated[
+        list[int] | None,
+        typer.Option("--id", callback=in_range(1, MAX_JOB_ID), help="Only these ids (repeat)."),
+    ] = None,
     task: TaskOpt = None,
     queue: QueueOpt = None,
     error: ErrorOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    batch_size: Annotated[int, typer.Option(help="Jobs moved per transaction.")] = 500,
+    batch_size: Annotated[
+        int, typer.Option(callback=in_range(1, MAX_BATCH), help="Jobs moved per transaction.")
+    ] = 500,
     dry_run: Annotated[bool, typer.Option(help="Only count what would be replayed.")] = False,
     all_: Annotated[bool, typer.Option("--all", help="Replay every dead letter.")] = False,
     dsn: DsnOption = None,

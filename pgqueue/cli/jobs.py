@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.cli.common import DsnOption, friendly_errors
+from pgqueue.cli.common import MAX_JOB_ID, DsnOption, friendly_errors, in_range
 from pgqueue.client import PgQueue
 
 _MESSAGES = {
@@ -17,7 +17,9 @@ _MESSAGES = {
 
 
 def cancel(
-    job_ids: Annotated[list[int], typer.Argument(help="Job id(s).")],
+    job_ids: Annotated[
+        list[int], typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Job id(s).")
+    ],
     dsn: DsnOption = None,
 ) -> None:
     """Cancel jobs: waiting ones at once, running ones via their worker."""

@@ -12,10 +12,13 @@ from rich.table import Table
 
 from pgqueue import inspect, ops
 from pgqueue.cli.common import (
+    MAX_JOB_ID,
+    MAX_ROWS,
     DsnOption,
     JsonOption,
     console,
     friendly_errors,
+    in_range,
     json_default,
     open_queue,
     print_rows,
@@ -60,7 +63,9 @@ def jobs_list(
         str | None, typer.Option("--state", help="ready, scheduled or running.")
     ] = None,
     task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
+    limit: Annotated[
+        int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many rows.")
+    ] = 50,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -78,7 +83,7 @@ def jobs_list(
 
 
 def jobs_show(
-    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    job_id: Annotated[int, typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Job id.")],
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -133,7 +138,9 @@ def workers(
 
 
 def retry(
-    job_ids: Annotated[list[int], typer.Argument(help="Job id(s).")],
+    job_ids: Annotated[
+        list[int], typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Job id(s).")
+    ],
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, duration, open_queue, print_rows
+from pgqueue.cli.common import (
+    MAX_BATCH,
+    DsnOption,
+    JsonOption,
+    duration,
+    in_range,
+    open_queue,
+    print_rows,
+)
 from pgqueue.retention import KEEP_FOREVER
 
 retention_app = typer.Typer(
@@ -69,7 +77,9 @@ def set_(
 
 @retention_app.command("prune")
 def prune(
-    batch_size: Annotated[int, typer.Option(help="Rows deleted per statement.")] = 500,
+    batch_size: Annotated[
+        int, typer.Option(callback=in_range(1, MAX_BATCH), help="Rows deleted per statement.")
+    ] = 500,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:

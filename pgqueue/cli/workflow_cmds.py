@@ -10,9 +10,12 @@ import typer
 from rich.tree import Tree
 
 from pgqueue.cli.common import (
+    MAX_JOB_ID,
+    MAX_ROWS,
     DsnOption,
     JsonOption,
     console,
+    in_range,
     json_default,
     open_queue,
     print_rows,
@@ -41,7 +44,9 @@ def list_(
         str | None,
         typer.Option(help="Only workflows in this state: running, failing, failed, succeeded."),
     ] = None,
-    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    limit: Annotated[
+        int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many, newest first.")
+    ] = 50,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -58,7 +63,9 @@ def list_(
 
 @workflow_app.command("show")
 def show(
-    workflow_id: Annotated[int, typer.Argument(help="Workflow id.", metavar="ID")],
+    workflow_id: Annotated[
+        int, typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Workflow id.", metavar="ID")
+    ],
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -1,6 +1,12 @@
 -- Every DML statement pgqueue's runtime runs. Loaded by pgqueue/db/queries.py; each query starts
 -- with a "-- name: <name>" line. Parameters are psycopg placeholders, always bound.
 
+-- name: open_transaction
+-- Starts the caller's transaction on an idle non-autocommit connection (psycopg sends BEGIN before
+-- a connection's first statement), so that what pgqueue runs next is a savepoint inside it rather
+-- than a transaction of its own (see pgqueue/db/connections.py).
+SELECT 1
+
 -- ---------------------------------------------------------------------------------------------
 -- Enqueue
 -- ---------------------------------------------------------------------------------------------
@@ -272,6 +278,26 @@ UPDATE pgqueue.jobs AS j
  WHERE j.id = h.id
 RETURNING j.id, j.lease_token, j.cancel_requested
 
+-- name: extend_leases
+-- The loop watchdog's beat while the worker's event loop is stalled by a handler (see
+-- pgqueue/worker/watchdog.py): every job this worker holds, by worker id rather than by the
+-- (id, token) list the loop keeps, so that jobs claimed while the loop could not look at the
+-- claim's reply are covered too. Only leases not yet expired (an expired one may be the
+-- reaper's already); rows locked in id order, as the heartbeat does.
+WITH me AS (
+    UPDATE pgqueue.workers SET last_seen = now() WHERE id = %(worker_id)s
+), held AS MATERIALIZED (
+    SELECT j.id
+      FROM pgqueue.jobs AS j
+     WHERE j.worker_id = %(worker_id)s AND j.state = 'running' AND j.lease_expires_at > now()
+     ORDER BY j.id
+       FOR NO KEY UPDATE OF j
+)
+UPDATE pgqueue.jobs AS j
+   SET lease_expires_at = now() + %(lease)s::interval
+  FROM held AS h
+ WHERE j.id = h.id
+
 -- name: ack_jobs
 -- Success: the job leaves the hot table, but only if this worker still holds it (token match).
 -- Stale acks change nothing and are reported by their absence from the result. Most acks end
@@ -385,6 +411,64 @@ UPDATE pgqueue.jobs AS j
        worker_id = NULL, run_at = now()
   FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS r(id, token)
  WHERE j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
+RETURNING j.id
+
+-- name: dead_letter_unwritable
+-- The completer, for one job whose outcome could not be written even on its own (a constraint,
+-- a hand-edited row, its id already taken in job_history or dead_letters): the job goes to the
+-- dead letters with what was meant to happen and why it could not. If a dead letter already
+-- holds its id, under a fresh id from the sequence, saying so: the existing row is never
+-- touched (it is another job's record). Fenced like every other write.
+WITH gone AS (
+    DELETE FROM pgqueue.jobs AS j
+     WHERE j.id = %(id)s AND j.lease_token = %(token)s AND j.state = 'running'
+    RETURNING j.*
+), placed AS (
+    SELECT g.*,
+           CASE WHEN EXISTS (SELECT 1 FROM pgqueue.dead_letters AS d WHERE d.id = g.id)
+                THEN nextval('pgqueue.jobs_id_seq') ELSE g.id END AS new_id,
+           -- What fail_jobs / ack_jobs would have made of it.
+           CASE WHEN g.cancel_requested OR %(kind)s = 'cancelled' THEN 'cancelled'
+                WHEN %(kind)s = 'ack' THEN 'succeeded'
+                WHEN %(kind)s = 'fail' THEN 'failed permanently (Fail raised)'
+                WHEN %(kind)s = 'no_retry' THEN 'not retried: the task''s retry policy excludes '
+                                                || (%(error)s::jsonb ->> 'error')
+                WHEN %(kind)s = 'error' AND g.attempts >= g.max_attempts
+                    THEN 'max attempts reached'
+                ELSE 'to be retried' END AS meant
+      FROM gone AS g
+)
+INSERT INTO pgqueue.dead_letters (id, queue, task, args, priority, attempts, max_attempts,
+                                  lease_token, idempotency_key, created_at, errors, last_error,
+                                  reason, worker_id)
+SELECT p.new_id, p.queue, p.task, p.args, p.priority, p.attempts, p.max_attempts, p.lease_token,
+       p.idempotency_key, p.created_at,
+       p.errors
+       || CASE WHEN %(error)s::text IS NULL THEN '[]'::jsonb
+               ELSE jsonb_build_array(%(error)s::jsonb || jsonb_build_object('at', now())) END
+       || jsonb_build_array(jsonb_build_object(
+              'attempt', p.attempts, 'at', now(), 'error', 'OutcomeNotWritten',
+              'message', %(problem)s::text, 'worker_id', p.worker_id)),
+       %(problem)s::text,
+       p.meant || ', but that outcome could not be written: ' || %(problem)s::text
+       || CASE WHEN p.new_id <> p.id
+               THEN '; id ' || p.id || ' is taken by another dead letter, so this job is '
+                    || 'recorded as id ' || p.new_id
+               ELSE '' END,
+       p.worker_id
+  FROM placed AS p
+RETURNING id
+
+-- name: expire_unwritable
+-- The completer, when not even dead_letter_unwritable could record the job: end its lease now
+-- (with the reason in its errors) so the reaper takes it at once instead of it sitting
+-- running; the reaper retries it while attempts remain, else dead-letters or parks it.
+UPDATE pgqueue.jobs AS j
+   SET lease_expires_at = now(),
+       errors = j.errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', j.attempts, 'at', now(), 'error', 'OutcomeNotWritten',
+                    'message', %(problem)s::text, 'worker_id', j.worker_id))
+ WHERE j.id = %(id)s AND j.lease_token = %(token)s AND j.state = 'running'
 RETURNING j.id
 
 -- name: register_worker

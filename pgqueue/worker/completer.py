@@ -5,29 +5,98 @@ load a batch holds everything that finished during one round trip and the number
 per job falls as throughput rises; when idle, an outcome is written at once. A write that fails
 (database down) is kept and retried: an outcome is never dropped, and a write that arrives after
 the lease was lost changes nothing (the token no longer matches) and is logged as stale.
+
+One bad row must not stall the rest. Each statement is atomic, so when a batch fails on a row
+(a data error, a constraint, an error a trigger raised: a hand-edited row, an id another row
+already holds), its outcomes are written again in halves until the failing ones stand alone,
+and every other outcome is written on the way (the common path is unchanged: one statement per
+batch; a bad row costs about two statements per halving). Errors that are not about a row (a
+privilege missing after an upgrade) would fail every job alike: those outcomes are kept and
+tried again, as through an outage. A
+job whose write fails alone goes to the dead letters with the reason (``dead_letter_unwritable``;
+under a fresh id when its own is taken: the row holding the id is never changed). If even that
+fails, the job is logged with the error and its lease is ended (``expire_unwritable``), so the
+reaper takes it at once: retried while attempts remain, else dead-lettered or, if nothing can
+record it there either, parked for an hour (see ``pgqueue.reap``). Nothing stays running with a
+lease extended forever, and nothing is deleted without a record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 
-from pgqueue.worker.db import WorkerDB, int_array
+import psycopg
+
+from pgqueue.enqueue import MAX_DURATION
+from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, int_array
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
 
 MAX_BATCH = 1000
+# A retry delay the database can add to now() (a backoff callable may return anything).
+_MAX_DELAY = MAX_DURATION.total_seconds()
+# How much of an error goes into a log line or a dead letter's reason.
+_MAX_LOGGED = 300
+_MAX_PROBLEM = 1000
 
 
 def _by_id(outcome: Outcome) -> int:
     return outcome.job.id
 
 
+def _delay(seconds: float) -> float:
+    if math.isnan(seconds):
+        return 0.0
+    return min(max(seconds, 0.0), _MAX_DELAY)
+
+
+def _problem(exc: psycopg.Error) -> str:
+    """A database error in one line: class, message, detail (the key or row it is about)."""
+    diag = exc.diag
+    text = diag.message_primary or str(exc)
+    if diag.message_detail:
+        text += f" ({diag.message_detail})"
+    return f"{type(exc).__name__}: {' '.join(text.split())}"[:_MAX_PROBLEM]
+
+
+def _about_the_row(exc: psycopg.Error) -> bool:
+    """Whether the error is about the data written (so about that job) rather than the
+    database or its set-up: a data exception (SQLSTATE class 22), a constraint violation (23),
+    an error a trigger raised (P0), or psycopg refusing to send a value. Only those make a job
+    go to the dead letters; others (a missing privilege after an upgrade, say) would hit every
+    job alike, and the job is kept until they are fixed."""
+    if exc.sqlstate is None:
+        return isinstance(exc, psycopg.DataError)
+    return exc.sqlstate[:2] in ("22", "23", "P0")
+
+
+def _log_value(text: str) -> str:
+    """``text`` as the last value of a log line: one line, clipped, and with ``=`` escaped
+    where the JSON formatter would take ``word=...`` for a field of its own."""
+    text = " ".join(text.split())
+    if len(text) > _MAX_LOGGED:
+        text = text[: _MAX_LOGGED - 3] + "..."
+    return " ".join(
+        word.replace("=", "\\=", 1) if word.partition("=")[0].isidentifier() else word
+        for word in text.split(" ")
+    )
+
+
 # What fail_jobs decided, in the words of the logs.
 _VERBS = {"retry": "rescheduled", "dead": "dead-lettered", "cancelled": "cancelled"}
+# Why fail_jobs dead-lettered a job, by outcome kind.
+_DEAD_BECAUSE = {
+    "error": "max attempts reached",
+    "fail": "Fail raised",
+    "no_retry": "the retry policy excludes the error",
+}
 # Outcome kinds a circuit breaker counts as failures.
 _FAILURES = ("error", "fail", "no_retry")
+
+Written = list[tuple[Outcome, str]]
 
 
 class Completer(Service):
@@ -43,7 +112,10 @@ class Completer(Service):
         #: the task's prefetched jobs, which were claimed before the trip).
         self.on_breaker_open: Callable[[str], None] | None = None
         self.pending: list[Outcome] = []
+        #: The batch being written, less what is written already (its leases stay extended).
         self.in_flight: list[Outcome] = []
+        # Breaker outcomes of written jobs, not yet counted (kept through an outage).
+        self._breakers: list[tuple[Outcome, bool]] = []
         self._write_lock: asyncio.Lock | None = None
 
     def interval(self) -> float:
@@ -71,85 +143,220 @@ class Completer(Service):
     async def _write_pending(self) -> None:
         while self.pending:
             batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
-            self.in_flight = batch
+            # Sorted by id: every statement that locks several jobs takes them in the same
+            # order, so a heartbeat and a write of overlapping jobs cannot deadlock.
+            self.in_flight = sorted(batch, key=_by_id)
+            report: Written = []
+            logged: set[int] = set()
             try:
-                await self._write(batch)
+                await self._write(report, logged)
             except BaseException:
-                self.pending = batch + self.pending
+                self.pending = self.in_flight + self.pending  # what is not written yet
                 raise
             finally:
                 self.in_flight = []
+                self._report(report, logged)
+            if self._breakers:
+                await self._record_breakers()
+        if self._breakers:  # left over from an outage
+            await self._record_breakers()
 
-    async def _write(self, batch: list[Outcome]) -> None:
-        # Sorted by id: every statement that locks several jobs takes them in the same order,
-        # so a heartbeat and a write of overlapping jobs cannot deadlock.
-        batch = sorted(batch, key=_by_id)
-        acks = [o for o in batch if o.kind == "ack"]
-        others = [o for o in batch if o.kind != "ack"]
-        breaker: list[tuple[Outcome, bool]] = []
-        report: list[tuple[Outcome, str]] = []
+    async def _write(self, report: Written, logged: set[int]) -> None:
+        acks = [o for o in self.in_flight if o.kind == "ack"]
+        others = [o for o in self.in_flight if o.kind != "ack"]
+        kept = None
         if acks:
+            kept = await self._write_isolating("ack_jobs", acks, report, logged)
+        if others:
+            kept = await self._write_isolating("fail_jobs", others, report, logged) or kept
+        if kept is not None:
+            raise kept  # the service logs it and tries again after a backoff
+
+    async def _write_isolating(
+        self, name: str, outcomes: list[Outcome], report: Written, logged: set[int]
+    ) -> psycopg.Error | None:
+        """Write ``outcomes`` with one statement; if it fails on a row, in halves, until each
+        outcome that cannot be written stands alone. Returns an error that is not about a row
+        (its outcomes stay in ``in_flight``, to be tried again); raises transient ones."""
+        chunks = [outcomes]
+        kept: psycopg.Error | None = None
+        while chunks:
+            chunk = chunks.pop()
+            try:
+                written = await self._statement(name, chunk)
+            except TRANSIENT_ERRORS:
+                raise
+            except psycopg.Error as exc:
+                if not _about_the_row(exc):
+                    # It would fail every job alike (a privilege missing after an upgrade):
+                    # splitting cannot help. Kept, with what else fails, until it is fixed.
+                    kept = kept or exc
+                    continue
+                if len(chunk) > 1:
+                    if chunk is outcomes:
+                        self.log.warning(
+                            "batch write failed; writing it in parts to isolate the failing "
+                            "job(s) statement=%s jobs=%s error=%s",
+                            name,
+                            len(chunk),
+                            _log_value(_problem(exc)),
+                        )
+                    half = len(chunk) // 2
+                    chunks += [chunk[half:], chunk[:half]]  # the lower ids first
+                    continue
+                outcome = chunk[0]
+                written = [(outcome, await self._unwritable(outcome, exc))]
+                logged.add(id(outcome))
+            self._done(chunk)
+            report.extend(written)
+            self._count_breakers(written)
+        return kept
+
+    async def _statement(self, name: str, chunk: list[Outcome]) -> Written:
+        if name == "ack_jobs":
             rows = await self.db.fetch(
                 "ack_jobs",
                 {
-                    "ids": int_array([o.job.id for o in acks]),
-                    "tokens": int_array([o.job.lease_token for o in acks]),
+                    "ids": int_array([o.job.id for o in chunk]),
+                    "tokens": int_array([o.job.lease_token for o in chunk]),
                     # NULL when no job keeps a result (most batches): unnest pads with NULLs.
                     "results": (
-                        [o.result for o in acks]
-                        if any(o.result is not None for o in acks)
+                        [o.result for o in chunk]
+                        if any(o.result is not None for o in chunk)
                         else None
                     ),
                 },
             )
             # A job cancelled while its handler ran is recorded as cancelled by ack_jobs.
             done: dict[int, bool] = {row[0]: row[1] for row in rows}
-            for outcome in acks:
+            written: Written = []
+            for outcome in chunk:
                 cancelled = done.get(outcome.job.id)
                 if cancelled is None:
-                    report.append((outcome, "stale"))
+                    written.append((outcome, "stale"))
                 else:
-                    report.append((outcome, "cancelled" if cancelled else "succeeded"))
-                    if not cancelled and outcome.job.task in self.breaker_tasks:
-                        breaker.append((outcome, False))
-        if others:
+                    written.append((outcome, "cancelled" if cancelled else "succeeded"))
+            return written
+        rows = await self.db.fetch(
+            "fail_jobs",
+            {
+                "ids": [o.job.id for o in chunk],
+                "tokens": [o.job.lease_token for o in chunk],
+                "kinds": [o.kind for o in chunk],
+                "delays": [_delay(o.delay) for o in chunk],
+                "errors": [o.error for o in chunk],
+            },
+        )
+        decided: dict[int, str] = {row[0]: row[1] for row in rows}
+        return [(o, decided.get(o.job.id, "stale")) for o in chunk]
+
+    def _done(self, chunk: list[Outcome]) -> None:
+        """Written: these outcomes' leases need no more heartbeats, nor a retry."""
+        if len(chunk) == len(self.in_flight):
+            self.in_flight = []  # chunk is a subset of in_flight: all of it
+        else:
+            written = {id(o) for o in chunk}
+            self.in_flight = [o for o in self.in_flight if id(o) not in written]
+
+    async def _unwritable(self, outcome: Outcome, exc: psycopg.Error) -> str:
+        """An outcome whose write fails on its own: dead-letter the job with the reason, or
+        if that fails too, end its lease so the reaper takes it over. Transient errors are
+        raised (the outcome is kept and tried again)."""
+        job = outcome.job
+        problem = _problem(exc)
+        fenced = {"id": job.id, "token": job.lease_token}
+        try:
             rows = await self.db.fetch(
-                "fail_jobs",
-                {
-                    "ids": [o.job.id for o in others],
-                    "tokens": [o.job.lease_token for o in others],
-                    "kinds": [o.kind for o in others],
-                    "delays": [o.delay for o in others],
-                    "errors": [o.error for o in others],
-                },
+                "dead_letter_unwritable",
+                {**fenced, "kind": outcome.kind, "error": outcome.error, "problem": problem},
             )
-            decided: dict[int, str] = {row[0]: row[1] for row in rows}
-            for outcome in others:
-                written = decided.get(outcome.job.id, "stale")
-                report.append((outcome, written))
-                if (
-                    outcome.job.task in self.breaker_tasks
-                    and outcome.kind in _FAILURES
-                    and written in ("retry", "dead")
-                ):
-                    breaker.append((outcome, True))
+        except TRANSIENT_ERRORS:
+            raise
+        except psycopg.Error as again:
+            self.log.error(
+                "outcome could not be written, nor the job dead-lettered; its lease is ended "
+                "so the reaper takes it job_id=%s task=%s queue=%s attempt=%s outcome=%s "
+                "dead_letter_error=%s error=%s",
+                job.id,
+                job.task,
+                job.queue,
+                job.attempt,
+                outcome.kind,
+                _log_value(_problem(again)),
+                _log_value(problem),
+            )
+            try:
+                await self.db.fetch("expire_unwritable", {**fenced, "problem": problem})
+            except TRANSIENT_ERRORS:
+                raise
+            except psycopg.Error as third:
+                # Not held here any more either way: its lease runs out without heartbeats.
+                self.log.error(
+                    "could not end the lease; it expires on its own job_id=%s error=%s",
+                    job.id,
+                    _log_value(_problem(third)),
+                )
+            return "stale"  # this worker's write changed nothing
+        if not rows:
+            self._log_written(outcome, "stale")
+            return "stale"
+        self.log.error(
+            "outcome could not be written; job dead-lettered with the reason job_id=%s "
+            "task=%s queue=%s attempt=%s outcome=%s dead_letter_id=%s error=%s",
+            job.id,
+            job.task,
+            job.queue,
+            job.attempt,
+            outcome.kind,
+            rows[0][0],
+            _log_value(problem),
+        )
+        return "dead"
+
+    def _count_breakers(self, written: Written) -> None:
+        if not self.breaker_tasks:
+            return
+        for outcome, what in written:
+            if outcome.job.task not in self.breaker_tasks:
+                continue
+            if what == "succeeded" and outcome.kind == "ack":
+                self._breakers.append((outcome, False))
+            elif outcome.kind in _FAILURES and what in ("retry", "dead"):
+                self._breakers.append((outcome, True))
+
+    def _report(self, report: Written, logged: set[int]) -> None:
+        if not report:
+            return
         self.observer.jobs_written(report)
         if self.log.isEnabledFor(logging.INFO) or any(w == "stale" for _, w in report):
             for outcome, written in report:
-                self._log_written(outcome, written)
-        if breaker:
-            await self._record_breakers(breaker)
+                if id(outcome) not in logged:
+                    self._log_written(outcome, written)
 
-    async def _record_breakers(self, outcomes: list[tuple[Outcome, bool]]) -> None:
-        rows = await self.db.fetch(
-            "record_breaker_outcomes",
-            {
-                "tasks": [o.job.task for o, _ in outcomes],
-                "ids": [o.job.id for o, _ in outcomes],
-                "tokens": [o.job.lease_token for o, _ in outcomes],
-                "failed": [failed for _, failed in outcomes],
-            },
-        )
+    async def _record_breakers(self) -> None:
+        outcomes = self._breakers
+        try:
+            rows = await self.db.fetch(
+                "record_breaker_outcomes",
+                {
+                    "tasks": [o.job.task for o, _ in outcomes],
+                    "ids": [o.job.id for o, _ in outcomes],
+                    "tokens": [o.job.lease_token for o, _ in outcomes],
+                    "failed": [failed for _, failed in outcomes],
+                },
+            )
+        except TRANSIENT_ERRORS:
+            raise  # kept: counted after the outage
+        except psycopg.Error as exc:
+            # Counts only steer the breaker; they must not stall the outcomes behind them.
+            self._breakers = []
+            self.log.error(
+                "circuit breaker outcomes not recorded jobs=%s error=%s",
+                len(outcomes),
+                _log_value(_problem(exc)),
+            )
+            return
+        self._breakers = []
         for task, before, after in rows:
             if before != after:
                 self.log.warning("circuit breaker %s task=%s (was %s)", after, task, before)
@@ -178,13 +385,29 @@ class Completer(Service):
                 outcome.duration,
             )
         else:
-            self.log.info(
-                "job %s job_id=%s task=%s queue=%s attempt=%s outcome=%s delay=%.3fs",
+            # The error comes last: its text may hold anything, and the JSON formatter reads
+            # every word after the last key=value as part of that value.
+            line = "job %s job_id=%s task=%s queue=%s attempt=%s max_attempts=%s outcome=%s " + (
+                "delay=%.3fs" if written == "retry" else "reason=%s"
+            )
+            detail: object = (
+                _delay(outcome.delay)
+                if written == "retry"
+                else _DEAD_BECAUSE.get(outcome.kind, outcome.kind)
+                if written == "dead"
+                else "cancelled"
+            )
+            args: list[object] = [
                 _VERBS.get(written, written),
                 job.id,
                 job.task,
                 job.queue,
                 job.attempt,
+                job.max_attempts,
                 outcome.kind,
-                outcome.delay,
-            )
+                detail,
+            ]
+            if outcome.summary:
+                line += " error=%s"
+                args.append(_log_value(outcome.summary))
+            self.log.info(line, *args)

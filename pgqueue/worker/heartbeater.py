@@ -3,6 +3,11 @@
 A job missing from the statement's result was lost: reaped after a stall, or re-claimed. Its
 handler is told to stop, and nothing this worker writes about it later can take effect (the
 fencing token moved on). A job flagged ``cancel_requested`` has its handler stopped too.
+
+A lost lease is reported once: a sync handler cannot be interrupted, so its job stays held
+here until the thread returns, and without remembering the loss every later beat would count
+it again (and stop the handler again). Lost leases are no longer sent: there is nothing left
+to extend.
 """
 
 from __future__ import annotations
@@ -39,12 +44,18 @@ class Heartbeater(Service):
         self.worker_id = worker_id
         self.lease = lease
         self.counts = counts or JobCounts()
+        #: (id, token) of leases found lost whose handler has not returned yet.
+        self.lost: set[tuple[int, int]] = set()
 
     def interval(self) -> float:
         return self.lease / 3
 
     async def run_once(self, timeout: float = 30.0) -> None:
         held = sorted(self.executor.held() + self.completer.held())
+        if self.lost:
+            # Forget losses whose handler has returned (their pair is held nowhere any more).
+            self.lost.intersection_update(held)
+            held = [pair for pair in held if pair not in self.lost]
         counted = self.counts.take()
         try:
             rows = await self.db.fetch(
@@ -81,6 +92,7 @@ class Heartbeater(Service):
         job = self.executor.find(job_id, token)
         if job is None:
             return  # finished and written meanwhile: not lost
+        self.lost.add((job_id, token))
         self.observer.lease_lost(job)
         self.log.warning(
             "lease lost; stopping handler job_id=%s task=%s attempt=%s lease_token=%s",

@@ -28,31 +28,53 @@ class Outcome:
     error: str | None = None  # JSON object describing the error
     duration: float = 0.0  # seconds the handler ran (set by the executor)
     result: str | None = None  # the return value as JSON, for jobs that keep it (ack only)
+    #: "ValueError: bad address" (the error's class and message, as stored), for the log line.
+    summary: str | None = None
 
     @classmethod
     def from_exception(
         cls, job: ClaimedJob, kind: Kind, exc: BaseException, worker_id: str, delay: float = 0.0
     ) -> Outcome:
-        return cls(job, kind, delay, error_json(job, exc, worker_id))
+        name, message = describe(exc)
+        return cls(
+            job,
+            kind,
+            delay,
+            error_json(job, exc, worker_id, name, message),
+            summary=f"{name}: {message}",
+        )
 
 
-def error_json(job: ClaimedJob, exc: BaseException, worker_id: str) -> str:
-    """One attempt's error as a JSON object (the database adds the time it was recorded)."""
+def describe(exc: BaseException) -> tuple[str, str]:
+    """The error's class name (module-qualified unless a builtin) and message, as stored."""
     kind = type(exc)
     name = (
         kind.__qualname__
         if kind.__module__ == "builtins"
         else f"{kind.__module__}.{kind.__qualname__}"
     )
+    message = str(exc) or name
+    return name, message[:_MAX_MESSAGE].replace("\x00", "\\0")
+
+
+def error_json(
+    job: ClaimedJob,
+    exc: BaseException,
+    worker_id: str,
+    name: str | None = None,
+    message: str | None = None,
+) -> str:
+    """One attempt's error as a JSON object (the database adds the time it was recorded)."""
+    if name is None or message is None:
+        name, message = describe(exc)
     text = "".join(traceback.format_exception(exc))
     if len(text) > _MAX_TRACEBACK:
         text = "...(truncated)...\n" + text[-_MAX_TRACEBACK:]
-    message = str(exc) or name
     return json.dumps(
         {
             "attempt": job.attempt,
             "error": name,
-            "message": message[:_MAX_MESSAGE].replace("\x00", "\\0"),
+            "message": message,
             "traceback": text.replace("\x00", "\\0"),
             "worker_id": worker_id,
         },

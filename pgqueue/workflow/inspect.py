@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgqueue.db.plan import Plan, Query
+from pgqueue.enqueue import check_limit
 from pgqueue.errors import InvalidJobError, WorkflowNotFoundError
 
 WORKFLOW_COLUMNS = (
@@ -41,8 +42,13 @@ STATES = ("running", "failing", "failed", "succeeded")
 
 
 def list_workflows(state: str | None = None, limit: int = 50) -> Plan[list[dict[str, Any]]]:
+    # Checked here, not in the plan's body: bad arguments are refused before any connection.
     if state is not None and state not in STATES:
         raise InvalidJobError(f"workflow state must be one of {', '.join(STATES)}, got {state!r}")
+    return _list_workflows(state, check_limit(limit))
+
+
+def _list_workflows(state: str | None, limit: int) -> Plan[list[dict[str, Any]]]:
     rows = yield Query("list_workflows", {"state": state, "limit": limit})
     return [dict(zip(WORKFLOW_COLUMNS, row, strict=True)) for row in rows]
 

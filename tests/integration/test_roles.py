@@ -210,3 +210,88 @@ def test_roles_script_quotes_every_name_and_rejects_bad_ones():
     assert result.exit_code == 1 and "63 bytes" in result.output
     with pytest.raises(ConfigurationError):
         RoleNames(producer="same", worker="same").validate()
+
+
+def test_a_producer_cannot_enqueue_an_id_that_is_taken_or_was_never_handed_out(app_dsn, roles):
+    # Producers write ids (bulk enqueue reserves them with nextval, then COPYs them), so the
+    # database checks the ids a producer inserts: one a dead letter or a history row already
+    # holds would make the job's own outcome impossible to write later.
+    owner = PgQueue(app_dsn)
+    dead, done, replayed = (owner.enqueue("noop", {"n": n}) for n in range(3))
+    owner.close()
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute(
+            "WITH gone AS (DELETE FROM pgqueue.jobs WHERE id = ANY(%s) RETURNING *)"
+            " INSERT INTO pgqueue.dead_letters (id, queue, task, args, priority, attempts,"
+            " max_attempts, lease_token, created_at, reason)"
+            " SELECT id, queue, task, args, priority, 5, 5, 1, created_at, 'test' FROM gone",
+            ([dead, replayed],),
+        )
+        conn.execute(
+            "WITH gone AS (DELETE FROM pgqueue.jobs WHERE id = %s RETURNING *)"
+            " INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,"
+            " max_attempts, created_at) SELECT id, queue, task, args, 'succeeded', priority, 1,"
+            " 5, created_at FROM gone",
+            (done,),
+        )
+        last = conn.execute("SELECT last_value FROM pgqueue.jobs_id_seq").fetchone()[0]
+
+    def plain(conn: psycopg.Connection[Any], job_id: int) -> None:
+        conn.execute(
+            "INSERT INTO pgqueue.jobs (id, queue, task) VALUES (%s, 'default', 'noop')", (job_id,)
+        )
+
+    def copied(conn: psycopg.Connection[Any], job_id: int) -> None:
+        # With a good id in the same COPY: one bad row refuses the whole statement.
+        good = conn.execute("SELECT nextval('pgqueue.jobs_id_seq')").fetchone()[0]
+        with conn.cursor().copy("COPY pgqueue.jobs (id, queue, task, args) FROM STDIN") as copy:
+            copy.write_row((good, "default", "noop", "{}"))
+            copy.write_row((job_id, "default", "noop", "{}"))
+
+    def keyed(conn: psycopg.Connection[Any], job_id: int) -> None:
+        conn.execute(
+            "SELECT * FROM pgqueue.insert_keyed_jobs(ARRAY[%s]::bigint[], '{default}', '{noop}',"
+            " '{\"{}\"}', '{0}', ARRAY[now()], '{ready}', '{5}', ARRAY[%s], '{NULL}', '{NULL}',"
+            " '{NULL}')",
+            (job_id, f"key-{job_id}"),
+        )
+
+    def as_producer(conn: psycopg.Connection[Any], job_id: int) -> None:
+        # Logged in as another role, acting as the producer.
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles.producer)))
+        plain(conn, job_id)
+
+    producer_dsn = as_role(app_dsn, roles.producer)
+    for dsn, writes in ((producer_dsn, (plain, copied, keyed)), (app_dsn, (as_producer,))):
+        for job_id, words in (
+            (dead, "a dead letter"),
+            (done, "job_history"),
+            (last + 1000, "never handed out"),  # (the COPY case takes a few ids)
+            (2**63 - 1, "never handed out"),
+        ):
+            for write in writes:
+                with (
+                    psycopg.connect(dsn, autocommit=True) as conn,
+                    pytest.raises(errors.IntegrityError) as refused,
+                ):
+                    write(conn, job_id)
+                assert f"job id {job_id}" in str(refused.value) and words in str(refused.value)
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 0
+    # Roles that may write dead letters themselves are not checked (it would cost every
+    # enqueue): the worker survives what they write (tests/hostile/test_unwritable_outcomes.py).
+    worker_dsn = as_role(app_dsn, roles.worker)
+    with psycopg.connect(worker_dsn, autocommit=True) as conn:
+        plain(conn, done)
+        conn.execute("DELETE FROM pgqueue.jobs WHERE id = %s", (done,))
+    # Ids the sequence handed out go in; a dead letter replayed with its own id is not a
+    # collision (the same statement moved it).
+    producer = PgQueue(producer_dsn)
+    try:
+        assert len(producer.enqueue_many([producer.spec("noop", {}, {}) for _ in range(70)])) == 70
+    finally:
+        producer.close()
+    admin = runner.invoke(
+        cli, ["dlq", "replay", "--id", str(replayed), "--dsn", as_role(app_dsn, roles.admin)]
+    )
+    assert admin.exit_code == 0 and "replayed 1" in admin.output, admin.output
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 71
