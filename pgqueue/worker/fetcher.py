@@ -83,6 +83,8 @@ class Fetcher(Service):
         #: Whether this worker is registered in idle_workers (see _go_idle).
         self._idle = _Idle.NO
         self._handshake_backoff = 0.0
+        #: The main lane's claim while it is in flight (see run_once).
+        self._main: asyncio.Future[tuple[list[Row], float | None]] | None = None
         #: The second claim lane's claim, while one is in flight (see _claim_ahead).
         self._ahead: asyncio.Task[None] | None = None
         self._ahead_sent = False
@@ -105,7 +107,13 @@ class Fetcher(Service):
         self.params["limit"] = free
         self.params["running"] = self._running_per_queue()
         with self.executor.reserve(free):
-            rows, throttled = await self._claim(self.params)
+            # Shielded: a shutdown that cancels this lane mid-claim must not cut the claim off
+            # after the server committed it (its jobs would stay claimed until their leases
+            # expired); run() lets it come back and hands its jobs back instead.
+            self._main = asyncio.ensure_future(self._claim(self.params))
+            # Cancelled here (even just after the claim came back), _main stays for run().
+            rows, throttled = await asyncio.shield(self._main)
+            self._main = None
         self._hand_over(rows)
         claimed = len(rows)
         self.saturated = claimed >= free
@@ -171,6 +179,18 @@ class Fetcher(Service):
         try:
             await super().run()
         finally:
+            main, self._main = self._main, None
+            if main is not None:
+                # Cancelled while a claim was in flight: let it come back (as the other lane's
+                # below) and hand its jobs over; stopping, they wait unstarted and the shutdown
+                # hands them back.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(main), timeout=5.0)
+                if main.done() and not main.cancelled() and main.exception() is None:
+                    self._hand_over(main.result()[0])
+                else:
+                    main.cancel()
+                    await asyncio.gather(main, return_exceptions=True)
             ahead = self._ahead
             if ahead is not None and not self._ahead_sent:
                 ahead.cancel()  # still waiting for room: nothing claimed yet

@@ -51,6 +51,10 @@ class WorkerObserver:
     def db_error(self, service: str) -> None:
         """A service hit a database error (it will retry)."""
 
+    def loop_stalled(self, seconds: float) -> None:
+        """The event loop has not run for ``seconds`` (a handler blocks it); called once per
+        stall, from the watchdog's thread (see :mod:`pgqueue.worker.watchdog`)."""
+
 
 @dataclass
 class WorkerStats(WorkerObserver):
@@ -65,6 +69,7 @@ class WorkerStats(WorkerObserver):
     stale: int = 0
     reaped: int = 0
     db_errors: int = 0
+    loop_stalls: int = 0
 
     def job_started(self, job: ClaimedJob) -> None:
         self.claimed += 1
@@ -92,6 +97,9 @@ class WorkerStats(WorkerObserver):
 
     def db_error(self, service: str) -> None:
         self.db_errors += 1
+
+    def loop_stalled(self, seconds: float) -> None:
+        self.loop_stalls += 1
 
     def as_params(self) -> dict[str, int]:
         return {
@@ -138,3 +146,6 @@ class Observers(WorkerObserver):
 
     def db_error(self, service: str) -> None:
         self._each("db_error", service)
+
+    def loop_stalled(self, seconds: float) -> None:
+        self._each("loop_stalled", seconds)

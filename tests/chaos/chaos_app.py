@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -79,9 +80,12 @@ async def record(event: str, n: int) -> None:
 
 
 @pgq.task(name="chaos.work", max_attempts=1000)
-async def work(n: int, ms: float = 0.0) -> None:
-    """The effect: a start record, some work, an end record (the end is the effect)."""
+async def work(n: int, ms: float = 0.0, block_ms: float = 0.0) -> None:
+    """The effect: a start record, some work, an end record (the end is the effect).
+    ``block_ms``: first block the whole event loop that long (a careless handler)."""
     await record("start", n)
+    if block_ms:
+        time.sleep(block_ms / 1000)  # noqa: ASYNC251 - the fault under test
     if ms:
         await asyncio.sleep(ms / 1000)
     await record("end", n)

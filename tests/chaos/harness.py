@@ -165,6 +165,13 @@ class Settings:
     reaper_interval: float = 0.5
     drain_timeout: float = 180.0
     worker_args: tuple[str, ...] = ()
+    #: Every block_every-th job blocks its worker's event loop for block_ms (time.sleep in an
+    #: async handler) before doing its work.
+    block_every: int = 0
+    block_ms: float = 0.0
+    #: Workers write their logs into a pipe nobody reads until they are stopped (a stuck log
+    #: shipper, a supervisor's full pipe).
+    unread_pipe: bool = False
 
 
 @dataclass
@@ -237,14 +244,19 @@ class Fleet:
         dsn_for: Callable[[int], str],
         env_for: Callable[[int], dict[str, str]] | None = None,
         command: Sequence[str] = (PGQ,),
+        unread_pipe: bool = False,
     ) -> None:
         self.logs = logs
+        self.unread_pipe = unread_pipe
+        self._readers: list[threading.Thread] = []
         self.args = list(args)
         self.dsn_for = dsn_for
         self.env_for = env_for or (lambda i: {})
         self.command = list(command)
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self.spawned = 0
+        self._pipe_logs: dict[int, Path] = {}
+        self._reading: set[int] = set()
 
     def spawn(self, index: int) -> subprocess.Popen[bytes]:
         self.spawned += 1
@@ -256,11 +268,29 @@ class Fleet:
                 [*self.command, "work", APP, *self.args],
                 cwd=ROOT,
                 env=env,
-                stdout=out,
+                stdout=subprocess.PIPE if self.unread_pipe else out,
                 stderr=subprocess.STDOUT,
             )
         self.procs[index] = proc
+        self._pipe_logs[proc.pid] = log
         return proc
+
+    def _read_pipes(self) -> None:
+        """Start reading the pipes nobody read so far (into each worker's log file)."""
+        for proc in self.procs:
+            if proc is None or proc.stdout is None or proc.pid in self._reading:
+                continue
+            self._reading.add(proc.pid)
+            log = self._pipe_logs[proc.pid]
+
+            def copy(source: Any = proc.stdout, target: Path = log) -> None:
+                with source, open(target, "ab") as out:
+                    for chunk in iter(lambda: source.read1(65536), b""):
+                        out.write(chunk)
+
+            reader = threading.Thread(target=copy, daemon=True)
+            reader.start()
+            self._readers.append(reader)
 
     def start(self) -> None:
         for index in range(len(self.procs)):
@@ -282,6 +312,7 @@ class Fleet:
             os.kill(self.pid(index), signum)
 
     def stop(self, timeout: float = 60.0) -> None:
+        self._read_pipes()
         for index in self.alive():
             self.signal(index, signal.SIGCONT)
             self.signal(index, signal.SIGTERM)
@@ -294,6 +325,8 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for reader in self._readers:
+            reader.join(timeout=10)
 
     def log_text(self) -> str:
         return "".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log")))
@@ -337,7 +370,13 @@ class Run:
             *s.worker_args,
         ]
         self.fleet = Fleet(
-            workdir, s.workers, args, worker_dsn or (lambda i: dsn), worker_env, command
+            workdir,
+            s.workers,
+            args,
+            worker_dsn or (lambda i: dsn),
+            worker_env,
+            command,
+            unread_pipe=s.unread_pipe,
         )
         self.enqueued = 0
         self.started_at = now()
@@ -393,8 +432,10 @@ class Run:
     def _enqueue_batch(self, pgq: PgQueue, numbers: range) -> None:
         # Faults must not use up a job's attempts: only the poison pill may die of them.
         options = {"max_attempts": 1000}
+        s = self.settings
         specs = [
-            pgq.spec(self.task, {"n": n, "ms": self.settings.job_ms}, options) for n in numbers
+            pgq.spec(self.task, {"n": n, "ms": s.job_ms, **self._blocks(n)}, options)
+            for n in numbers
         ]
         deadline = time.monotonic() + 120
         while True:
@@ -409,6 +450,10 @@ class Run:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
+
+    def _blocks(self, n: int) -> dict[str, float]:
+        s = self.settings
+        return {"block_ms": s.block_ms} if s.block_every and n % s.block_every == 0 else {}
 
     def _batch_exists(self, n: int) -> bool:
         return bool(

@@ -596,6 +596,69 @@ def _probe(chaos: Run, timeout: float) -> float:
     )
 
 
+# -- 10. handlers that block the event loop ----------------------------------------------------
+
+
+def loop_stalls(env: Env, size: str) -> Report:
+    """Every 200th job blocks its worker's event loop for three leases (``time.sleep`` in an
+    ``async def``), among a steady stream of normal jobs. The blocked worker's heartbeats stop;
+    its watchdog thread keeps its leases, so no job is reclaimed while it still runs: no
+    interruption, and so no duplicate is allowed at all."""
+    lease = 1.0
+    settings = Settings(
+        jobs=pick(size, 2000, 20_000),
+        workers=3,
+        concurrency=8,
+        lease=lease,
+        job_ms=2.0,
+        rate=pick(size, 300.0, 400.0),
+        block_every=200,
+        block_ms=3 * lease * 1000,
+    )
+    with run(
+        "10. handlers block the event loop (3 leases)", env.dsn, settings, env.workdir
+    ) as chaos:
+        chaos.start_workers()
+        chaos.start_producer()
+        chaos.drain()
+        report = chaos.report()
+    logs = chaos.fleet.log_text()
+    report.faults = logs.count("event loop blocked for")
+    report.notes["stalls reported"] = report.faults
+    report.notes["leases lost"] = logs.count("lease lost")
+    return report
+
+
+# -- 11. a log output that never reads ---------------------------------------------------------
+
+
+def unread_log_pipe(env: Env, size: str) -> Report:
+    """Every worker logs (INFO, a line or two per job) into a pipe nobody reads until the end,
+    like a stuck log shipper: the pipe fills after a few hundred lines. Claims, heartbeats and
+    acks must go on (records are dropped and counted instead): every job done once."""
+    settings = Settings(
+        # Enough lines per worker to fill the pipe (64 KiB) and then pgqueue's log queue
+        # (10,000 records) behind it: two lines per job.
+        jobs=pick(size, 16_000, 100_000),
+        workers=2,
+        concurrency=16,
+        lease=2.0,
+        job_ms=0.0,
+        unread_pipe=True,
+        worker_args=("--log-level", "INFO"),
+    )
+    with run("11. log output never read (full pipe)", env.dsn, settings, env.workdir) as chaos:
+        chaos.start_workers()
+        chaos.start_producer()
+        chaos.drain()
+        report = chaos.report()
+    logs = chaos.fleet.log_text()
+    report.faults = settings.workers
+    report.notes["drop reports"] = logs.count("log records dropped")
+    report.notes["leases lost"] = logs.count("lease lost")
+    return report
+
+
 SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "sigkill": sigkill_workers,
     "sigstop": sigstop_past_lease,
@@ -607,4 +670,6 @@ SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "poison": poison_pill,
     "burst": burst,
     "listen": listen_terminated,
+    "stalls": loop_stalls,
+    "logpipe": unread_log_pipe,
 }

@@ -95,3 +95,18 @@ def test_listen_terminated_falls_back_to_polling_then_push(dsn, tmp_path):
     # the scenario). After the listener is back, a job enqueued half a second after the
     # reconnect starts long before the next poll (~10 s away): it was pushed. 5 s of slack.
     assert report.notes["push again pickup (ms)"] < 5000
+
+
+def test_handlers_blocking_the_loop_run_once(dsn, tmp_path):
+    report = show(scenarios.loop_stalls(Env(dsn, tmp_path), "ci"))
+    report.check()  # nothing was interrupted, so no duplicate at all
+    assert report.interrupted == 0 and report.duplicates == 0
+    assert report.faults >= 5, "too few stalls: the scenario proved little"
+    assert report.notes["leases lost"] == 0
+
+
+def test_a_log_pipe_nobody_reads_stalls_nothing(dsn, tmp_path):
+    report = show(scenarios.unread_log_pipe(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.duplicates == 0
+    assert report.notes["drop reports"] > 0, "the pipe never filled: the scenario proved nothing"

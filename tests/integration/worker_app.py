@@ -69,6 +69,14 @@ def sync_noop(n: int = 0) -> None:
     record("end")
 
 
+@pgq.task(name="blocks_the_loop")
+async def blocks_the_loop(seconds: float) -> None:
+    """A careless async handler: it blocks the whole event loop while it sleeps."""
+    await arecord("start")
+    time.sleep(seconds)  # noqa: ASYNC251 - that is the point
+    await arecord("end")
+
+
 @pgq.task(name="async_sleep")
 async def async_sleep(seconds: float) -> None:
     await arecord("start")
