@@ -7,19 +7,83 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pgqueue import config, logs
-from pgqueue.cli.common import DsnOption, duration, friendly_errors
+from pgqueue import config, log_queue, logs
+from pgqueue.cli.common import DsnOption, duration, friendly_errors, in_range
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 from pgqueue.worker import Worker, WorkerSettings
 from pgqueue.worker.metrics import MetricsServer
 
-LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")]
-LogFormat = Annotated[str, typer.Option("--log-format", help="text (key=value) or json.")]
+
+def _log_level(value: str) -> str:
+    try:
+        return logs.check_level(value)
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _log_format(value: str) -> str:
+    try:
+        return logs.check_format(value)
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+# Both default to None so that pgq work can tell a flag given from its default (see AppLogging).
+LogLevel = Annotated[
+    str | None,
+    typer.Option(
+        "--log-level",
+        parser=_log_level,
+        metavar="LEVEL",
+        show_default=False,
+        help="DEBUG, INFO, WARNING, ERROR, CRITICAL (default INFO).",
+    ),
+]
+LogFormat = Annotated[
+    str | None,
+    typer.Option(
+        "--log-format",
+        parser=_log_format,
+        metavar="text|json",
+        show_default=False,
+        help="text (key=value, the default) or json, for pgq's own handler.",
+    ),
+]
+LogConfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--log-config",
+        exists=True,
+        dir_okay=False,
+        readable=True,
+        metavar="FILE",
+        help="Configure logging from FILE before the app is imported: dictConfig from "
+        ".json/.yaml/.yml, fileConfig from .ini/.conf (then pgq adds no handler of its own).",
+    ),
+]
+
+
+def logging_setup(level: str | None, fmt: str | None, config_file: Path | None) -> logs.AppLogging:
+    """The root level and the --log-config file, applied now: before the app is imported, so
+    its import-time lines go where the file says. Bad combinations are usage errors."""
+    if config_file is not None and fmt is not None:
+        raise typer.BadParameter(
+            "applies to pgq work's own handler, and with --log-config there is none: use a "
+            "formatter in the file (pgqueue.logs.JsonFormatter writes JSON lines)",
+            param_hint="'--log-format'",
+        )
+    setup = logs.AppLogging(level, fmt, config_file)
+    try:
+        setup.apply_file()
+    except logs.LogConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--log-config'") from None
+    return setup
 
 
 def load_app(spec: str) -> PgQueue:
@@ -29,6 +93,7 @@ def load_app(spec: str) -> PgQueue:
         raise ConfigurationError(f"APP must look like 'package.module:pgq', got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    _setup_django()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -38,6 +103,30 @@ def load_app(spec: str) -> PgQueue:
         name = f"{module_name}:{attribute or 'pgq'}"
         raise ConfigurationError(f"{name} is not a PgQueue instance (got {type(app).__name__})")
     return app
+
+
+def _setup_django() -> None:
+    """With ``DJANGO_SETTINGS_MODULE`` set, set Django up before the tasks are imported (and
+    before any handler touches the ORM, which would fail every job with AppRegistryNotReady)."""
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return
+    try:
+        import django
+        from django.apps import apps
+    except ImportError:
+        raise ConfigurationError(
+            "DJANGO_SETTINGS_MODULE is set but Django is not installed: pip install django, "
+            "or unset DJANGO_SETTINGS_MODULE"
+        ) from None
+    if apps.ready:
+        return
+    try:
+        django.setup()
+    except Exception as exc:  # ImproperlyConfigured, ImportError of the settings module...
+        raise ConfigurationError(
+            f"could not set up Django ({os.environ['DJANGO_SETTINGS_MODULE']}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
 
 
 def parse_concurrency(value: str) -> tuple[int, int]:
@@ -68,11 +157,24 @@ def parse_prefetch(value: str) -> int | None:
     return count
 
 
+def _pool_kind(value: str) -> str:
+    kind = value.strip().lower()
+    if kind not in ("thread", "process"):
+        raise typer.BadParameter(f"--pool must be thread or process, got {value!r}")
+    return kind
+
+
 def work(
     app: Annotated[str, typer.Argument(help="Where your PgQueue lives: 'myapp.tasks:pgq'.")],
     queue: Annotated[
-        str, typer.Option("--queue", "-q", help="Comma-separated queues.")
-    ] = "default",
+        str | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            help="Comma-separated queues. Default: every queue the app's tasks declare.",
+            show_default=False,
+        ),
+    ] = None,
     concurrency: Annotated[
         str,
         typer.Option(
@@ -96,6 +198,28 @@ def work(
             metavar="N|auto",
         ),
     ] = "auto",
+    pool: Annotated[
+        str,
+        typer.Option(
+            parser=_pool_kind,
+            metavar="thread|process",
+            help="Where sync handlers run: thread (a thread pool here) or process (child "
+            "processes: a timeout kills the handler, a crash fails only its job).",
+        ),
+    ] = "thread",
+    max_jobs_per_child: Annotated[
+        int | None,
+        typer.Option(min=1, metavar="N", help="With --pool process: replace a child after N jobs."),
+    ] = None,
+    max_memory_per_child: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            metavar="MB",
+            help="With --pool process: replace a child whose memory (RSS) after a job is "
+            "above MB megabytes.",
+        ),
+    ] = None,
     scheduler: Annotated[
         bool, typer.Option(help="Enqueue due cron ticks (safe in every worker).")
     ] = True,
@@ -144,27 +268,37 @@ def work(
     prepare: Annotated[bool, typer.Option(help="Use server-side prepared statements.")] = True,
     metrics_port: Annotated[
         int | None,
-        typer.Option(help="Serve Prometheus metrics on this port (/metrics); 0 picks one."),
+        typer.Option(
+            callback=in_range(0, 65535),
+            help="Serve Prometheus metrics on this port (/metrics); 0 picks one.",
+        ),
     ] = None,
     # All interfaces by default: Prometheus scrapes workers from other hosts and containers.
     metrics_host: Annotated[
         str, typer.Option(help="Address the metrics server binds.")
     ] = "0.0.0.0",
     dsn: DsnOption = None,
-    log_level: LogLevel = "INFO",
-    log_format: LogFormat = "text",
+    log_level: LogLevel = None,
+    log_format: LogFormat = None,
+    log_config: LogConfig = None,
 ) -> None:
     """Run jobs: claim with SKIP LOCKED, hold leases with heartbeats, retry, dead-letter."""
-    logs.configure(log_level, log_format)
+    app_logging = logging_setup(log_level, log_format, log_config)
     with friendly_errors():
-        pgq = load_app(app)
+        with app_logging.importing_app():  # pgq's own handler only if the app set up none
+            pgq = load_app(app)
         low, high = parse_concurrency(concurrency)
         settings = WorkerSettings(
-            queues=[q.strip() for q in queue.split(",") if q.strip()],
+            # Empty: the worker serves the queues the app's tasks declare.
+            queues=[q.strip() for q in (queue or "").split(",") if q.strip()],
             concurrency=high,
             min_concurrency=low if low != high else None,
             scale_cooldown=scale_cooldown,
             prefetch=parse_prefetch(prefetch),
+            pool=pool,
+            max_jobs_per_child=max_jobs_per_child,
+            max_memory_per_child=max_memory_per_child,
+            app_spec=app,  # what --pool process children import
             scheduler=scheduler,
             lease=lease,
             poll_interval=poll_interval,
@@ -183,20 +317,29 @@ def work(
         worker = Worker(
             pgq, settings, dsn=worker_dsn, observers=[metrics.metrics] if metrics else None
         )
+    # While the event loop runs, every handler writes from a thread behind a bounded queue:
+    # a log output that blocks must not stop heartbeats, claims and acks (pgqueue.log_queue).
+    log_writer = log_queue.LogQueue().start()
     try:
-        worker.run_sync()
+        try:
+            worker.run_sync()
+        finally:
+            if metrics is not None:
+                metrics.close()
+        pgq.close()
+        if not worker.threads_finished:
+            logging.getLogger("pgqueue.worker").warning(
+                "exiting with handler threads still running (their jobs were handed back)"
+            )
     finally:
-        if metrics is not None:
-            metrics.close()
-    pgq.close()
-    if not worker.threads_finished:
+        drained = log_writer.stop()  # the last lines are written before we exit
+    if not worker.threads_finished or not drained:
         # Handler threads still running (abandoned after a timeout, or released at shutdown)
-        # would keep the interpreter alive; their jobs were already handed back, so leave now.
-        logging.getLogger("pgqueue.worker").warning(
-            "exiting with handler threads still running (their jobs were handed back)"
-        )
-        logging.shutdown()
-        sys.stdout.flush()
+        # would keep the interpreter alive, and a log output still blocked would hang it in
+        # logging.shutdown(); the jobs were already handed back, so leave now.
+        if drained:
+            logging.shutdown()
+            sys.stdout.flush()
         os._exit(0)
 
 
@@ -206,11 +349,11 @@ def reaper(
     ] = 5.0,
     once: Annotated[bool, typer.Option(help="Run once and exit.")] = False,
     dsn: DsnOption = None,
-    log_level: LogLevel = "INFO",
-    log_format: LogFormat = "text",
+    log_level: LogLevel = None,
+    log_format: LogFormat = None,
 ) -> None:
     """A standalone janitor: runs pgqueue.reap() every INTERVAL (safe beside workers)."""
-    logs.configure(log_level, log_format)
+    logs.configure(log_level or "INFO", log_format or "text")
     log = logging.getLogger("pgqueue.reaper")
     with friendly_errors():
         pgq = PgQueue(dsn)

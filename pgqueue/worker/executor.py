@@ -1,8 +1,9 @@
 """The executor: runs handlers in slots and turns each attempt into an :class:`Outcome`.
 
 ``async def`` handlers run as tasks on the worker's event loop; plain functions run in a thread
-pool. A slot is taken when a job is started and given back when its handler is done (or, for a
-sync handler past its timeout, abandoned).
+pool, or with ``pool="process"`` in child processes (:mod:`pgqueue.worker.process_pool`). A slot
+is taken when a job is started and given back when its handler is done (or, for a sync handler
+in a thread past its timeout, abandoned; a child past its timeout is killed first).
 
 Prefetch: the fetcher may claim more jobs than there are free slots; the extra ones wait here
 (``waiting``, leases held and heartbeated like running jobs) and start the moment a slot frees,
@@ -17,6 +18,12 @@ Stopping a handler:
   cancelled (``asyncio.CancelledError`` raised at their current ``await``);
 * timeout: async handlers are cancelled; a sync handler's thread cannot be killed, so it is
   abandoned: the attempt is recorded as failed at once and whatever it returns later is ignored.
+
+In a child process (``pool="process"``) the same reasons reach the handler's ``ctx.cancelled``
+by a message; a timeout or shutdown then kills the child, a cancel or a lost lease does after a
+short grace. The attempt's outcome waits for the child's answer or death, so nothing the
+handler does can outlive it. What an exception amounts to (Retry, Fail, the retry policy,
+the backoff) is decided in the child by the functions below, shared by both pools.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from pgqueue.payload import dumps
 from pgqueue.tasks import Task
 from pgqueue.worker.context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.process_pool import ChildGone, ChildSettings, ProcessPool
 
 log = logging.getLogger("pgqueue.worker.executor")
 
@@ -45,6 +53,57 @@ log = logging.getLogger("pgqueue.worker.executor")
 class JobTimeout(Exception):
     """The handler ran longer than its task's timeout (a failed attempt, retried like any other
     error unless the task's ``no_retry_on`` includes it)."""
+
+
+# -- what an attempt amounts to (shared with the child processes of pool="process") ---------
+
+
+def returned_outcome(task: Task[..., Any], job: ClaimedJob, value: Any, worker_id: str) -> Outcome:
+    """The handler returned ``value``."""
+    # Finished, even if asked to stop meanwhile: report it (the ack is fenced anyway).
+    if not job.wants_result:
+        return Outcome(job, "ack")  # nobody reads the value: do not even serialise it
+    try:
+        result = dumps(value, limit=task.app.max_payload_bytes, what="result")
+    except InvalidJobError as exc:
+        # Storing it can never work, so retrying cannot help: fail for good, saying why.
+        error = InvalidJobError(f"task {task.name!r} returned a value that cannot be stored: {exc}")
+        return Outcome.from_exception(job, "fail", error, worker_id)
+    return Outcome(job, "ack", result=result)
+
+
+def failed_outcome(
+    task: Task[..., Any], job: ClaimedJob, exc: BaseException, worker_id: str
+) -> Outcome:
+    """A failed attempt: retried with the task's backoff while attempts remain, unless its
+    retry policy (``retry_on`` / ``no_retry_on``) makes the error final."""
+    if not task.retry_policy.retryable(exc):
+        # retry_on / no_retry_on say this error is final: dead-letter now.
+        return Outcome.from_exception(job, "no_retry", exc, worker_id)
+    try:
+        delay = task.retry_delay(job.attempt, exc) if job.attempt < job.max_attempts else 0.0
+    except Exception:
+        log.exception("backoff policy failed; retrying at once task=%s", task.name)
+        delay = 0.0
+    return Outcome.from_exception(job, "error", exc, worker_id, delay)
+
+
+def raised_outcome(
+    task: Task[..., Any], job: ClaimedJob, exc: Exception, worker_id: str
+) -> Outcome:
+    """The handler raised ``exc`` (not JobCancelled, and not because it was asked to stop)."""
+    if isinstance(exc, Retry):
+        try:
+            delay = exc.delay if exc.delay is not None else task.retry_delay(job.attempt, exc)
+        except Exception:
+            log.exception("backoff policy failed; retrying at once task=%s", task.name)
+            delay = 0.0
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        return Outcome(job, "retry", float(delay))
+    if isinstance(exc, Fail):
+        return Outcome.from_exception(job, "fail", exc, worker_id)
+    return failed_outcome(task, job, exc, worker_id)
 
 
 @dataclass(eq=False, slots=True)
@@ -73,6 +132,7 @@ class Executor:
         submit: Callable[[Outcome], None],
         max_concurrency: int | None = None,
         prefetch: int | None = None,
+        children: ChildSettings | None = None,
     ) -> None:
         self.tasks = tasks
         self.concurrency = concurrency
@@ -93,12 +153,25 @@ class Executor:
         self._threads = ThreadPoolExecutor(
             max_workers=max(concurrency, max_concurrency or 0), thread_name_prefix="pgqueue-job"
         )
+        #: pool="process": sync handlers run in these children instead of the threads.
+        self.pool = (
+            None
+            if children is None
+            else ProcessPool(
+                children,
+                concurrency,
+                worker_id,
+                frozenset(name for name, task in tasks.items() if not task.is_async),
+            )
+        )
 
     # -- slots -------------------------------------------------------------------------------
 
     def resize(self, concurrency: int) -> None:
         """Change the number of slots (the autoscaler); running jobs are never stopped."""
         self.concurrency = concurrency
+        if self.pool is not None:
+            self.pool.resize(concurrency)
         self.slot_freed.set()  # a fetcher waiting for a slot may have one now
 
     def free_slots(self) -> int:
@@ -187,6 +260,8 @@ class Executor:
             prepared = self._arguments(task, job, ctx)
             if isinstance(prepared, Outcome):
                 outcome = prepared
+            elif self.pool is not None and not task.is_async:
+                outcome = await self._run_in_child(running, task)
             else:
                 args, kwargs = prepared
                 try:
@@ -244,43 +319,17 @@ class Executor:
             return self._stopped(running, None)
         if isinstance(exc, JobCancelled):
             return self._stopped(running, exc)
-        if isinstance(exc, JobTimeout):
-            return self._failed(task, job, exc)
-        if isinstance(exc, Retry):
-            delay = exc.delay if exc.delay is not None else task.retry_delay(job.attempt, exc)
-            if isinstance(delay, timedelta):
-                delay = delay.total_seconds()
-            return Outcome(job, "retry", float(delay))
-        if isinstance(exc, Fail):
-            return Outcome.from_exception(job, "fail", exc, self.worker_id)
+        if isinstance(exc, JobTimeout | Retry | Fail):
+            return raised_outcome(task, job, exc, self.worker_id)
         if ctx.cancel_reason in ("lease lost", "shutdown"):
             return self._stopped(running, exc)
         return self._failed(task, job, exc)
 
     def _returned(self, task: Task[..., Any], job: ClaimedJob, value: Any) -> Outcome:
-        # Finished, even if asked to stop meanwhile: report it (the ack is fenced anyway).
-        if not job.wants_result:
-            return Outcome(job, "ack")  # nobody reads the value: do not even serialise it
-        try:
-            result = dumps(value, limit=task.app.max_payload_bytes, what="result")
-        except InvalidJobError as exc:
-            # Storing it can never work, so retrying cannot help: fail for good, saying why.
-            error = InvalidJobError(
-                f"task {task.name!r} returned a value that cannot be stored: {exc}"
-            )
-            return Outcome.from_exception(job, "fail", error, self.worker_id)
-        return Outcome(job, "ack", result=result)
+        return returned_outcome(task, job, value, self.worker_id)
 
     def _failed(self, task: Task[..., Any], job: ClaimedJob, exc: BaseException) -> Outcome:
-        if not task.retry_policy.retryable(exc):
-            # retry_on / no_retry_on say this error is final: dead-letter now.
-            return Outcome.from_exception(job, "no_retry", exc, self.worker_id)
-        try:
-            delay = task.retry_delay(job.attempt, exc) if job.attempt < job.max_attempts else 0.0
-        except Exception:
-            log.exception("backoff policy failed; retrying at once task=%s", task.name)
-            delay = 0.0
-        return Outcome.from_exception(job, "error", exc, self.worker_id, delay)
+        return failed_outcome(task, job, exc, self.worker_id)
 
     def _stopped(self, running: Running, exc: BaseException | None) -> Outcome | None:
         """A handler that stopped because we asked it to. Only an operator's cancel is written
@@ -293,6 +342,53 @@ class Executor:
             timeout = JobTimeout(f"{task.name} timed out after {task.timeout:g}s")
             return self._failed(task, running.job, exc or timeout)
         return None
+
+    async def _run_in_child(self, running: Running, task: Task[..., Any]) -> Outcome | None:
+        """A sync handler in a child process (pool="process")."""
+        assert self.pool is not None
+        job, ctx = running.job, running.ctx
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
+
+        def started() -> None:
+            nonlocal timer
+            # The handler's own time: not the wait for a child to start and import the app.
+            running.started = time.monotonic()
+            if task.timeout is not None:
+                timer = loop.call_later(
+                    task.timeout, self.stop_job, job.id, "timeout", job.lease_token
+                )
+
+        try:
+            reply = await self.pool.run(job, ctx, started)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if reply is None:  # stopped before a child took it
+            return self._stopped(running, None)
+        if isinstance(reply, ChildGone):
+            if ctx.cancel_reason is not None:
+                # Killed because we asked it to stop: the reason decides (a timeout is a
+                # failed attempt, a cancel is cancelled, a lost lease or shutdown not ours).
+                return self._child_stopped(running, task)
+            return self._failed(task, job, reply.error)
+        if reply.kind == "stopped" or (
+            reply.kind in ("error", "no_retry")
+            and ctx.cancel_reason in ("lease lost", "shutdown", "timeout")
+        ):
+            return self._child_stopped(running, task)
+        return Outcome(
+            job, reply.kind, reply.delay, reply.error, result=reply.result, summary=reply.summary
+        )
+
+    def _child_stopped(self, running: Running, task: Task[..., Any]) -> Outcome | None:
+        """A child's attempt that ended because we stopped it (answer or death alike)."""
+        if running.ctx.cancel_reason == "timeout":
+            timeout = JobTimeout(
+                f"{task.name} timed out after {task.timeout:g}s (child process killed)"
+            )
+            return self._stopped(running, timeout)
+        return self._stopped(running, None)
 
     async def _run_async(
         self, task: Task[..., Any], ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
@@ -374,8 +470,11 @@ class Executor:
 
     def _stop(self, running: Running, reason: str) -> None:
         running.ctx.cancel(reason)
-        if running.task is not None and self.tasks[running.job.task].is_async:
-            running.task.cancel()
+        if self.tasks[running.job.task].is_async:
+            if running.task is not None:
+                running.task.cancel()
+        elif self.pool is not None:
+            self.pool.stop((running.job.id, running.job.lease_token), reason)
 
     def stop_all(self, reason: str) -> list[Running]:
         stopped = list(self.running.values())
@@ -384,7 +483,9 @@ class Executor:
         return stopped
 
     async def wait_idle(self, timeout: float) -> bool:
-        """Wait until no handler runs (True) or ``timeout`` passes (False)."""
+        """Wait until no handler runs (True) or ``timeout`` passes (False). The shutdown's
+        drain: once nothing runs, the children of pool="process" are told to exit, and this
+        returns when they have (killed if they take more than the time left, or a second)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self.running:
@@ -395,12 +496,19 @@ class Executor:
             try:
                 await asyncio.wait_for(self.slot_freed.wait(), remaining)
             except TimeoutError:
-                return not self.running
+                break
+        if self.running:
+            return False
+        if self.pool is not None:
+            await self.pool.close(deadline - loop.time())
         return True
 
     def shutdown_threads(self) -> bool:
         """Stop the thread pool; False if handler threads are still running (abandoned or
-        released at shutdown), which the caller may choose not to wait for."""
+        released at shutdown), which the caller may choose not to wait for. Children of
+        pool="process" still there (only when the drain did not run) are killed."""
+        if self.pool is not None:
+            self.pool.kill_all()
         busy = self.threads_busy > 0
         self._threads.shutdown(wait=not busy, cancel_futures=True)
         return not busy

@@ -48,6 +48,7 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import logs
@@ -71,9 +72,11 @@ from pgqueue.worker.pruner import Pruner
 from pgqueue.worker.reaper import Reaper
 from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import RetryDelay, Service
+from pgqueue.worker.watchdog import LoopWatchdog
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue
+    from pgqueue.worker.process_pool import ChildSettings
 
 
 log = logging.getLogger("pgqueue.worker")
@@ -86,7 +89,8 @@ _FINAL_WRITE_TIMEOUT = 10.0
 class WorkerSettings:
     """Everything ``pgq work`` can set. Durations are in seconds."""
 
-    queues: list[str] = field(default_factory=lambda: ["default"])
+    #: The queues to claim from; empty: every queue the app's tasks declare.
+    queues: list[str] = field(default_factory=list)
     concurrency: int = 10  # the slots, or the most slots when min_concurrency is set
     min_concurrency: int | None = None  # autoscale between this and concurrency
     scale_cooldown: float = 10.0  # seconds between shrinking steps (and after any change)
@@ -102,10 +106,28 @@ class WorkerSettings:
     listen: bool = True
     listen_dsn: str | None = None
     prepare: bool = True  # server-side prepared statements (off behind old PgBouncers)
+    #: Where sync handlers run: "thread" (a thread pool in the worker) or "process" (child
+    #: processes: a timeout kills the handler, a crash fails only its job, children recycle).
+    pool: str = "thread"
+    max_jobs_per_child: int | None = None  # pool="process": replace a child after N jobs
+    max_memory_per_child: float | None = None  # pool="process": ... whose RSS after a job > MB
+    #: pool="process": "module:attribute" the children import the app from (pgq work passes
+    #: its APP); None: found from the modules loaded here (see process_pool.app_spec_for).
+    app_spec: str | None = None
+
+    def child_settings(self, app: PgQueue) -> ChildSettings | None:
+        """How the executor runs children (None: sync handlers run in threads)."""
+        from pgqueue.worker.process_pool import ChildSettings, app_spec_for
+
+        if self.pool != "process":
+            return None
+        return ChildSettings(
+            app_spec=self.app_spec or app_spec_for(app),
+            max_jobs=self.max_jobs_per_child,
+            max_memory_mb=self.max_memory_per_child,
+        )
 
     def validate(self) -> None:
-        if not self.queues:
-            raise ConfigurationError("a worker needs at least one queue")
         for queue in self.queues:
             check_name(queue, "queue name")
         if self.concurrency < 1:
@@ -129,6 +151,27 @@ class WorkerSettings:
             raise ConfigurationError("reaper interval must be positive")
         if self.prune_interval is not None and self.prune_interval <= 0:
             raise ConfigurationError("prune interval must be positive")
+        if self.pool not in ("thread", "process"):
+            raise ConfigurationError(f"pool must be 'thread' or 'process', got {self.pool!r}")
+        if self.pool != "process" and (
+            self.max_jobs_per_child is not None or self.max_memory_per_child is not None
+        ):
+            raise ConfigurationError(
+                "max jobs / max memory per child apply to child processes: use pool='process' "
+                "(pgq work --pool process)"
+            )
+        if self.max_jobs_per_child is not None and self.max_jobs_per_child < 1:
+            raise ConfigurationError(
+                f"max jobs per child must be at least 1, got {self.max_jobs_per_child}"
+            )
+        if self.max_memory_per_child is not None and not self.max_memory_per_child > 0:
+            raise ConfigurationError(
+                f"max memory per child must be positive (MB), got {self.max_memory_per_child}"
+            )
+        if self.app_spec is not None and not self.app_spec.partition(":")[0]:
+            raise ConfigurationError(
+                f"app_spec must look like 'package.module:attribute', got {self.app_spec!r}"
+            )
 
 
 class Worker:
@@ -144,6 +187,8 @@ class Worker:
         self.settings.validate()
         if not app.tasks:
             raise ConfigurationError("no tasks are registered on this PgQueue: nothing to run")
+        if not self.settings.queues:
+            self.settings.queues = app.declared_queues()
         self._dsn = configured_dsn(dsn)
         self.id = str(uuid.uuid4())
         self.stats = WorkerStats()
@@ -170,7 +215,10 @@ class Worker:
         self._signals += 1
         if self._signals > 1:
             log.warning("second signal: exiting at once signal=%s", signal.Signals(signum).name)
-            logging.shutdown()
+            # Flush what can be flushed, but "at once" wins over a log output that blocks.
+            flusher = threading.Thread(target=logging.shutdown, daemon=True)
+            flusher.start()
+            flusher.join(timeout=1.0)
             os._exit(1)
         log.info(
             "signal received: draining signal=%s grace=%ss running=%s",
@@ -179,6 +227,29 @@ class Worker:
             len(self.executor.running) if self.executor else 0,
         )
         self.request_stop()
+
+    def _log_served_tasks(self) -> None:
+        """Say which tasks run here, and warn about declared tasks that cannot (their queue is
+        not one this worker serves), which would otherwise wait without a word."""
+        served = set(self.settings.queues)
+        by_queue: dict[str, list[str]] = {}
+        for task in self.app.tasks.values():
+            by_queue.setdefault(task.queue, []).append(task.name)
+        for queue in self.settings.queues:
+            names = sorted(by_queue.get(queue, ()))
+            log.info("serving queue=%s tasks=%s", queue, ",".join(names) or "(none declared)")
+        missed = sorted(
+            f"{name} (queue {queue})"
+            for queue, names in by_queue.items()
+            if queue not in served
+            for name in names
+        )
+        if missed:
+            log.warning(
+                "tasks declared for queues this worker does not serve will not run here: %s; "
+                "add their queues to --queue, or run a worker for them",
+                ", ".join(missed),
+            )
 
     def run_sync(self) -> None:
         asyncio.run(self.run())
@@ -215,6 +286,7 @@ class Worker:
             completer.submit,
             max_concurrency=settings.concurrency,
             prefetch=settings.prefetch,
+            children=settings.child_settings(self.app),
         )
         fetcher = Fetcher(
             db,
@@ -236,6 +308,26 @@ class Worker:
             worker_id=self.id,
             lease=settings.lease,
             counts=self.counts,
+        )
+        # The code of every async handler: what the watchdog looks for on a stalled stack.
+        handler_codes: dict[CodeType, str] = {
+            code: name
+            for name, task in self.app.tasks.items()
+            if task.is_async and (code := getattr(task.func, "__code__", None)) is not None
+        }
+        watchdog = LoopWatchdog(
+            dsn,
+            worker_id=self.id,
+            lease=settings.lease,
+            running_async=lambda: [
+                (job_id, running.job.task)
+                for (job_id, _), running in executor.running.items()
+                if self.app.tasks[running.job.task].is_async
+            ],
+            handler_codes=handler_codes,
+            on_stall=self.observer.loop_stalled,
+            # It writes for this worker: its connection says so, as the pool's do.
+            application_name=application_name(dsn, "worker", self.id),
         )
         services: list[Service] = [completer, heartbeater]
         if settings.listen:
@@ -288,7 +380,10 @@ class Worker:
                 len(self.app.tasks),
                 os.getpid(),
             )
+            self._log_served_tasks()
             tasks = [asyncio.create_task(s.run(), name=f"pgqueue-{s.name}") for s in services]
+            tasks.append(asyncio.create_task(watchdog.tick(), name="pgqueue-watchdog-tick"))
+            watchdog.start()
             fetch_task = asyncio.create_task(fetcher.run(), name="pgqueue-fetcher")
             await self._stop_async.wait()
             fetcher.stop()
@@ -301,6 +396,7 @@ class Worker:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.to_thread(watchdog.stop)
             if registered:
                 await heartbeater.flush()
                 await self._deregister(db)

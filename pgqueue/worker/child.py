@@ -1,0 +1,336 @@
+"""The child side of ``pgq work --pool process``: import the app, run one job at a time.
+
+Started by :mod:`pgqueue.worker.process_pool` with multiprocessing's ``spawn``. The main thread
+runs handlers; a reader thread takes the worker's messages (a job, a cancel, terminate, exit) so
+``ctx.cancelled`` turns true while a handler runs. Every answer is JSON: what the attempt amounts
+to is decided here, where the exception object is, by the executor's own functions (Retry's
+delay, Fail, the task's retry_on / no_retry_on and its backoff), and sent as the outcome's kind,
+delay and error record.
+
+Signals: SIGINT is ignored (Ctrl-C in a terminal reaches the whole process group; the worker
+drains and stops its children itself), and so is a SIGTERM the worker did not announce (systemd
+signals every process of the unit). An announced one raises :class:`_Terminated` in the handler
+so it unwinds (``finally`` blocks run) before the process exits; SIGKILL follows if it does
+not. The child also dies with the worker: it exits on the end of its input pipe and, on Linux,
+asks for SIGKILL when the worker's spawner thread ends (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import sys
+import threading
+import traceback
+from datetime import datetime
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import logs
+from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
+from pgqueue.worker import frames
+from pgqueue.worker.context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.worker.executor import raised_outcome, returned_outcome
+from pgqueue.worker.outcome import Outcome
+
+if TYPE_CHECKING:
+    from pgqueue.client import PgQueue
+
+log = logging.getLogger("pgqueue.worker.child")
+
+#: Exit statuses of a child that ends itself: stopped by the worker; orphaned mid-job.
+_TERMINATED = 143
+_ORPHANED = 70
+_PR_SET_PDEATHSIG = 1
+
+
+class _Terminated(BaseException):
+    """Raised in the handler when the worker terminates this child (timeout, a cancel not
+    heeded, shutdown). A BaseException, so ``except Exception`` in handlers lets it through."""
+
+
+class _Flags:
+    terminating = False  # the worker announced a SIGTERM
+    raised = False  # _Terminated was raised once already
+
+
+_flags = _Flags()
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    if _flags.terminating and not _flags.raised:
+        _flags.raised = True
+        raise _Terminated
+
+
+class _Channel:
+    """The pipe to the worker; handlers' threads log through it too, hence the lock."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.RLock()
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = frames.dumps(message)
+        with self.lock:
+            self.conn.send_bytes(data)
+
+
+# Record attributes that are not plain values or are rebuilt by the worker's side.
+_NOT_SENT = frozenset(("msg", "args", "exc_info", "exc_text", "stack_info"))
+
+
+class _ForwardingHandler(logging.Handler):
+    """Sends records to the worker, which hands them to its own logging set-up (format,
+    handlers, the log queue), with the job's fields filled in here, where ``current_job()``
+    knows them."""
+
+    def __init__(self, channel: _Channel) -> None:
+        super().__init__()
+        self.channel = channel
+        self._formatter = logging.Formatter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            logs.add_context(record)
+            data = {
+                key: value
+                for key, value in record.__dict__.items()
+                if key not in _NOT_SENT and isinstance(value, str | int | float | bool | None)
+            }
+            data["msg"] = record.getMessage()
+            if record.exc_info:
+                data["exc_text"] = self._formatter.formatException(record.exc_info)
+            elif record.exc_text:
+                data["exc_text"] = record.exc_text
+            if record.stack_info:
+                data["stack_info"] = record.stack_info
+            self.channel.send({"t": "log", "record": data})
+        except Exception:
+            self.handleError(record)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the worker died before the signal was armed
+        os._exit(_ORPHANED)
+
+
+def _load_app(spec: str) -> PgQueue:
+    from pgqueue.client import PgQueue
+
+    module_name, _, attribute = spec.partition(":")
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        import django
+        from django.apps import apps
+
+        if not apps.ready:
+            django.setup()
+    if module_name == "__main__":
+        # spawn ran the worker's main script again under this name (multiprocessing does
+        # that so a script's own definitions exist in its children).
+        module = sys.modules.get("__mp_main__") or sys.modules["__main__"]
+    else:
+        module = importlib.import_module(module_name)
+    app = getattr(module, attribute or "pgq", None)
+    if not isinstance(app, PgQueue):
+        raise ConfigurationError(
+            f"{module_name}:{attribute or 'pgq'} is not a PgQueue instance "
+            f"(got {type(app).__name__})"
+        )
+    return app
+
+
+def _rss() -> int | None:
+    """Resident memory now, in bytes; where there is no /proc (macOS), the peak so far."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes there, KiB elsewhere
+
+
+def _reply(outcome: Outcome) -> dict[str, Any]:
+    return {
+        "kind": outcome.kind,
+        "delay": outcome.delay,
+        "error": outcome.error,
+        "summary": outcome.summary,
+        "result": outcome.result,
+    }
+
+
+class _Runner:
+    def __init__(self, app: PgQueue, spec: str, worker_id: str, channel: _Channel) -> None:
+        self.app = app
+        self.spec = spec
+        self.worker_id = worker_id
+        self.channel = channel
+        self.jobs: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.current: JobContext | None = None
+        self.busy = False
+        #: A cancel read before its job started (the reader runs ahead of the main thread).
+        self.early: dict[tuple[int, int], str] = {}
+
+    # -- the reader thread -------------------------------------------------------------------
+
+    def read(self, inbox: Connection, main_thread: int) -> None:
+        while True:
+            try:
+                message = frames.decode(inbox.recv_bytes())
+            except (EOFError, OSError):
+                break
+            kind = message.get("t")
+            if kind == "job":
+                with self.lock:
+                    self.busy = True
+                self.jobs.put(message)
+            elif kind == "cancel":
+                self._cancel((message["id"], message["token"]), str(message["reason"]))
+            elif kind == "terminate":
+                _flags.terminating = True
+                # The worker's SIGTERM may have come before this message and been ignored.
+                signal.pthread_kill(main_thread, signal.SIGTERM)
+            elif kind == "exit":
+                self.jobs.put(None)
+        # The worker is gone (or closed our input to be rid of us). A job still running here
+        # belongs to nobody now: its lease expires and it runs again elsewhere, so stop.
+        with self.lock:
+            busy = self.busy  # set when a job arrives, so it covers one not started yet
+        if busy:
+            os._exit(_ORPHANED)
+        self.jobs.put(None)
+
+    def _cancel(self, key: tuple[int, int], reason: str) -> None:
+        with self.lock:
+            ctx = self.current
+            if ctx is not None and (ctx.id, ctx.job.lease_token) == key:
+                target = ctx
+            else:
+                self.early[key] = reason
+                return
+        target.cancel(reason)
+
+    # -- the main thread ---------------------------------------------------------------------
+
+    def serve(self) -> None:
+        while (message := self.jobs.get()) is not None:
+            reply = self.run(message)
+            with self.lock:
+                # Before the answer: once sent, the next job may come (and set it again).
+                self.busy = False
+            self.channel.send(reply)
+
+    def run(self, message: dict[str, Any]) -> dict[str, Any]:
+        job = ClaimedJob(
+            message["id"],
+            message["queue"],
+            message["task"],
+            message["args"],
+            message["attempt"],
+            message["max_attempts"],
+            message["token"],
+            message["priority"],
+            datetime.fromisoformat(message["created_at"]),
+            datetime.fromisoformat(message["run_at"]),
+            bool(message["wants_result"]),
+        )
+        ctx = JobContext(job, self.worker_id)
+        with self.lock:
+            self.current = ctx
+            early = self.early.pop((job.id, job.lease_token), None)
+            self.early.clear()  # any other is about a job that never came
+        if early is not None:
+            ctx.cancel(early)
+        try:
+            reply = self._attempt(job, ctx)
+        finally:
+            with self.lock:
+                self.current = None
+        reply.update(t="done", id=job.id, token=job.lease_token, rss=_rss())
+        return reply
+
+    def _attempt(self, job: ClaimedJob, ctx: JobContext) -> dict[str, Any]:
+        task = self.app.tasks.get(job.task)
+        if task is None or task.is_async:
+            error = ConfigurationError(
+                f"task {job.task!r} is not a sync task of the app this child imported "
+                f"({self.spec}); register it when that module is imported"
+            )
+            return _reply(Outcome.from_exception(job, "error", error, self.worker_id))
+        try:
+            args, kwargs = task.binder.bind(job.args)
+        except InvalidJobError as exc:
+            return _reply(Outcome.from_exception(job, "fail", exc, self.worker_id))
+        if task.pass_context:
+            args.insert(0, ctx)
+        token = set_current(ctx)
+        try:
+            value = task.func(*args, **kwargs)
+        except JobCancelled:
+            return {"kind": "stopped"}
+        except Exception as exc:
+            return _reply(raised_outcome(task, job, exc, self.worker_id))
+        finally:
+            reset_current(token)
+        return _reply(returned_outcome(task, job, value, self.worker_id))
+
+
+def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _die_with_parent(int(config["parent_pid"]))
+    # Started as a daemon (so the worker's multiprocessing would end it at exit); as a daemon it
+    # could not start processes of its own, which handlers may well do.
+    multiprocessing.current_process().daemon = False
+    channel = _Channel(outbox)
+    worker_id = str(config["worker_id"])
+    logs.bind(worker_id=worker_id)
+    spec = str(config["app"])
+    try:
+        try:
+            app = _load_app(spec)
+        except BaseException as exc:
+            channel.send({"t": "fatal", "error": "".join(traceback.format_exception(exc))})
+            raise SystemExit(1) from None
+        root = logging.getLogger()
+        if not root.handlers:
+            # The app configured no logging of its own: records go to the worker's.
+            root.addHandler(_ForwardingHandler(channel))
+            root.setLevel(int(config["log_level"]))
+        runner = _Runner(app, spec, worker_id, channel)
+        threading.Thread(
+            target=runner.read,
+            args=(inbox, threading.get_ident()),
+            name="pgqueue-child-reader",
+            daemon=True,
+        ).start()
+        channel.send(
+            {
+                "t": "ready",
+                "pid": os.getpid(),
+                "tasks": sorted(name for name, task in app.tasks.items() if not task.is_async),
+            }
+        )
+        runner.serve()
+    except _Terminated:
+        os._exit(_TERMINATED)
+    except BrokenPipeError:
+        os._exit(_ORPHANED)  # the worker is gone
