@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import PgQueue, current_job
 
@@ -96,3 +97,38 @@ async def poison(n: int) -> None:
     """Kills its worker process every time it runs."""
     await record("start", n)
     os._exit(1)
+
+
+# -- sync handlers (run in child processes under --pool process) ------------------------------
+
+_sync_pools: dict[str, ConnectionPool] = {}
+
+
+def record_sync(event: str, n: int) -> None:
+    """The sync twin of record(): one row, committed before the handler goes on."""
+    ctx = current_job()
+    dsn = os.environ.get("CHAOS_LEDGER_DSN") or os.environ["PGQUEUE_DSN"]
+    pool = _sync_pools.get(dsn)
+    if pool is None:
+        pool = ConnectionPool(dsn, min_size=1, max_size=1, open=True, kwargs={"autocommit": True})
+        _sync_pools[dsn] = pool
+    with pool.connection() as conn:
+        conn.execute(
+            "INSERT INTO chaos_ledger (job_id, n, token, attempt, worker, pid, event)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (ctx.id, n, ctx.job.lease_token, ctx.attempt, ctx.worker_id, os.getpid(), event),
+        )
+
+
+@pgq.task(name="chaos.sync_work", max_attempts=1000)
+def sync_work(n: int, ms: float = 0.0, crash: str = "") -> None:
+    """The effect from a plain ``def`` handler. ``crash``: on its first attempt, the process
+    running it dies mid-job (``exit``: os._exit(3); ``kill``: SIGKILL, as the OOM killer does)."""
+    record_sync("start", n)
+    if crash and current_job().attempt == 1:
+        if crash == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(3)
+    if ms:
+        time.sleep(ms / 1000)
+    record_sync("end", n)

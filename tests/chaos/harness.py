@@ -169,6 +169,9 @@ class Settings:
     #: async handler) before doing its work.
     block_every: int = 0
     block_ms: float = 0.0
+    #: Every crash_every-th job kills the (child) process running it on its first attempt,
+    #: alternately with os._exit and SIGKILL (the task must take ``crash``: chaos.sync_work).
+    crash_every: int = 0
     #: Workers write their logs into a pipe nobody reads until they are stopped (a stuck log
     #: shipper, a supervisor's full pipe).
     unread_pipe: bool = False
@@ -451,9 +454,14 @@ class Run:
                     raise
                 time.sleep(0.3)
 
-    def _blocks(self, n: int) -> dict[str, float]:
+    def _blocks(self, n: int) -> dict[str, Any]:
+        """The fault a numbered job carries in its args, if any."""
         s = self.settings
-        return {"block_ms": s.block_ms} if s.block_every and n % s.block_every == 0 else {}
+        if s.block_every and n % s.block_every == 0:
+            return {"block_ms": s.block_ms}
+        if s.crash_every and n % s.crash_every == 0:
+            return {"crash": "kill" if n // s.crash_every % 2 else "exit"}
+        return {}
 
     def _batch_exists(self, n: int) -> bool:
         return bool(

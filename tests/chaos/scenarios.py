@@ -659,6 +659,45 @@ def unread_log_pipe(env: Env, size: str) -> Report:
     return report
 
 
+# -- 12. child processes die mid-job (--pool process) ------------------------------------------
+
+
+def child_crashes(env: Env, size: str) -> Report:
+    """Sync handlers in child processes (``--pool process``); every 100th job kills the child
+    running it on its first attempt (``os._exit(3)`` or SIGKILL, as the OOM killer does). Each
+    crash must fail only its own job, at once (no waiting for a lease), which runs again in a
+    new child; the workers never die."""
+    settings = Settings(
+        jobs=pick(size, 1500, 10_000),
+        workers=2,
+        concurrency=4,
+        lease=30.0,  # long: a crashed job must come back because its child died, not the reaper
+        job_ms=2.0,
+        crash_every=100,
+        worker_args=("--pool", "process"),
+    )
+    name = "12. child processes die mid-job (--pool process)"
+    with run(name, env.dsn, settings, env.workdir, task="chaos.sync_work") as chaos:
+        chaos.start_workers()
+        chaos.start_producer()
+        chaos.drain()
+        crashed = query(
+            env.dsn,
+            "SELECT job_id FROM chaos_ledger WHERE event = 'start' AND attempt = 1"
+            "   AND n %% %s = 0 AND n < %s",
+            (settings.crash_every, settings.jobs),
+        )
+        chaos.fault("child crash", [row[0] for row in crashed])
+        worker_exits = len(chaos.fleet.exited())
+        report = chaos.report()
+    logs = chaos.fleet.log_text()
+    report.faults = len(crashed)
+    report.notes["crash errors logged"] = logs.count("child process")
+    report.notes["workers that exited"] = worker_exits
+    report.notes["reaped"] = logs.count("recovered jobs with expired leases")
+    return report
+
+
 SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "sigkill": sigkill_workers,
     "sigstop": sigstop_past_lease,
@@ -672,4 +711,5 @@ SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "listen": listen_terminated,
     "stalls": loop_stalls,
     "logpipe": unread_log_pipe,
+    "children": child_crashes,
 }

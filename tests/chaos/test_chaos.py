@@ -110,3 +110,12 @@ def test_a_log_pipe_nobody_reads_stalls_nothing(dsn, tmp_path):
     report.check()
     assert report.duplicates == 0
     assert report.notes["drop reports"] > 0, "the pipe never filled: the scenario proved nothing"
+
+
+def test_child_processes_dying_fail_only_their_jobs(dsn, tmp_path):
+    report = show(scenarios.child_crashes(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.faults >= 10
+    assert report.duplicates == 0  # a crashed attempt never reached its end record
+    assert report.notes["workers that exited"] == 0
+    assert report.notes["reaped"] == 0, "crashed jobs waited for the reaper instead of failing"
