@@ -16,6 +16,7 @@ from pgqueue.errors import (
     JobDeadError,
     JobFailedError,
     JobNotFoundError,
+    JobTimeout,
     PgQueueError,
     QueueFullError,
     ResultTimeoutError,
@@ -26,11 +27,10 @@ from pgqueue.errors import (
     WorkflowNotFoundError,
 )
 from pgqueue.flow import UNSET, CircuitBreaker, RateLimit
+from pgqueue.job_context import JobContext, current_job
 from pgqueue.retry import ConstantBackoff, ExponentialBackoff, RetryPolicy
 from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, Task
-from pgqueue.worker.context import JobContext, current_job
-from pgqueue.worker.executor import JobTimeout
 from pgqueue.workflow import DAG, Chain, Group, WorkflowRun, chain, chord, group
 
 __all__ = [

@@ -49,7 +49,7 @@ def send_report(customer_id: int) -> None:
     backoff=ExponentialBackoff(base=0.2, cap=2.0),
 )
 def call_flaky_api(order_id: int) -> None:
-    from pgqueue.worker.context import current_job
+    from pgqueue.job_context import current_job
 
     # Fails on its first attempts about half the time; always succeeds by the third.
     if current_job().attempt < 3 and random.random() < 0.5:

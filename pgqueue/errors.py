@@ -113,6 +113,11 @@ class Fail(Exception):
     """Raised by a handler to dead-letter the job at once, skipping the remaining attempts."""
 
 
+class JobTimeout(Exception):
+    """The handler ran longer than its task's timeout (a failed attempt, retried like any other
+    error unless the task's ``no_retry_on`` includes it)."""
+
+
 class JobCancelled(Exception):
     """Raised inside a handler (via ``ctx.raise_if_cancelled()``) when its job was cancelled or
     its lease was lost, so cooperative sync handlers can stop early."""

@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pgqueue.errors import ConfigurationError
+from pgqueue.job_context import _current as _current_job
 
 #: The record attributes the filter provides, in the order the text lines append them.
 FIELDS = ("job_id", "task", "queue", "attempt", "worker_id")
@@ -55,18 +56,6 @@ def bind(**fields: object) -> contextvars.Token[Mapping[str, object]]:
     return _bound.set({**_bound.get(), **fields})
 
 
-_job: contextvars.ContextVar[Any] | None = None  # pgqueue.worker.context's, bound lazily
-
-
-def _job_var() -> contextvars.ContextVar[Any]:
-    global _job  # noqa: PLW0603 - a lazy import: pgqueue.worker imports this module
-    if _job is None:
-        from pgqueue.worker.context import _current
-
-        _job = _current
-    return _job
-
-
 # -- the fields on every record -------------------------------------------------------------
 
 
@@ -84,7 +73,7 @@ def add_context(record: logging.LogRecord) -> logging.LogRecord:
         return record
     for name, value in bound.items():
         attrs.setdefault(name, value)
-    ctx = (_job or _job_var()).get(None)
+    ctx = _current_job.get(None)
     if ctx is not None:
         job = ctx.job
         attrs.setdefault("job_id", job.id)

@@ -3,7 +3,7 @@
 See :mod:`pgqueue.worker.worker` for how they are wired and the job state machine.
 """
 
-from pgqueue.worker.context import JobContext, current_job
+from pgqueue.job_context import JobContext, current_job
 from pgqueue.worker.worker import Worker, WorkerSettings
 
 __all__ = ["JobContext", "Worker", "WorkerSettings", "current_job"]

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import logs
 from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
+from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.worker import frames
-from pgqueue.worker.context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.worker.executor import raised_outcome, returned_outcome
 from pgqueue.worker.outcome import Outcome
 

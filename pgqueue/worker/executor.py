@@ -40,19 +40,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from pgqueue.errors import Fail, InvalidJobError, JobCancelled, Retry
+from pgqueue.errors import Fail, InvalidJobError, JobCancelled, JobTimeout, Retry
+from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.payload import dumps
 from pgqueue.tasks import Task
-from pgqueue.worker.context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.process_pool import ChildGone, ChildSettings, ProcessPool
 
 log = logging.getLogger("pgqueue.worker.executor")
-
-
-class JobTimeout(Exception):
-    """The handler ran longer than its task's timeout (a failed attempt, retried like any other
-    error unless the task's ``no_retry_on`` includes it)."""
 
 
 # -- what an attempt amounts to (shared with the child processes of pool="process") ---------

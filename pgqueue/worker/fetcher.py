@@ -23,9 +23,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from pgqueue.job_context import ClaimedJob
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.completer import Completer
-from pgqueue.worker.context import ClaimedJob
 from pgqueue.worker.db import TRANSIENT_ERRORS, Row, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.service import Service

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from pgqueue import log_queue
 from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError
-from pgqueue.worker.context import ClaimedJob
+from pgqueue.job_context import ClaimedJob
 from pgqueue.worker.observer import WorkerObserver, Written
 from pgqueue.worker.outcome import Outcome
 

@@ -7,7 +7,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Literal
 
-from pgqueue.worker.context import ClaimedJob
+from pgqueue.job_context import ClaimedJob
 
 #: ack: succeeded. error: raised (retry with backoff while attempts remain, else dead letter).
 #: retry: raised Retry (reschedule, attempt not burned). fail: raised Fail (dead letter now).

@@ -44,8 +44,8 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from pgqueue.errors import ConfigurationError
+from pgqueue.job_context import ClaimedJob, JobContext
 from pgqueue.worker import frames
-from pgqueue.worker.context import ClaimedJob, JobContext
 from pgqueue.worker.outcome import Kind
 
 if TYPE_CHECKING:

@@ -57,10 +57,10 @@ from pgqueue.client_flow import declarations
 from pgqueue.config import configured_dsn, resolve_dsn
 from pgqueue.db import plan as plans
 from pgqueue.errors import ConfigurationError
+from pgqueue.job_context import ClaimedJob
 from pgqueue.payload import check_name
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.completer import Completer
-from pgqueue.worker.context import ClaimedJob
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, application_name
 from pgqueue.worker.executor import Executor

@@ -13,8 +13,8 @@ from uuid import uuid4
 import psycopg
 import pytest
 
+from pgqueue.job_context import ClaimedJob
 from pgqueue.worker.completer import Completer
-from pgqueue.worker.context import ClaimedJob
 from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.outcome import Outcome

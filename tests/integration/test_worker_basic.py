@@ -102,7 +102,7 @@ def test_timeout_is_a_failed_attempt(app_dsn, pgq, task):
     with thread_worker(APP, app_dsn, poll_interval=0.2):
         wait_for(pgq.dead_letters, message="timed-out job dead-lettered")
     [dead] = pgq.dead_letters()
-    assert dead["errors"][-1]["error"] == "pgqueue.worker.executor.JobTimeout"
+    assert dead["errors"][-1]["error"] == "pgqueue.errors.JobTimeout"
     assert "timed out after 0.3s" in dead["last_error"]
     if task.is_async:
         assert [r[5] for r in ledger(app_dsn, "cancelled")] == ["timeout"]

@@ -94,7 +94,7 @@ def test_timeout_kills_the_child_and_the_late_write_never_happens(app_dsn, pgq, 
         wait_for(pgq.dead_letters, timeout=60, message="timed-out job dead-lettered")
         [dead] = pgq.dead_letters()
         assert dead["id"] == job and dead["attempts"] == 2
-        assert [e["error"] for e in dead["errors"]] == ["pgqueue.worker.executor.JobTimeout"] * 2
+        assert [e["error"] for e in dead["errors"]] == ["pgqueue.errors.JobTimeout"] * 2
         assert "timed out after 1s (child process killed)" in dead["last_error"]
         starts = rows(app_dsn, "start")
         assert [r[1] for r in starts] == [1, 2]  # retried per policy, in a new child
