@@ -7,8 +7,10 @@ import json
 import subprocess
 import sys
 
-FORBIDDEN = ("pgqueue.worker", "pgqueue.cli", "pgqueue.dashboard", "pgqueue.contrib",
-             "pgqueue.alembic", "alembic", "sqlalchemy", "starlette", "uvicorn", "typer")  # fmt: skip
+FORBIDDEN = (
+    *("pgqueue.worker", "pgqueue.cli", "pgqueue.dashboard", "pgqueue.contrib", "pgqueue.alembic"),
+    *("alembic", "sqlalchemy", "starlette", "uvicorn", "typer"),
+)
 
 
 def loaded_after(statement: str) -> list[str]:
