@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pgqueue import flow
 from pgqueue import schedules as cron
 from pgqueue.db import plan as plans
+from pgqueue.declarations import declarations
 from pgqueue.enqueue import JobId, JobSpec
 from pgqueue.errors import InvalidJobError
 from pgqueue.flow import UNSET
@@ -225,17 +226,3 @@ class FlowControlMixin:
 
     def list_schedules(self) -> list[dict[str, Any]]:
         return self.run(cron.list_schedules())
-
-
-def declarations(app: FlowControlMixin) -> plans.Plan[None]:
-    tasks = app.tasks.values()
-    yield from flow.sync_task_declarations(
-        sorted(app.tasks),
-        {
-            t.name: (t.concurrency_limit, t.key_limit, t.rate_limit)
-            for t in tasks
-            if t.declares_limits
-        },
-        {t.name: t.circuit_breaker for t in tasks if t.circuit_breaker is not None},
-    )
-    yield from cron.save(list(app.schedules.values()), from_code=True)

@@ -6,6 +6,7 @@ table and returns plain dicts, so ``--json`` output, the dashboard's API and ``p
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgqueue.client import PgQueue
@@ -140,3 +141,13 @@ def recent_failures(pgq: PgQueue) -> list[dict[str, Any]]:
 def throughput(pgq: PgQueue) -> list[dict[str, Any]]:
     """``pgqueue.throughput``: finished jobs per minute and queue over the last hour."""
     return pgq.run(_dicts("list_throughput", THROUGHPUT_COLUMNS))
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps(default=...)`` for the views' rows in operators' output (``--json``, the
+    dashboard's API): timestamps as ISO 8601, durations as seconds, anything else as text."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return str(value)

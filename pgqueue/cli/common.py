@@ -20,6 +20,7 @@ from pgqueue import enqueue
 from pgqueue.client import PgQueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
+from pgqueue.inspect import json_default
 
 console = Console()
 err_console = Console(stderr=True)
@@ -131,12 +132,4 @@ def _cell(value: Any) -> str:
         return value.isoformat(sep=" ", timespec="seconds")
     if isinstance(value, dict | list):
         return json.dumps(value)
-    return str(value)
-
-
-def json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
     return str(value)

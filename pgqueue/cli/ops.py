@@ -19,7 +19,6 @@ from pgqueue.cli.common import (
     console,
     friendly_errors,
     in_range,
-    json_default,
     open_queue,
     print_rows,
     with_app,
@@ -200,7 +199,7 @@ def _report(as_json: bool, deleted: int, would: int | None, text: str) -> None:
 
 
 def _dump(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, default=json_default, indent=2) + "\n")
+    sys.stdout.write(json.dumps(data, default=inspect.json_default, indent=2) + "\n")
 
 
 def register(app: typer.Typer) -> None:

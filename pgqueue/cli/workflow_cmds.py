@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.tree import Tree
 
+from pgqueue import inspect
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     MAX_ROWS,
@@ -16,7 +17,6 @@ from pgqueue.cli.common import (
     JsonOption,
     console,
     in_range,
-    json_default,
     open_queue,
     print_rows,
 )
@@ -74,7 +74,7 @@ def show(
     with open_queue(dsn) as pgq:
         workflow = pgq.workflow(workflow_id)
     if as_json:
-        sys.stdout.write(json.dumps(workflow, default=json_default, indent=2) + "\n")
+        sys.stdout.write(json.dumps(workflow, default=inspect.json_default, indent=2) + "\n")
         return
     console.print(render(workflow))
 

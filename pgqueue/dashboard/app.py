@@ -33,7 +33,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pgqueue import inspect, ops
-from pgqueue.cli.common import json_default
 from pgqueue.client import PgQueue
 from pgqueue.dashboard.security import (
     CSRF_COOKIE,
@@ -66,7 +65,7 @@ class DashboardSettings:
 
 class _Json(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=json_default).encode()
+        return json.dumps(content, default=inspect.json_default).encode()
 
 
 def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlette:

@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import logs
 from pgqueue._version import __version__
-from pgqueue.client_flow import declarations
 from pgqueue.config import configured_dsn, resolve_dsn
 from pgqueue.db import plan as plans
+from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError
 from pgqueue.job_context import ClaimedJob
 from pgqueue.payload import check_name

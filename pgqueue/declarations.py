@@ -1,0 +1,43 @@
+"""What an app's code declares beyond its handlers (task limits, circuit breakers, ``@periodic``
+schedules), written as one plan: by every worker at start-up, and by
+``PgQueue.sync_declarations``. A module of its own, so that the worker needs only this, not the
+client."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pgqueue import flow
+from pgqueue import schedules as cron
+from pgqueue.db.plan import Plan
+
+if TYPE_CHECKING:
+    from pgqueue.schedules import Schedule
+    from pgqueue.tasks import Task
+
+
+class Declaring(Protocol):
+    """What the plan reads of an app (a :class:`~pgqueue.PgQueue`)."""
+
+    @property
+    def tasks(self) -> Mapping[str, Task[..., Any]]: ...
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]: ...
+
+
+def declarations(app: Declaring) -> Plan[None]:
+    """Write what ``app`` declares; rows written before from code that it no longer declares
+    are cleared, operators' rows are left alone (see :func:`flow.sync_task_declarations`)."""
+    tasks = app.tasks.values()
+    yield from flow.sync_task_declarations(
+        sorted(app.tasks),
+        {
+            t.name: (t.concurrency_limit, t.key_limit, t.rate_limit)
+            for t in tasks
+            if t.declares_limits
+        },
+        {t.name: t.circuit_breaker for t in tasks if t.circuit_breaker is not None},
+    )
+    yield from cron.save(list(app.schedules.values()), from_code=True)
