@@ -33,10 +33,14 @@ class ClaimedJob(NamedTuple):
     run_at: datetime
     #: The job keeps its return value (result_ttl set), so the worker stores it with the ack.
     wants_result: bool = False
+    #: When this worker sent the claim (``time.monotonic()``): the database set the lease to
+    #: expire ``lease`` seconds after it ran the claim, so the lease holds at least until
+    #: ``leased_at + lease`` (what tells a retried write of a lost reply from a lost lease).
+    leased_at: float = 0.0
 
     @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
-        return tuple.__new__(cls, row[:11])
+    def from_row(cls, row: tuple[Any, ...], leased_at: float = 0.0) -> ClaimedJob:
+        return tuple.__new__(cls, (*row[:11], leased_at))
 
 
 @dataclass(eq=False)

@@ -4,7 +4,10 @@ Outcomes accumulate while a write is in flight and go out together in the next o
 load a batch holds everything that finished during one round trip and the number of statements
 per job falls as throughput rises; when idle, an outcome is written at once. A write that fails
 (database down) is kept and retried: an outcome is never dropped, and a write that arrives after
-the lease was lost changes nothing (the token no longer matches) and is logged as stale.
+the lease was lost changes nothing (the token no longer matches) and is logged as stale. A
+write retried because its reply was lost (a crash or failover during the commit) that finds
+nothing to write is logged at INFO as already written when the lease surely still held
+(:mod:`pgqueue.worker.leases`): its first try committed.
 
 One bad row must not stall the rest. Each statement is atomic, so when a batch fails on a row
 (a data error, a constraint, an error a trigger raised: a hand-edited row, an id another row
@@ -32,6 +35,7 @@ import psycopg
 
 from pgqueue.enqueue import MAX_DURATION
 from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, int_array
+from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
 
@@ -73,6 +77,19 @@ def _about_the_row(exc: psycopg.Error) -> bool:
     return exc.sqlstate[:2] in ("22", "23", "P0")
 
 
+def _first_try(outcome: Outcome) -> str:
+    """What the database made of ``outcome`` when its first try committed (as fail_jobs and
+    ack_jobs decide; a cancel requested meanwhile is the one thing not known here)."""
+    kind, job = outcome.kind, outcome.job
+    if kind == "ack":
+        return "succeeded"
+    if kind == "cancelled":
+        return "cancelled"
+    if kind in ("fail", "no_retry") or (kind == "error" and job.attempt >= job.max_attempts):
+        return "dead"
+    return "retry"
+
+
 def _log_value(text: str) -> str:
     """``text`` as the last value of a log line: one line, clipped, and with ``=`` escaped
     where the JSON formatter would take ``word=...`` for a field of its own."""
@@ -102,9 +119,16 @@ Written = list[tuple[Outcome, str]]
 class Completer(Service):
     name = "completer"
 
-    def __init__(self, db: WorkerDB, breaker_tasks: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        db: WorkerDB,
+        breaker_tasks: frozenset[str] = frozenset(),
+        leases: LeaseClock | None = None,
+    ) -> None:
         super().__init__()
         self.db = db
+        #: Tells a retried write whose first try committed from one whose lease was lost.
+        self.leases = leases
         # Tasks with a circuit breaker: their outcomes are also counted in
         # pgqueue.circuit_breakers (one more statement per batch that has any).
         self.breaker_tasks = breaker_tasks
@@ -151,7 +175,10 @@ class Completer(Service):
             try:
                 await self._write(report, logged)
             except BaseException:
-                self.pending = self.in_flight + self.pending  # what is not written yet
+                # What is not written yet. A write cut off without a reply may have committed.
+                for outcome in self.in_flight:
+                    outcome.ambiguous = True
+                self.pending = self.in_flight + self.pending
                 raise
             finally:
                 self.in_flight = []
@@ -184,6 +211,8 @@ class Completer(Service):
             chunk = chunks.pop()
             try:
                 written = await self._statement(name, chunk)
+                if any(o.ambiguous for o in chunk):
+                    written = self._settle_retried(written, logged)
             except TRANSIENT_ERRORS:
                 raise
             except psycopg.Error as exc:
@@ -249,6 +278,23 @@ class Completer(Service):
         )
         decided: dict[int, str] = {row[0]: row[1] for row in rows}
         return [(o, decided.get(o.job.id, "stale")) for o in chunk]
+
+    def _settle_retried(self, written: Written, logged: set[int]) -> Written:
+        """A retry of a write cut off without a reply found nothing to write. While the lease
+        surely held (:mod:`pgqueue.worker.leases`) nobody else can have touched the job, so
+        the first try committed: reported as what it wrote, not as a lost lease."""
+        settled: Written = []
+        for outcome, what in written:
+            settled_as = what
+            if what == "stale" and outcome.ambiguous:
+                logged.add(id(outcome))
+                if self.leases is not None and self.leases.surely_held(outcome.job):
+                    settled_as = _first_try(outcome)
+                    self._log_first_try(outcome)
+                else:
+                    self._log_unknown_first_try(outcome)
+            settled.append((outcome, settled_as))
+        return settled
 
     def _done(self, chunk: list[Outcome]) -> None:
         """Written: these outcomes' leases need no more heartbeats, nor a retry."""
@@ -362,6 +408,32 @@ class Completer(Service):
                 self.log.warning("circuit breaker %s task=%s (was %s)", after, task, before)
                 if after == "open" and self.on_breaker_open is not None:
                     self.on_breaker_open(task)
+
+    def _log_first_try(self, outcome: Outcome) -> None:
+        job = outcome.job
+        self.log.info(
+            "%s already written: the first try committed, its reply was lost job_id=%s "
+            "task=%s queue=%s attempt=%s lease_token=%s",
+            outcome.kind,
+            job.id,
+            job.task,
+            job.queue,
+            job.attempt,
+            job.lease_token,
+        )
+
+    def _log_unknown_first_try(self, outcome: Outcome) -> None:
+        job = outcome.job
+        self.log.warning(
+            "%s found nothing to write after a lost reply: the first try committed, or the "
+            "lease expired meanwhile and another worker took the job over job_id=%s task=%s "
+            "attempt=%s lease_token=%s",
+            outcome.kind,
+            job.id,
+            job.task,
+            job.attempt,
+            job.lease_token,
+        )
 
     def _log_written(self, outcome: Outcome, written: str) -> None:
         job = outcome.job

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -85,6 +86,7 @@ class Fetcher(Service):
         self._handshake_backoff = 0.0
         #: The main lane's claim while it is in flight (see run_once).
         self._main: asyncio.Future[tuple[list[Row], float | None]] | None = None
+        self._main_sent_at = 0.0
         #: The second claim lane's claim, while one is in flight (see _claim_ahead).
         self._ahead: asyncio.Task[None] | None = None
         self._ahead_sent = False
@@ -110,11 +112,12 @@ class Fetcher(Service):
             # Shielded: a shutdown that cancels this lane mid-claim must not cut the claim off
             # after the server committed it (its jobs would stay claimed until their leases
             # expired); run() lets it come back and hands its jobs back instead.
+            self._main_sent_at = time.monotonic()
             self._main = asyncio.ensure_future(self._claim(self.params))
             # Cancelled here (even just after the claim came back), _main stays for run().
             rows, throttled = await asyncio.shield(self._main)
             self._main = None
-        self._hand_over(rows)
+        self._hand_over(rows, self._main_sent_at)
         claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
@@ -187,7 +190,7 @@ class Fetcher(Service):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(main), timeout=5.0)
                 if main.done() and not main.cancelled() and main.exception() is None:
-                    self._hand_over(main.result()[0])
+                    self._hand_over(main.result()[0], self._main_sent_at)
                 else:
                     main.cancel()
                     await asyncio.gather(main, return_exceptions=True)
@@ -219,8 +222,9 @@ class Fetcher(Service):
             params = {**self.params, "limit": free}
             with self.executor.reserve(free):
                 self._ahead_sent = True
+                sent_at = time.monotonic()
                 rows, _ = await self._claim(params)
-            self._hand_over(rows)
+            self._hand_over(rows, sent_at)
         except TRANSIENT_ERRORS as exc:
             # The main lane meets the same outage and reports it.
             self.log.debug("claim ahead failed error=%r", str(exc).strip()[:200])
@@ -230,8 +234,9 @@ class Fetcher(Service):
             self._ahead = None
             self._ahead_sent = False
 
-    def _hand_over(self, rows: list[Row]) -> None:
-        jobs = [ClaimedJob.from_row(row) for row in rows]
+    def _hand_over(self, rows: list[Row], sent_at: float) -> None:
+        """``sent_at``: when the claim was sent (monotonic); its leases run at least that long."""
+        jobs = [ClaimedJob.from_row(row, sent_at) for row in rows]
         # Hand the jobs over before anything else can raise (a log handler, an observer): a
         # claimed job the executor never saw would sit unrun until its lease expired.
         if self.stopping.is_set():

@@ -12,12 +12,14 @@ to extend.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, int_array
 from pgqueue.worker.executor import Executor
+from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
 
@@ -35,6 +37,7 @@ class Heartbeater(Service):
         worker_id: str,
         lease: float,
         counts: JobCounts | None = None,
+        leases: LeaseClock | None = None,
     ) -> None:
         super().__init__()
         self.db = db
@@ -44,6 +47,7 @@ class Heartbeater(Service):
         self.worker_id = worker_id
         self.lease = lease
         self.counts = counts or JobCounts()
+        self.leases = leases or LeaseClock(lease)
         #: (id, token) of leases found lost whose handler has not returned yet.
         self.lost: set[tuple[int, int]] = set()
 
@@ -57,6 +61,7 @@ class Heartbeater(Service):
             self.lost.intersection_update(held)
             held = [pair for pair in held if pair not in self.lost]
         counted = self.counts.take()
+        sent_at = time.monotonic()
         try:
             rows = await self.db.fetch(
                 "heartbeat",
@@ -75,6 +80,7 @@ class Heartbeater(Service):
             self.counts.restore(counted)  # flushed with the next heartbeat instead
             raise
         alive: dict[tuple[int, int], bool] = {(row[0], row[1]): row[2] for row in rows}
+        self.leases.beat(sent_at, alive)
         for job_id, token in held:
             cancel_requested = alive.get((job_id, token))
             if cancel_requested is None:

@@ -30,6 +30,9 @@ class Outcome:
     result: str | None = None  # the return value as JSON, for jobs that keep it (ack only)
     #: "ValueError: bad address" (the error's class and message, as stored), for the log line.
     summary: str | None = None
+    #: A write of it was cut off without a reply (the connection dropped): it may have
+    #: committed, so a retry that finds nothing to write is not by itself a lost lease.
+    ambiguous: bool = False
 
     @classmethod
     def from_exception(

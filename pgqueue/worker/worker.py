@@ -66,6 +66,7 @@ from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, application_name
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
+from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats
 from pgqueue.worker.pruner import Pruner
@@ -274,9 +275,12 @@ class Worker:
             application_name=application_name(dsn, "worker", self.id),
         )
         await db.open()
+        # What the heartbeater knows of the leases, for the completer (see worker/leases.py).
+        leases = LeaseClock(settings.lease)
         completer = Completer(
             db,
             frozenset(n for n, t in self.app.tasks.items() if t.circuit_breaker is not None),
+            leases,
         )
         completer.on_breaker_open = lambda task: self._breaker_opened(db, task)
         executor = self.executor = Executor(
@@ -308,6 +312,7 @@ class Worker:
             worker_id=self.id,
             lease=settings.lease,
             counts=self.counts,
+            leases=leases,
         )
         # The code of every async handler: what the watchdog looks for on a stalled stack.
         handler_codes: dict[CodeType, str] = {

@@ -346,7 +346,9 @@ def ambiguous_commits(env: Env, size: str) -> Report:
     worker retries it, finds the job gone, and must not run it again) and for a claim (the
     worker never learns it holds the jobs; they run once, after the lease, via the reaper)."""
     settings = Settings(
-        jobs=pick(size, 40, 400), workers=1, concurrency=4, lease=1.0, job_ms=50.0,
+        # The lease outlasts the reconnect, so the worker knows a retried ack's first try
+        # committed (see pgqueue/worker/leases.py).
+        jobs=pick(size, 40, 400), workers=1, concurrency=4, lease=3.0, job_ms=50.0,
         # --no-prepare: the statement text travels with every execution, so the trap sees it.
         worker_args=("--no-prepare",),
     )  # fmt: skip
@@ -379,7 +381,11 @@ def ambiguous_commits(env: Env, size: str) -> Report:
     finally:
         proxy.close()
     report.notes["ambiguous commits"] = proxy.trapped
-    report.notes["stale acks rejected"] = chaos.fleet.log_text().count("stale ack ignored")
+    logs = chaos.fleet.log_text()
+    report.notes["acks found already written"] = logs.count("ack already written")
+    report.notes["stale ack warnings"] = logs.count("stale ack ignored") + logs.count(
+        "ack found nothing to write"
+    )
     return report
 
 

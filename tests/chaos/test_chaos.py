@@ -57,8 +57,10 @@ def test_ambiguous_commits_of_claim_and_ack(dsn, tmp_path):
     report = show(scenarios.ambiguous_commits(Env(dsn, tmp_path), "ci"))
     report.check()
     assert report.notes["ambiguous commits"] == 2
-    # The committed ack was retried after the reset, found the job gone and changed nothing.
-    assert report.notes["stale acks rejected"] >= 1
+    # The committed ack was retried after the reset, found the job gone and changed nothing;
+    # the worker says what happened (its first try committed), not that a lease was lost.
+    assert report.notes["acks found already written"] >= 1
+    assert report.notes["stale ack warnings"] == 0
     assert report.duplicates == 0
 
 
