@@ -1,5 +1,6 @@
-"""A private PostgreSQL 15 cluster from Debian's packages (postgresql-15, postgresql-15-cron),
-and a PgBouncer (Debian's pgbouncer) in front of it, for the pg_cron and PgBouncer tests.
+"""Private PostgreSQL 15 clusters from Debian's packages (postgresql-15, postgresql-15-cron): one
+with pg_cron and a PgBouncer (Debian's pgbouncer) in front of it, for the pg_cron and PgBouncer
+tests; a primary with a streaming standby, for the failover and read-replica tests.
 
 `.ci/run` installs the packages; a missing package is a test failure, never a skip. As root
 (CI), the servers run as the `postgres` system user the packages create (PostgreSQL refuses
@@ -77,17 +78,46 @@ class Cluster:
         return dsn
 
 
-@contextmanager
-def pg15_cluster() -> Iterator[Cluster]:
-    """initdb + start a PostgreSQL 15 with pg_cron preloaded (cron.database_name=postgres)."""
-    for binary in (PG_BIN / "initdb", PG_BIN / "pg_ctl"):
-        assert binary.exists(), f"{binary} missing: apt-get install postgresql-15"
-    assert Path("/usr/lib/postgresql/15/lib/pg_cron.so").exists(), (
-        "pg_cron missing: apt-get install postgresql-15-cron"
+def _pg_ctl(cluster: Cluster, *args: str, check: bool = True) -> None:
+    subprocess.run(
+        [str(PG_BIN / "pg_ctl"), "-D", str(cluster.data), *args],
+        capture_output=True,
+        check=check,
+        **_as_server_user(),
     )
-    base = Path(tempfile.mkdtemp(prefix="pgq-pg15-"))
+
+
+def _configure(cluster: Cluster, settings: dict[str, str]) -> None:
+    with open(cluster.data / "postgresql.conf", "a") as conf:
+        conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
+
+
+def _start(cluster: Cluster) -> None:
+    _pg_ctl(cluster, "-l", str(cluster.base / "server.log"), "-w", "start")
+
+
+def _discard(cluster: Cluster) -> None:
+    _pg_ctl(cluster, "-m", "immediate", "-w", "stop", check=False)
+    shutil.rmtree(cluster.base, ignore_errors=True)
+
+
+def _new_cluster(prefix: str) -> Cluster:
+    for binary in (PG_BIN / "initdb", PG_BIN / "pg_ctl", PG_BIN / "pg_basebackup"):
+        assert binary.exists(), f"{binary} missing: apt-get install postgresql-15"
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     _own(base)
-    cluster = Cluster(base, free_port())
+    return Cluster(base, free_port())
+
+
+def _server_settings(cluster: Cluster) -> dict[str, str]:
+    return {
+        "port": str(cluster.port),
+        "listen_addresses": "'127.0.0.1'",
+        "unix_socket_directories": f"'{cluster.base}'",
+    }
+
+
+def _initdb(cluster: Cluster) -> None:
     _run(
         [
             str(PG_BIN / "initdb"),
@@ -101,42 +131,138 @@ def pg15_cluster() -> Iterator[Cluster]:
             "--no-sync",
         ]
     )
-    settings = {
-        "port": str(cluster.port),
-        "listen_addresses": "'127.0.0.1'",
-        "unix_socket_directories": f"'{base}'",
-        "shared_preload_libraries": "'pg_cron'",
-        "cron.database_name": "'postgres'",
-        "fsync": "off",
-        "synchronous_commit": "off",
-        "full_page_writes": "off",
-        "max_connections": "100",
-    }
-    with open(cluster.data / "postgresql.conf", "a") as conf:
-        conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
-    _run(
-        [
-            str(PG_BIN / "pg_ctl"),
-            "-D",
-            str(cluster.data),
-            "-l",
-            str(base / "server.log"),
-            "-w",
-            "start",
-        ]
+
+
+@contextmanager
+def pg15_cluster() -> Iterator[Cluster]:
+    """initdb + start a PostgreSQL 15 with pg_cron preloaded (cron.database_name=postgres)."""
+    assert Path("/usr/lib/postgresql/15/lib/pg_cron.so").exists(), (
+        "pg_cron missing: apt-get install postgresql-15-cron"
     )
+    cluster = _new_cluster("pgq-pg15-")
     try:
+        _initdb(cluster)
+        _configure(
+            cluster,
+            {
+                **_server_settings(cluster),
+                "shared_preload_libraries": "'pg_cron'",
+                "cron.database_name": "'postgres'",
+                "fsync": "off",
+                "synchronous_commit": "off",
+                "full_page_writes": "off",
+                "max_connections": "100",
+            },
+        )
+        _start(cluster)
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_cron")
         yield cluster
     finally:
-        subprocess.run(
-            [str(PG_BIN / "pg_ctl"), "-D", str(cluster.data), "-m", "immediate", "-w", "stop"],
-            capture_output=True,
-            check=False,
-            **_as_server_user(),
+        _discard(cluster)
+
+
+@dataclass
+class Pair:
+    """A primary and a streaming standby of it (hot standby: it serves reads)."""
+
+    primary: Cluster
+    standby: Cluster
+    synchronous: bool
+
+    def dsn(self, dbname: str) -> str:
+        """What HA setups give applications: both hosts, and "the one that takes writes"
+        (libpq tries them in order and skips a standby)."""
+        return (
+            f"host=127.0.0.1,127.0.0.1 port={self.primary.port},{self.standby.port}"
+            f" user=postgres dbname={dbname} target_session_attrs=read-write connect_timeout=5"
         )
-        shutil.rmtree(base, ignore_errors=True)
+
+    def kill_primary(self) -> None:
+        """A crash: no shutdown checkpoint, every connection cut, nothing more replicated."""
+        _pg_ctl(self.primary, "-m", "immediate", "-w", "stop")
+
+    def promote(self) -> None:
+        """What failover tooling (Patroni, a managed service) does once it declares the primary
+        dead: the standby ends recovery and takes writes."""
+        _pg_ctl(self.standby, "-w", "promote")
+
+    def streaming(self) -> bool:
+        with psycopg.connect(self.primary.dsn(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT state, sync_state FROM pg_stat_replication LIMIT 1"
+            ).fetchone()
+        wanted = "sync" if self.synchronous else "async"
+        return row is not None and row[0] == "streaming" and row[1] == wanted
+
+    def unreplicated_bytes(self) -> int:
+        """WAL the primary has written that the standby has not flushed yet (what a crash now
+        would lose, with asynchronous replication)."""
+        with psycopg.connect(self.primary.dsn(), autocommit=True, connect_timeout=2) as conn:
+            row = conn.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn)::bigint"
+                "  FROM pg_stat_replication LIMIT 1"
+            ).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+
+@contextmanager
+def replicated_pair(synchronous: bool) -> Iterator[Pair]:
+    """A PostgreSQL 15 primary and a hot standby streaming from it (pg_basebackup -R), with
+    synchronous replication (``synchronous_standby_names``, ``synchronous_commit = on``: a
+    commit returns once the standby has flushed it) or asynchronous. fsync stays off: the
+    faults here kill processes, the machine and its page cache live on."""
+    primary = _new_cluster("pgq-primary-")
+    standby = _new_cluster("pgq-standby-")
+    try:
+        _initdb(primary)
+        _configure(
+            primary,
+            {
+                **_server_settings(primary),
+                "fsync": "off",
+                "full_page_writes": "off",
+                "max_connections": "100",
+                "wal_level": "replica",
+                "wal_keep_size": "'256MB'",
+                "synchronous_commit": "on",
+                "synchronous_standby_names": "'*'" if synchronous else "''",
+            },
+        )
+        _start(primary)
+        _run(
+            [
+                str(PG_BIN / "pg_basebackup"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(primary.port),
+                "-U",
+                "postgres",
+                "-D",
+                str(standby.data),
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ]
+        )
+        # pg_basebackup copied the primary's settings, synchronous_standby_names with them:
+        # promoted with no standby of its own, the standby would wait for one on every commit
+        # forever. Failover tooling relaxes it on promotion (Patroni's synchronous_mode without
+        # synchronous_mode_strict); here the promoted standby simply has none.
+        _configure(
+            standby,
+            {**_server_settings(standby), "hot_standby": "on", "synchronous_standby_names": "''"},
+        )
+        _start(standby)
+        pair = Pair(primary, standby, synchronous)
+        wait_for(pair.streaming, timeout=60, interval=0.2, message="the standby to stream")
+        yield pair
+    finally:
+        for cluster in (standby, primary):
+            _discard(cluster)
 
 
 @contextmanager

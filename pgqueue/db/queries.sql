@@ -413,6 +413,12 @@ UPDATE pgqueue.jobs AS j
  WHERE j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
 RETURNING j.id
 
+-- name: locate_jobs
+-- Where jobs stand now, for writes retried after a lost reply (the rare path: see
+-- pgqueue/worker/leases.py). A job gone, or moved past this worker's token, or released under
+-- it, is what its committed first try left; a smaller token means the database lost the claim.
+SELECT id, lease_token, state FROM pgqueue.jobs WHERE id = ANY(%(ids)s::bigint[])
+
 -- name: dead_letter_unwritable
 -- The completer, for one job whose outcome could not be written even on its own (a constraint,
 -- a hand-edited row, its id already taken in job_history or dead_letters): the job goes to the

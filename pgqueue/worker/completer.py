@@ -90,6 +90,23 @@ def _first_try(outcome: Outcome) -> str:
     return "retry"
 
 
+def _first_try_committed(outcome: Outcome, row: tuple[int, str] | None) -> bool | None:
+    """What the job's row (lease token, state; None: gone) says of a retried write's first
+    try, assuming nobody else touched the job meanwhile: True, it is what the first try left;
+    None, the first try cannot have committed (an ack deletes the row); False, the database
+    does not know this worker's claim (a failover to a standby that had not received it)."""
+    if row is None:
+        return True  # acked, or dead-lettered (or retried, then finished elsewhere)
+    token, state = row
+    if token < outcome.job.lease_token:
+        return False
+    if outcome.kind == "ack":
+        return None
+    if token > outcome.job.lease_token or state != "running":
+        return True
+    return None
+
+
 def _log_value(text: str) -> str:
     """``text`` as the last value of a log line: one line, clipped, and with ``=`` escaped
     where the JSON formatter would take ``word=...`` for a field of its own."""
@@ -212,7 +229,7 @@ class Completer(Service):
             try:
                 written = await self._statement(name, chunk)
                 if any(o.ambiguous for o in chunk):
-                    written = self._settle_retried(written, logged)
+                    written = await self._settle_retried(written, logged)
             except TRANSIENT_ERRORS:
                 raise
             except psycopg.Error as exc:
@@ -279,16 +296,27 @@ class Completer(Service):
         decided: dict[int, str] = {row[0]: row[1] for row in rows}
         return [(o, decided.get(o.job.id, "stale")) for o in chunk]
 
-    def _settle_retried(self, written: Written, logged: set[int]) -> Written:
-        """A retry of a write cut off without a reply found nothing to write. While the lease
-        surely held (:mod:`pgqueue.worker.leases`) nobody else can have touched the job, so
-        the first try committed: reported as what it wrote, not as a lost lease."""
+    async def _settle_retried(self, written: Written, logged: set[int]) -> Written:
+        """A retry of a write cut off without a reply found nothing to write: did the first
+        try commit, or was the lease lost? While the lease surely held
+        (:mod:`pgqueue.worker.leases`) nobody else can have touched the job, so what the row
+        shows now decides; one statement, only on this rare path."""
+        retried = [o for o, what in written if what == "stale" and o.ambiguous]
+        if not retried:
+            return written
+        rows = await self.db.fetch("locate_jobs", {"ids": int_array([o.job.id for o in retried])})
+        now: dict[int, tuple[int, str]] = {row[0]: (row[1], row[2]) for row in rows}
         settled: Written = []
         for outcome, what in written:
             settled_as = what
             if what == "stale" and outcome.ambiguous:
                 logged.add(id(outcome))
-                if self.leases is not None and self.leases.surely_held(outcome.job):
+                verdict = _first_try_committed(outcome, now.get(outcome.job.id))
+                if verdict is None:
+                    self._log_written(outcome, "stale")  # the row says the lease was lost
+                elif not verdict:
+                    self._log_claim_unknown(outcome)
+                elif self.leases is not None and self.leases.surely_held(outcome.job):
                     settled_as = _first_try(outcome)
                     self._log_first_try(outcome)
                 else:
@@ -418,6 +446,19 @@ class Completer(Service):
             job.id,
             job.task,
             job.queue,
+            job.attempt,
+            job.lease_token,
+        )
+
+    def _log_claim_unknown(self, outcome: Outcome) -> None:
+        job = outcome.job
+        self.log.warning(
+            "%s ignored: the database does not know this worker's claim (lost in a failover "
+            "to a standby that had not received it?); the job runs again job_id=%s task=%s "
+            "attempt=%s lease_token=%s",
+            outcome.kind,
+            job.id,
+            job.task,
             job.attempt,
             job.lease_token,
         )

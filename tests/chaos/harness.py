@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.chaos.chaos_app:pgq"
 PGQ = shutil.which("pgq") or str(Path(sys.executable).parent / "pgq")
 
-SETUP_SQL = r"""
+LEDGER_SQL = r"""
 CREATE TABLE IF NOT EXISTS chaos_ledger (
     seq     bigserial PRIMARY KEY,
     job_id  bigint,
@@ -66,6 +66,9 @@ CREATE TABLE IF NOT EXISTS chaos_ledger (
     event   text NOT NULL,
     at      timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+"""
+
+AUDIT_SQL = r"""
 CREATE TABLE IF NOT EXISTS chaos_done (
     job_id     bigint,
     n          bigint,
@@ -349,9 +352,13 @@ class Run:
         worker_env: Callable[[int], dict[str, str]] | None = None,
         command: Sequence[str] = (PGQ,),
         task: str = "chaos.work",
+        ledger_dsn: str | None = None,
     ) -> None:
         self.name = name
         self.dsn = dsn
+        #: Where the effects ledger lives: the queue's database unless a scenario must keep
+        #: it elsewhere (a failover rolls the queue's database back to what the standby had).
+        self.ledger_dsn = ledger_dsn or dsn
         self.settings = settings
         self.workdir = workdir
         self.task = task
@@ -372,12 +379,13 @@ class Run:
             "5s",
             *s.worker_args,
         ]
+        ledger_env = {"CHAOS_LEDGER_DSN": self.ledger_dsn} if ledger_dsn else {}
         self.fleet = Fleet(
             workdir,
             s.workers,
             args,
             worker_dsn or (lambda i: dsn),
-            worker_env,
+            (lambda i: {**ledger_env, **worker_env(i)}) if worker_env else (lambda i: ledger_env),
             command,
             unread_pipe=s.unread_pipe,
         )
@@ -387,7 +395,10 @@ class Run:
         self._producer: threading.Thread | None = None
         self._producer_error: BaseException | None = None
         self.deadlocks_before = 0
-        query(dsn, SETUP_SQL)
+        #: Statements the producer saw fail (each retried until its batch was in).
+        self.producer_errors = 0
+        query(self.ledger_dsn, LEDGER_SQL)
+        query(dsn, AUDIT_SQL)
         self.deadlocks_before = self.deadlocks()
 
     def start_workers(self, timeout: float = 60.0) -> None:
@@ -446,6 +457,7 @@ class Run:
                 pgq.enqueue_many(specs)
                 return
             except psycopg.OperationalError:
+                self.producer_errors += 1
                 # The commit may or may not have happened (the reply was lost): the batch is
                 # one transaction, so one of its jobs existing anywhere proves it did.
                 if self._batch_exists(numbers[0]):
@@ -489,7 +501,7 @@ class Run:
 
     def progress(self) -> int:
         """Ledger records written so far (two per execution): a cheap progress counter."""
-        return int(scalar(self.dsn, "SELECT coalesce(max(seq), 0) FROM chaos_ledger"))
+        return int(scalar(self.ledger_dsn, "SELECT coalesce(max(seq), 0) FROM chaos_ledger"))
 
     def remaining(self) -> int:
         return int(scalar(self.dsn, "SELECT count(*) FROM pgqueue.jobs"))
@@ -549,14 +561,14 @@ class Run:
         dsn = self.dsn
         report = Report(self.name, enqueued=self.enqueued, faults=len(self.faults))
         ends = query(
-            dsn,
+            self.ledger_dsn,
             "SELECT n, count(*) FROM chaos_ledger WHERE event = 'end' AND n < %s GROUP BY n",
             (self.settings.jobs,),
         )
         ended = {n for n, _ in ends}
         report.duplicates = sum(count - 1 for _, count in ends)
         report.executions = int(
-            scalar(dsn, "SELECT count(*) FROM chaos_ledger WHERE event = 'start'")
+            scalar(self.ledger_dsn, "SELECT count(*) FROM chaos_ledger WHERE event = 'start'")
         )
         dead = query(dsn, "SELECT (args ->> 'n')::bigint FROM pgqueue.dead_letters")
         report.dead = len(dead)
@@ -569,15 +581,7 @@ class Run:
         report.stale_writes = sum(c for kind, c in violations if not kind.startswith("ack"))
         if violations:
             report.notes["violations"] = dict(violations)
-        p50, p99 = query(
-            dsn,
-            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),"
-            "       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)"
-            "  FROM (SELECT extract(epoch FROM min(l.at) - d.created_at) * 1000 AS ms"
-            "          FROM chaos_done AS d JOIN chaos_ledger AS l ON l.job_id = d.job_id"
-            "         WHERE l.event = 'start' AND d.n < %s GROUP BY d.job_id, d.created_at) s",
-            (self.settings.jobs,),
-        )[0]
+        p50, p99 = self._pickup_percentiles()
         report.p50_ms, report.p99_ms = p50, p99
         report.recovery_s = self._recovery()
         if self.drained_at is not None:
@@ -585,6 +589,39 @@ class Run:
         report.notes["deadlocks"] = self.deadlocks() - self.deadlocks_before
         report.notes["worker processes"] = self.fleet.spawned
         return report
+
+    def _pickup_percentiles(self) -> tuple[float | None, float | None]:
+        """Enqueue (the queue's record) to first start (the ledger's), p50 and p99 in ms."""
+        if self.ledger_dsn == self.dsn:
+            p50, p99 = query(
+                self.dsn,
+                "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),"
+                "       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)"
+                "  FROM (SELECT extract(epoch FROM min(l.at) - d.created_at) * 1000 AS ms"
+                "          FROM chaos_done AS d JOIN chaos_ledger AS l ON l.job_id = d.job_id"
+                "         WHERE l.event = 'start' AND d.n < %s"
+                "         GROUP BY d.job_id, d.created_at) s",
+                (self.settings.jobs,),
+            )[0]
+            return p50, p99
+        # Two databases: join here (both clocks are the same machine's).
+        starts = dict(
+            query(
+                self.ledger_dsn,
+                "SELECT job_id, min(at) FROM chaos_ledger WHERE event = 'start' GROUP BY job_id",
+            )
+        )
+        done = query(
+            self.dsn,
+            "SELECT job_id, created_at FROM chaos_done WHERE n < %s",
+            (self.settings.jobs,),
+        )
+        ms = sorted(
+            (starts[job_id] - created).total_seconds() * 1000
+            for job_id, created in done
+            if job_id in starts
+        )
+        return _percentile(ms, 0.5), _percentile(ms, 0.99)
 
     def _recovery(self) -> float | None:
         """Per fault: from the fault until every job it interrupted was done again (or, if it
@@ -606,6 +643,16 @@ class Run:
 
     def close(self) -> None:
         self.fleet.stop(timeout=10)
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float | None:
+    """As percentile_cont: linear between the two nearest ranks."""
+    if not ordered:
+        return None
+    rank = q * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @contextlib.contextmanager

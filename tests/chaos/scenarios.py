@@ -704,6 +704,81 @@ def child_crashes(env: Env, size: str) -> Report:
     return report
 
 
+# -- 13. PostgreSQL failover to a streaming standby -------------------------------------------
+
+
+def failover(env: Env, size: str, synchronous: bool = True) -> Report:
+    """A primary and a streaming standby (Debian's PostgreSQL 15); producers and workers on the
+    multi-host DSN HA setups use (``host=a,b target_session_attrs=read-write``). Mid-run the
+    primary is killed (``pg_ctl stop -m immediate``) and, after a detection delay, the standby
+    promoted. Nobody restarts anything: producers and workers find the new primary themselves.
+    The effects ledger lives on a third server (``env.dsn``): the failover must not take it
+    along. Synchronous replication: every job whose enqueue returned is done (lost 0).
+    Asynchronous: what the standby had not received at the crash is gone (the figures say how
+    much, and which commits)."""
+    from tests.debian_pg import replicated_pair
+
+    settings = Settings(
+        jobs=pick(size, 3000, 30_000),
+        workers=2,
+        concurrency=8,
+        # Longer than the failover: the workers' leases survive it, so nothing needs the
+        # reaper, and a retried ack knows whether its first try committed.
+        lease=pick(size, 10.0, 10.0),
+        job_ms=2.0,
+        rate=pick(size, 300.0, 600.0),
+    )
+    failovers_at = pick(size, 4.0, 20.0)  # seconds of production before the crash
+    detection = 1.0  # how long failover tooling takes to declare the primary dead
+    mode = "sync" if synchronous else "async"
+    name = f"13{'a' if synchronous else 'b'}. failover to a standby ({mode} replication)"
+    with replicated_pair(synchronous) as pair:
+        pair.primary.create_pgqueue_database("chaos")
+        dsn = pair.dsn("chaos")
+        with run(name, dsn, settings, env.workdir, ledger_dsn=env.dsn) as chaos:
+            chaos.start_workers()
+            chaos.start_producer()
+            chaos.wait(
+                lambda: chaos.enqueued >= failovers_at * (settings.rate or 0) or chaos.finished(),
+                60,
+                "the producer to get going",
+            )
+            held = chaos.held()
+            unreplicated = pair.unreplicated_bytes()
+            fault = chaos.fault("failover", held)
+            enqueued_at_crash = chaos.enqueued
+            pair.kill_primary()
+            time.sleep(detection)
+            pair.promote()
+            promoted_at = fault.healed_at = now()
+            # As for a crash (scenario 4): what the new primary shows as running is exactly what
+            # the crash left held (read before the workers reconnect), plus the sample above.
+            fault.held = sorted({*held, *chaos.held()})
+            chaos.deadlocks_before = chaos.deadlocks()  # the new primary's own statistics
+            chaos.drain()
+            exited = chaos.fleet.exited()
+            report = chaos.report()
+        first_done = scalar(dsn, "SELECT min(at) FROM chaos_done WHERE at > %s", (promoted_at,))
+    logs = chaos.fleet.log_text()
+    report.notes["unreplicated WAL at the crash (bytes)"] = unreplicated
+    report.notes["enqueued before the crash"] = enqueued_at_crash
+    report.notes["first job done after the promote (s)"] = (
+        None if first_done is None else round((first_done - promoted_at).total_seconds(), 2)
+    )
+    report.notes["producer errors"] = chaos.producer_errors
+    report.notes["workers that exited"] = len(exited)
+    report.notes["acks found already written"] = logs.count("ack already written")
+    report.notes["stale ack warnings"] = sum(
+        logs.count(text)
+        for text in ("stale ack ignored", "ack found nothing to write", "ack ignored: the")
+    )
+    return report
+
+
+def failover_async(env: Env, size: str) -> Report:
+    return failover(env, size, synchronous=False)
+
+
 SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "sigkill": sigkill_workers,
     "sigstop": sigstop_past_lease,
@@ -718,4 +793,6 @@ SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "stalls": loop_stalls,
     "logpipe": unread_log_pipe,
     "children": child_crashes,
+    "failover": failover,
+    "failover-async": failover_async,
 }
