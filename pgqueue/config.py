@@ -38,6 +38,18 @@ def configured_dsn(explicit: str | None = None) -> str | None:
     return None
 
 
+READ_DSN_ENV_VAR = "PGQUEUE_READ_DSN"
+
+
+def configured_read_dsn(explicit: str | None = None) -> str | None:
+    """The read-only DSN (a replica) operators' reads go to: ``--read-dsn`` or
+    ``$PGQUEUE_READ_DSN``; ``None`` means the reads go where the writes go."""
+    if explicit:
+        return normalize_dsn(explicit, "--read-dsn")
+    value = os.environ.get(READ_DSN_ENV_VAR)
+    return normalize_dsn(value, f"${READ_DSN_ENV_VAR}") if value else None
+
+
 # SQLAlchemy's URL form names a driver: postgresql+psycopg://, postgres+asyncpg://, ...
 _DRIVER_URL = re.compile(r"^(postgres(?:ql)?)\+[A-Za-z0-9_]+://")
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

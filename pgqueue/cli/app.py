@@ -16,10 +16,12 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
+    ReadDsnOption,
     duration,
     friendly_errors,
     in_range,
     print_rows,
+    with_reader,
 )
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
@@ -219,16 +221,13 @@ def enqueue(
 
 
 @app.command("stats")
-def stats(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+def stats(
+    dsn: DsnOption = None, read_dsn: ReadDsnOption = None, as_json: JsonOption = False
+) -> None:
     """Queue depth per queue (the pgqueue.queue_stats view)."""
     from pgqueue.inspect import queue_stats
 
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            rows = queue_stats(pgq)
-        finally:
-            pgq.close()
+    rows = with_reader(dsn, read_dsn, queue_stats)
     print_rows(
         rows,
         ["queue", "waiting", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],

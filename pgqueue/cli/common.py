@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from pgqueue import enqueue
+from pgqueue import config, enqueue
 from pgqueue.client import PgQueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
@@ -32,6 +32,17 @@ DsnOption = Annotated[
     typer.Option(
         "--dsn",
         help="PostgreSQL DSN. Default: $PGQUEUE_DSN, else $DATABASE_URL, else the embedded server.",
+        show_default=False,
+    ),
+]
+ReadDsnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--read-dsn",
+        help=(
+            "Read from this DSN (a streaming replica), so operators' queries do not load the "
+            "primary; writes still go to --dsn. Default: $PGQUEUE_READ_DSN, else --dsn."
+        ),
         show_default=False,
     ),
 ]
@@ -99,6 +110,17 @@ def with_app(dsn: str | None, action: Callable[[PgQueue], T]) -> T:
     """Run ``action(pgq)`` with a client from :func:`open_queue`."""
     with open_queue(dsn) as pgq:
         return action(pgq)
+
+
+def read_dsn(dsn: str | None, read: str | None) -> str | None:
+    """Where a command's reads go: ``--read-dsn`` / ``$PGQUEUE_READ_DSN``, else ``--dsn``."""
+    with friendly_errors():
+        return config.configured_read_dsn(read) or dsn
+
+
+def with_reader(dsn: str | None, read: str | None, action: Callable[[PgQueue], T]) -> T:
+    """Run a read-only ``action(pgq)`` against the read DSN (see :func:`read_dsn`)."""
+    return with_app(read_dsn(dsn, read), action)
 
 
 def print_rows(

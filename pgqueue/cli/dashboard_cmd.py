@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from pgqueue import inspect, logs
 from pgqueue.cli.common import DsnOption, err_console, friendly_errors, in_range
+from pgqueue.cli.common import read_dsn as reads_from
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 
@@ -55,6 +56,17 @@ def dashboard(
         ),
     ] = None,
     dsn: DsnOption = None,
+    read_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--read-dsn",
+            help=(
+                "Read the pages from this DSN (a streaming replica); the actions (replay, "
+                "cancel, retry, pause) still write to --dsn. Default: $PGQUEUE_READ_DSN."
+            ),
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
 ) -> None:
     """Serve the web dashboard: queues, charts, running jobs, workers, dead letters, actions."""
@@ -98,8 +110,14 @@ def dashboard(
                 "pass --token or --basic-auth (or bind to 127.0.0.1)"
             )
         logs.configure(log_level)
+        reads = reads_from(dsn, read_dsn)
         pgq = PgQueue(dsn)
-        inspect.queue_stats(pgq)  # fail now, with a clear message, if the database is not ready
+        reader = PgQueue(reads) if reads != dsn else None
+        # Fail now, with a clear message, if a database is not ready. (The primary is checked
+        # too: the actions need it.)
+        for queue in (pgq, reader):
+            if queue is not None:
+                inspect.queue_stats(queue)
         app = create_app(
             pgq,
             DashboardSettings(
@@ -108,6 +126,7 @@ def dashboard(
                 secure_cookies=secure_cookies,
                 allowed_hosts=allowed,
             ),
+            reader=reader,
         )
     shown = f"[{host}]" if ":" in host else host
     typer.echo(
@@ -118,6 +137,8 @@ def dashboard(
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
         pgq.close()
+        if reader is not None:
+            reader.close()
 
 
 def _usage_error(message: str) -> NoReturn:

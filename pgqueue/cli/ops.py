@@ -16,19 +16,23 @@ from pgqueue.cli.common import (
     MAX_ROWS,
     DsnOption,
     JsonOption,
+    ReadDsnOption,
     console,
     friendly_errors,
     in_range,
     open_queue,
     print_rows,
     with_app,
+    with_reader,
 )
 from pgqueue.client import PgQueue
 
 jobs_app = typer.Typer(help="Live jobs: list and inspect.", no_args_is_help=True)
 
 
-def status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+def status(
+    dsn: DsnOption = None, read_dsn: ReadDsnOption = None, as_json: JsonOption = False
+) -> None:
     """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive."""
 
     def read(pgq: PgQueue) -> dict[str, Any]:
@@ -43,7 +47,7 @@ def status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
             },
         }
 
-    data = with_app(dsn, read)
+    data = with_reader(dsn, read_dsn, read)
     if as_json:
         _dump(data)
         return
@@ -66,11 +70,14 @@ def jobs_list(
         int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many rows.")
     ] = 50,
     dsn: DsnOption = None,
+    read_dsn: ReadDsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List live jobs (waiting and running), oldest first."""
-    rows = with_app(
-        dsn, lambda pgq: inspect.jobs(pgq, queue=queue, state=state, task=task, limit=limit)
+    rows = with_reader(
+        dsn,
+        read_dsn,
+        lambda pgq: inspect.jobs(pgq, queue=queue, state=state, task=task, limit=limit),
     )
     hidden = {"max_attempts", "created_at", "worker_id"}  # in --json and `pgq jobs show`
     print_rows(
@@ -84,10 +91,11 @@ def jobs_list(
 def jobs_show(
     job_id: Annotated[int, typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Job id.")],
     dsn: DsnOption = None,
+    read_dsn: ReadDsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Everything about one job (live, dead-lettered or finished), with its errors."""
-    job = with_app(dsn, lambda pgq: inspect.find_job(pgq, job_id))
+    job = with_reader(dsn, read_dsn, lambda pgq: inspect.find_job(pgq, job_id))
     if job is None:
         with friendly_errors():
             from pgqueue.errors import PgQueueError
@@ -115,10 +123,11 @@ def jobs_show(
 def workers(
     all_: Annotated[bool, typer.Option("--all", help="Include stopped workers.")] = False,
     dsn: DsnOption = None,
+    read_dsn: ReadDsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
-    rows = with_app(dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
+    rows = with_reader(dsn, read_dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
     hidden = {
         "concurrency",
         "version",

@@ -278,6 +278,17 @@ def work(
         str, typer.Option(help="Address the metrics server binds.")
     ] = "0.0.0.0",
     dsn: DsnOption = None,
+    read_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--read-dsn",
+            help=(
+                "Read the metrics' queue depths from this DSN (a streaming replica) instead of "
+                "--dsn. Default: $PGQUEUE_READ_DSN."
+            ),
+            show_default=False,
+        ),
+    ] = None,
     log_level: LogLevel = None,
     log_format: LogFormat = None,
     log_config: LogConfig = None,
@@ -311,8 +322,10 @@ def work(
             prepare=prepare,
         )
         worker_dsn = dsn or config.configured_dsn(None) or pgq.dsn
+        # Only the scrape's queue depth query reads: jobs are claimed and written on --dsn.
+        depths_dsn = config.configured_read_dsn(read_dsn) or worker_dsn
         metrics = (
-            None if metrics_port is None else MetricsServer(worker_dsn, metrics_port, metrics_host)
+            None if metrics_port is None else MetricsServer(depths_dsn, metrics_port, metrics_host)
         )
         worker = Worker(
             pgq, settings, dsn=worker_dsn, observers=[metrics.metrics] if metrics else None

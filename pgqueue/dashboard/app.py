@@ -68,8 +68,14 @@ class _Json(JSONResponse):
         return json.dumps(content, default=inspect.json_default).encode()
 
 
-def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlette:
+def create_app(
+    pgq: PgQueue, config: DashboardSettings | None = None, *, reader: PgQueue | None = None
+) -> Starlette:
+    """The dashboard as an ASGI app. Its pages read through ``reader`` (a client on a
+    streaming replica) when given, else through ``pgq``; its actions always write through
+    ``pgq``."""
     settings = config or DashboardSettings()
+    reads = reader or pgq
     page = (STATIC / "index.html").read_text(encoding="utf-8")
 
     async def index(request: Request) -> Response:
@@ -87,20 +93,20 @@ def create_app(pgq: PgQueue, config: DashboardSettings | None = None) -> Starlet
         )
 
     def read_state() -> dict[str, Any]:
-        dead = pgq.dead_letters(limit=settings.limit)
+        dead = reads.dead_letters(limit=settings.limit)
         for row in dead:
             last = row.pop("errors")[-1:] or [{}]
             row["error_class"] = last[0].get("error")
             row["traceback"] = last[0].get("traceback")
         return {
             "read_only": settings.read_only,
-            "queues": inspect.queue_stats(pgq),
-            "running": inspect.running_jobs(pgq, settings.limit),
-            "waiting": inspect.jobs(pgq, state="scheduled", limit=settings.limit),
-            "workers": inspect.workers(pgq),
+            "queues": inspect.queue_stats(reads),
+            "running": inspect.running_jobs(reads, settings.limit),
+            "waiting": inspect.jobs(reads, state="scheduled", limit=settings.limit),
+            "workers": inspect.workers(reads),
             "dead": dead,
-            "failures": inspect.recent_failures(pgq),
-            "throughput": inspect.throughput(pgq),
+            "failures": inspect.recent_failures(reads),
+            "throughput": inspect.throughput(reads),
         }
 
     async def state(request: Request) -> Response:
