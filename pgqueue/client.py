@@ -17,12 +17,12 @@ from datetime import timedelta
 from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue import admin, config
 from pgqueue.client_flow import FlowControlMixin
 from pgqueue.client_workflows import WorkflowMethods
-from pgqueue.db import connections
+from pgqueue.db import connections, refusals
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.migrate import upgrade
@@ -45,6 +45,10 @@ from pgqueue.tasks import JobCall, P, R, Task
 Connection: TypeAlias = psycopg.Connection[Any]
 AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
+
+#: How long an enqueue waits for a connection (psycopg_pool's default), also while PostgreSQL
+#: refuses new ones (max_connections or the role's CONNECTION LIMIT reached, starting up).
+CONNECT_TIMEOUT = 30.0
 
 
 class PgQueue(WorkflowMethods, FlowControlMixin):
@@ -79,6 +83,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         )
         self.max_payload_bytes = max_payload_bytes
         self.pool_size = pool_size
+        # What the pools' connections last failed with (a pool timeout hides it).
+        self._connect_failures = refusals.ConnectFailures("client's connection pool")
         # Server-side prepared statements break behind a transaction-pooling PgBouncer older
         # than 1.21 (statements prepared on one server connection, run on another).
         self._conn_kwargs: dict[str, Any] = {"autocommit": True}
@@ -297,8 +303,13 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
             with self._lock:
                 if self._pool is None:
                     # Fail fast with the server's own message (a pool would retry silently
-                    # until its timeout and then say only that it timed out).
-                    psycopg.connect(self.dsn, connect_timeout=10).close()
+                    # until its timeout and then say only that it timed out); but wait out a
+                    # server refusing connections for now (all slots taken, starting up).
+                    dsn = self.dsn
+                    refusals.connect_when_accepted(
+                        lambda: psycopg.connect(dsn, connect_timeout=10).close(),
+                        CONNECT_TIMEOUT,
+                    )
                     # Autocommit: a single-statement enqueue is one round trip (no BEGIN and
                     # COMMIT around it); multi-statement plans open a transaction themselves.
                     pool = ConnectionPool(
@@ -308,6 +319,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
                         kwargs=self._conn_kwargs,
                         open=False,
                         name="pgqueue-client",
+                        connection_class=self._connect_failures.sync_connection_class(),
+                        timeout=CONNECT_TIMEOUT,
                         # A connection the server dropped (a restart, a failover) is found
                         # and replaced when handed out, not by the enqueue that uses it.
                         check=ConnectionPool.check_connection,
@@ -323,7 +336,11 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         pool = self._async_pools.get(loop)
         if pool is None:
             dsn = await asyncio.to_thread(lambda: self.dsn)
-            await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
+
+            async def probe() -> None:
+                await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
+
+            await refusals.connect_when_accepted_async(probe, CONNECT_TIMEOUT)
             pool = AsyncConnectionPool(
                 dsn,
                 min_size=1,
@@ -331,6 +348,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
                 kwargs=self._conn_kwargs,
                 open=False,
                 name="pgqueue-client-async",
+                connection_class=self._connect_failures.async_connection_class(),
+                timeout=CONNECT_TIMEOUT,
                 check=AsyncConnectionPool.check_connection,  # as for the sync pool
             )
             self._async_pools[loop] = pool
@@ -344,7 +363,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         if conn is not None:
             yield connections.sync_driver(conn)
             return
-        with _schema_hint(), self._sync_pool().connection() as pooled:
+        with _schema_hint(), self._explained(), self._sync_pool().connection() as pooled:
             yield pooled
 
     @asynccontextmanager
@@ -354,9 +373,20 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
             yield await connections.async_driver(conn)
             return
         pool = await self._async_pool()
-        with _schema_hint():
+        with _schema_hint(), self._explained():
             async with pool.connection() as pooled:
                 yield pooled
+
+    @contextmanager
+    def _explained(self) -> Iterator[None]:
+        """A pool timeout says why no connection came: the last failure to connect."""
+        try:
+            yield
+        except PoolTimeout as exc:
+            explained = self._connect_failures.explain(exc)
+            if explained == str(exc):
+                raise
+            raise PoolTimeout(explained) from exc
 
     def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
         """Drive a plan on the caller's ``conn`` or a pooled connection.

@@ -17,6 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from pgqueue.db.queries import query
+from pgqueue.db.refusals import ConnectFailures
 from pgqueue.worker import loaders
 
 log = logging.getLogger("pgqueue.worker.db")
@@ -73,6 +74,9 @@ class WorkerDB:
         if not prepare:
             # Behind a transaction pooler without prepared-statement support.
             kwargs["prepare_threshold"] = None
+        #: What the pool last failed to connect with: a pool timeout says only that it timed
+        #: out, the services' log lines say why (all connection slots taken, ...).
+        self.connect_failures = ConnectFailures("worker's connection pool")
         self.pool = AsyncConnectionPool(
             dsn,
             min_size=1,
@@ -83,6 +87,7 @@ class WorkerDB:
             # A broken connection is discarded when it is returned; the pool reconnects in the
             # background with exponential backoff while the services wait and retry.
             name="pgqueue-worker",
+            connection_class=self.connect_failures.async_connection_class(),
         )
 
     async def open(self) -> None:

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
+from collections.abc import Callable
 
 from pgqueue.worker.db import TRANSIENT_ERRORS
 from pgqueue.worker.observer import WorkerObserver
@@ -37,6 +39,9 @@ class Service:
     name = "service"
     jitter = 0.1  # fraction of the interval to randomise
     observer: WorkerObserver = WorkerObserver()  # the worker sets its own
+    #: Explains a database error in one line (the worker sets its pool's: a pool timeout
+    #: then names the connection failure behind it).
+    explain: Callable[[BaseException], str] = staticmethod(lambda exc: " ".join(str(exc).split()))
 
     def __init__(self) -> None:
         self.log = logging.getLogger(f"pgqueue.worker.{self.name}")
@@ -44,6 +49,8 @@ class Service:
         self.wakeup = asyncio.Event()
         self.retry_delay = RetryDelay()
         self.db_errors = 0
+        self._problem: str | None = None  # the database error last warned about
+        self._warned_at = 0.0
 
     def interval(self) -> float:
         """Seconds between runs (a wake() ends the wait early)."""
@@ -76,10 +83,18 @@ class Service:
                 self.db_errors += 1
                 self.observer.db_error(self.name)
                 delay = self.retry_delay.next()
-                self.log.warning(
+                problem = self.explain(exc)[:300]
+                # One warning per outage and problem (a reminder each minute), not one per try:
+                # a server refusing connections for minutes must not flood the log.
+                now = time.monotonic()
+                repeat = problem == self._problem and now - self._warned_at < 60.0
+                if not repeat:
+                    self._problem, self._warned_at = problem, now
+                self.log.log(
+                    logging.DEBUG if repeat else logging.WARNING,
                     "database unavailable service=%s error=%r retry_in=%.2fs",
                     self.name,
-                    str(exc).strip()[:200],
+                    problem,
                     delay,
                 )
                 await self.sleep(delay)
@@ -93,6 +108,7 @@ class Service:
                 continue
             if self.retry_delay.failures:
                 self.log.info("database reachable again service=%s", self.name)
+                self._problem = None
             self.retry_delay.reset()
             await self.sleep(jittered(self.interval(), self.jitter))
 

@@ -369,6 +369,7 @@ class Worker:
             )
         for service in (fetcher, *services):
             service.observer = self.observer
+            service.explain = db.connect_failures.explain
         tasks: list[asyncio.Task[None]] = []
         registered = False
         try:
@@ -442,9 +443,11 @@ class Worker:
                 return True
             except TRANSIENT_ERRORS as exc:
                 wait = delay.next()
-                log.warning(
+                log.log(
+                    # One warning (a reminder each ten tries), not one per try.
+                    logging.WARNING if delay.failures % 10 == 1 else logging.DEBUG,
                     "database unavailable at start-up error=%r retry_in=%.1fs",
-                    str(exc).strip()[:200],
+                    db.connect_failures.explain(exc)[:300],
                     wait,
                 )
                 assert self._stop_async is not None
