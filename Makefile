@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 EXTRA_PYTHONS ?= 3.12 3.13
 VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/test_worker_basic.py
 
-.PHONY: demo test lint typecheck pytest system-deps test-versions bench compare clean
+.PHONY: demo test lint typecheck pytest system-deps test-versions cli-docs bench compare clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ test-python-%: .venv-%/.installed
 	.venv-$*/bin/pip install --quiet --upgrade pip
 	.venv-$*/bin/pip install --quiet -e '.[dev]'
 	touch $@
+
+# docs/cli.md from the pgq app itself (tests/unit/test_cli_reference.py fails while it is stale).
+cli-docs: $(BIN)/.installed
+	$(BIN)/python -m scripts.cli_reference
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.enqueue
