@@ -79,7 +79,11 @@ def _resolve(tokens: list[str]) -> tuple[str, Any, list[str]]:
 @pytest.mark.parametrize("path", [path for path, _, _ in commands()])
 def test_each_example_is_for_its_command_and_parses(path):
     [command] = [c for p, c, _ in commands() if p == path]
+    shown = CliRunner().invoke(app, [*path.split()[1:], "--help"], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0, shown.output
     for line in examples_in(command.epilog):
+        # --help shows it as written (rich would swallow [...] it took for markup)
+        assert line in shown.output, (path, line)
         tokens = shlex.split(line)
         if any(token in SHELL_OPERATORS for token in tokens):
             tokens = tokens[: min(tokens.index(t) for t in tokens if t in SHELL_OPERATORS)]
