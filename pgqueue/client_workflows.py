@@ -52,8 +52,9 @@ class WorkflowMethods:
         Woken by NOTIFY when the job finishes. Raises :class:`~pgqueue.JobDeadError` or
         :class:`~pgqueue.JobCancelledError` if it ended that way,
         :class:`~pgqueue.ResultUnavailableError` if it does not keep its result (no
-        ``result_ttl``) or the result expired, :class:`~pgqueue.ResultTimeoutError` after
-        ``timeout`` seconds (None: wait for ever).
+        ``result_ttl``; also once such a job succeeded and left the queue) or the result
+        expired, :class:`~pgqueue.ResultTimeoutError` after ``timeout`` seconds (None: wait for
+        ever), :class:`~pgqueue.JobNotFoundError` for an id pgqueue never handed out.
         """
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             return self.run(wait_for_result(int(job_id), timeout), conn)

@@ -31,7 +31,8 @@ class UnknownTaskError(PgQueueError, LookupError):
 
 
 class JobNotFoundError(PgQueueError, LookupError):
-    """No job with that id exists (live, finished in history, or dead-lettered)."""
+    """No job with that id exists (live, finished in history, or dead-lettered); from
+    ``pgq.result()``: pgqueue never handed out that id."""
 
 
 class JobFailedError(PgQueueError):

@@ -17,6 +17,11 @@ clear error instead of crashing anything.
 triggers notify the ids of jobs that finished, a few hundred ids per NOTIFY), reads the job's
 state, and re-reads it only when its id is announced (or every few seconds as insurance), so
 waiting costs no polling. The waiting logic is one plan shared by the sync and async APIs.
+
+A job that kept nothing leaves no row once it succeeded, yet it is still told apart from an
+unknown id: an id the job id sequence has handed out (``pg_sequence_last_value``) that is in no
+table gets :class:`ResultUnavailableError` (it finished without keeping its result, or its kept
+result expired and was pruned); only an id beyond the sequence is :class:`JobNotFoundError`.
 """
 
 from __future__ import annotations
@@ -92,11 +97,17 @@ def outcome(job_id: int, rows: list[tuple[Any, ...]]) -> tuple[bool, Any]:
     """(True, result) for a job that succeeded; (False, None) while it is live; raises for
     every other case, saying which."""
     if not rows:
-        raise JobNotFoundError(
-            f"job {job_id} not found: unknown id, or it finished and its record is gone "
-            "(only jobs that keep their result can be asked for it)"
+        raise JobNotFoundError(f"job {job_id} not found: pgqueue never handed out that id")
+    place, state, keeps, result, error, expired, _rank = rows[0]
+    if place == "gone":
+        # Handed out, yet in no table: a succeeded job that kept nothing (its ack was a plain
+        # DELETE), or one whose kept result expired and was pruned.
+        raise ResultUnavailableError(
+            f"job {job_id} is no longer in the queue and did not keep its result: enqueue it "
+            "with result_ttl=... (or declare the task with @pgq.task(result_ttl=...)) to keep "
+            "it; a kept result also goes once it expired and was pruned, and an id whose "
+            "enqueue rolled back names no job"
         )
-    place, state, keeps, result, error, expired = rows[0]
     if place == "live":
         if not keeps:
             raise ResultUnavailableError(

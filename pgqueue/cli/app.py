@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from pgqueue import config
+from pgqueue._version import __version__
 from pgqueue.cli import dashboard_cmd, jobs, ops, roles, worker_cmds
 from pgqueue.cli.common import (
     MAX_JOB_ID,
@@ -18,6 +19,7 @@ from pgqueue.cli.common import (
     JsonOption,
     ReadDsnOption,
     duration,
+    example,
     friendly_errors,
     in_range,
     print_rows,
@@ -36,12 +38,15 @@ from pgqueue.errors import InvalidJobError
 app = typer.Typer(
     name="pgq",
     help="pgqueue: a PostgreSQL-native job queue.",
+    epilog=example("pgq migrate", "pgq work myapp.tasks:pgq"),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 db_app = typer.Typer(
-    help="The database pgqueue uses (and the embedded server).", no_args_is_help=True
+    help="The database pgqueue uses (and the embedded server).",
+    epilog=example("pgq db status"),
+    no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
@@ -51,24 +56,51 @@ app.add_typer(retention_app, name="retention")
 app.add_typer(queue_app, name="queue")
 app.add_typer(task_app, name="task")
 app.add_typer(breaker_app, name="breaker")
-app.command("work")(worker_cmds.work)
-app.command("reaper")(worker_cmds.reaper)
-app.command("cancel")(jobs.cancel)
-app.command("pause")(jobs.pause)
-app.command("resume")(jobs.resume)
+app.command(
+    "work", epilog=example("pgq work myapp.tasks:pgq --queue emails,reports --concurrency 4:32")
+)(worker_cmds.work)
+app.command("reaper", epilog=example("pgq reaper --interval 10s"))(worker_cmds.reaper)
+app.command("cancel", epilog=example("pgq cancel 1042 1043"))(jobs.cancel)
+app.command("pause", epilog=example("pgq pause emails"))(jobs.pause)
+app.command("resume", epilog=example("pgq resume emails"))(jobs.resume)
 ops.register(app)
-app.command("dashboard")(dashboard_cmd.dashboard)
-app.command("roles")(roles.roles_command)
+app.command("dashboard", epilog=example("pgq dashboard --host 0.0.0.0 --token s3cret --read-only"))(
+    dashboard_cmd.dashboard
+)
+app.command("roles", epilog=example("pgq roles --apply --dsn postgresql://owner@db.internal/app"))(
+    roles.roles_command
+)
 
 
-@db_app.command("url")
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"pgqueue {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print pgqueue's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """pgqueue: a PostgreSQL-native job queue."""
+
+
+@db_app.command("url", epilog=example("pgq db url"))
 def db_url(dsn: DsnOption = None) -> None:
     """Print the DSN in use (starting the embedded server if needed): psql "$(pgq db url)"."""
     with friendly_errors():
         typer.echo(config.resolve_dsn(dsn))
 
 
-@db_app.command("stop")
+@db_app.command("stop", epilog=example("pgq db stop"))
 def db_stop() -> None:
     """Stop the embedded PostgreSQL server (its data stays for next time)."""
     with friendly_errors():
@@ -76,7 +108,7 @@ def db_stop() -> None:
     typer.echo("embedded server stopped" if stopped else "embedded server was not running")
 
 
-@db_app.command("status")
+@db_app.command("status", epilog=example("pgq db status"))
 def db_status(dsn: DsnOption = None) -> None:
     """Show where the database is and which schema version it has."""
     with friendly_errors():
@@ -92,7 +124,12 @@ def db_status(dsn: DsnOption = None) -> None:
         typer.echo(f"schema version: {current or 'not installed'} (newest: {head})")
 
 
-@app.command("migrate")
+@app.command(
+    "migrate",
+    epilog=example(
+        "pgq migrate --dsn postgresql://app@db.internal/app", "pgq migrate --sql > pgqueue.sql"
+    ),
+)
 def migrate(
     dsn: DsnOption = None,
     sql: Annotated[
@@ -145,7 +182,12 @@ def migrate(
             raise typer.Exit(1) from None
 
 
-@app.command("enqueue")
+@app.command(
+    "enqueue",
+    epilog=example(
+        """pgq enqueue emails.send --args '{"to": "a@example.com"}' --delay 5m --result-ttl 1h"""
+    ),
+)
 def enqueue(
     task: Annotated[str, typer.Argument(help="Task name, as registered by the worker.")],
     args: Annotated[str, typer.Option("--args", help="Task arguments as a JSON object.")] = "{}",
@@ -220,7 +262,7 @@ def enqueue(
         typer.echo(str(int(job_id)) if job_id.created else f"{int(job_id)} (existing job)")
 
 
-@app.command("stats")
+@app.command("stats", epilog=example("pgq stats --json"))
 def stats(
     dsn: DsnOption = None, read_dsn: ReadDsnOption = None, as_json: JsonOption = False
 ) -> None:
@@ -236,7 +278,7 @@ def stats(
     )
 
 
-@app.command("demo")
+@app.command("demo", epilog=example("pgq demo --jobs 10000 --workers 4"))
 def demo(
     jobs: Annotated[
         int, typer.Option(callback=in_range(1, 10_000_000), help="How many jobs to enqueue.")

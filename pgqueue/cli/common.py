@@ -55,6 +55,26 @@ MAX_BATCH = 100_000
 MAX_JOB_ID = enqueue.MAX_JOB_ID
 
 
+def example(*commands: str) -> str:
+    """The epilog every command's ``--help`` ends with: one example command line (or several),
+    written as typed in a shell. ``docs/cli.md`` shows them as code; a test checks that every
+    command has one and that each parses."""
+    if len(commands) == 1:
+        return f"Example: {commands[0]}"
+    return "Examples:\n\n" + "\n\n".join(commands)
+
+
+def examples_in(epilog: str | None) -> list[str]:
+    """The command lines of an epilog written by :func:`example` (none for anything else)."""
+    if epilog is None:
+        return []
+    if epilog.startswith("Example: "):
+        return [epilog.removeprefix("Example: ")]
+    if epilog.startswith("Examples:\n\n"):
+        return epilog.removeprefix("Examples:\n\n").split("\n\n")
+    return []
+
+
 def in_range(low: int, high: int) -> Callable[[Any], Any]:
     """A typer callback for an int option (or a repeated one): out of range is a usage error
     that names the option and the accepted range."""

@@ -13,17 +13,25 @@ from typing import Annotated
 import typer
 
 from pgqueue import config, pgcron
-from pgqueue.cli.common import DsnOption, JsonOption, friendly_errors, print_rows, with_app
+from pgqueue.cli.common import (
+    DsnOption,
+    JsonOption,
+    example,
+    friendly_errors,
+    print_rows,
+    with_app,
+)
 
 cron_app = typer.Typer(
     help="Cron schedules (list, pause, resume, delete) and the pg_cron reaper.",
+    epilog=example("pgq cron list"),
     no_args_is_help=True,
 )
 
 _COLUMNS = ["name", "cron", "timezone", "task", "missed", "paused", "next_tick", "ticks_enqueued"]
 
 
-@cron_app.command("list")
+@cron_app.command("list", epilog=example("pgq cron list --json"))
 def list_schedules(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every schedule: expression, next and last tick, ticks enqueued and skipped."""
     rows = with_app(dsn, lambda pgq: pgq.list_schedules())
@@ -39,7 +47,7 @@ def _change(name: str, dsn: str | None, action: str) -> None:
     typer.echo(f"schedule {name!r} {action}d")
 
 
-@cron_app.command("pause")
+@cron_app.command("pause", epilog=example("pgq cron pause nightly-report"))
 def pause(
     name: Annotated[str, typer.Argument(help="Schedule name.")], dsn: DsnOption = None
 ) -> None:
@@ -47,7 +55,7 @@ def pause(
     _change(name, dsn, "pause")
 
 
-@cron_app.command("resume")
+@cron_app.command("resume", epilog=example("pgq cron resume nightly-report"))
 def resume(
     name: Annotated[str, typer.Argument(help="Schedule name.")], dsn: DsnOption = None
 ) -> None:
@@ -55,7 +63,7 @@ def resume(
     _change(name, dsn, "resume")
 
 
-@cron_app.command("delete")
+@cron_app.command("delete", epilog=example("pgq cron delete nightly-report"))
 def delete(
     name: Annotated[str, typer.Argument(help="Schedule name.")], dsn: DsnOption = None
 ) -> None:
@@ -69,7 +77,9 @@ NameOpt = Annotated[
 ]
 
 
-@cron_app.command("install-reaper")
+@cron_app.command(
+    "install-reaper", epilog=example("pgq cron install-reaper --schedule '10 seconds'")
+)
 def install_reaper(
     schedule: Annotated[
         str | None,
@@ -93,7 +103,7 @@ def install_reaper(
         )
 
 
-@cron_app.command("uninstall-reaper")
+@cron_app.command("uninstall-reaper", epilog=example("pgq cron uninstall-reaper"))
 def uninstall_reaper(name: NameOpt = None, dsn: DsnOption = None) -> None:
     """Remove the reaper's pg_cron job."""
     with friendly_errors():

@@ -15,6 +15,7 @@ from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
     console,
+    example,
     friendly_errors,
     in_range,
     print_rows,
@@ -22,7 +23,11 @@ from pgqueue.cli.common import (
 from pgqueue.client import PgQueue
 from pgqueue.errors import InvalidJobError
 
-dlq_app = typer.Typer(help="Dead letters: jobs that failed for good.", no_args_is_help=True)
+dlq_app = typer.Typer(
+    help="Dead letters: jobs that failed for good.",
+    epilog=example("pgq dlq list --task emails.send"),
+    no_args_is_help=True,
+)
 
 TaskOpt = Annotated[str | None, typer.Option("--task", help="Only this task.")]
 QueueOpt = Annotated[str | None, typer.Option("--queue", help="Only this queue.")]
@@ -56,7 +61,9 @@ def _filters(
     }
 
 
-@dlq_app.command("list")
+@dlq_app.command(
+    "list", epilog=example("pgq dlq list --queue emails --since 2026-01-31 --traceback")
+)
 def list_(
     task: TaskOpt = None,
     queue: QueueOpt = None,
@@ -97,7 +104,9 @@ def list_(
             console.print(last.get("traceback") or "(no traceback)", highlight=False, markup=False)
 
 
-@dlq_app.command("replay")
+@dlq_app.command(
+    "replay", epilog=example("pgq dlq replay --task emails.send --error TimeoutError --dry-run")
+)
 def replay(
     ids: Annotated[
         list[int] | None,

@@ -9,15 +9,25 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, duration, print_rows, with_app
+from pgqueue.cli.common import DsnOption, JsonOption, duration, example, print_rows, with_app
 from pgqueue.errors import ConfigurationError
 from pgqueue.flow import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS, UNSET, RateLimit
 
 queue_app = typer.Typer(
-    help="Per-queue flow control: weight, max depth, limits.", no_args_is_help=True
+    help="Per-queue flow control: weight, max depth, limits.",
+    epilog=example("pgq queue list"),
+    no_args_is_help=True,
 )
-task_app = typer.Typer(help="Per-task limits: concurrency, per-key, rate.", no_args_is_help=True)
-breaker_app = typer.Typer(help="Circuit breakers: list, reset, open.", no_args_is_help=True)
+task_app = typer.Typer(
+    help="Per-task limits: concurrency, per-key, rate.",
+    epilog=example("pgq task list"),
+    no_args_is_help=True,
+)
+breaker_app = typer.Typer(
+    help="Circuit breakers: list, reset, open.",
+    epilog=example("pgq breaker list"),
+    no_args_is_help=True,
+)
 
 Setting = Annotated[str | None, typer.Option(metavar="N|none")]
 RateSetting = Annotated[
@@ -52,7 +62,9 @@ def _rate(value: str | None, burst: float | None) -> Any:
     return RateLimit.parse(value, burst)
 
 
-@queue_app.command("set")
+@queue_app.command(
+    "set", epilog=example("pgq queue set emails --concurrency 10 --rate 20/s --max-depth 100000")
+)
 def queue_set(
     queue: Annotated[str, typer.Argument(help="Queue name.")],
     weight: Annotated[str | None, typer.Option(metavar="N|none", help="Fair-share weight.")] = None,
@@ -78,14 +90,14 @@ def queue_set(
     print_rows([row], QUEUE_COLUMNS, as_json=False, title="queue")
 
 
-@queue_app.command("list")
+@queue_app.command("list", epilog=example("pgq queue list --json"))
 def queue_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every configured queue's settings (depth: `pgq stats` or view pgqueue.queue_depth)."""
     rows = with_app(dsn, lambda pgq: pgq.queue_settings())
     print_rows(rows, QUEUE_COLUMNS, as_json=as_json, title="queues")
 
 
-@task_app.command("set")
+@task_app.command("set", epilog=example("pgq task set emails.send --key-limit 1 --rate 100/m"))
 def task_set(
     task: Annotated[str, typer.Argument(help="Task name.")],
     concurrency: Concurrency = None,
@@ -109,21 +121,21 @@ def task_set(
     print_rows([row], TASK_COLUMNS, as_json=False, title="task")
 
 
-@task_app.command("list")
+@task_app.command("list", epilog=example("pgq task list --json"))
 def task_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every task with limits (table pgqueue.task_limits)."""
     rows = with_app(dsn, lambda pgq: pgq.task_limits())
     print_rows(rows, TASK_COLUMNS, as_json=as_json, title="task limits")
 
 
-@breaker_app.command("list")
+@breaker_app.command("list", epilog=example("pgq breaker list --json"))
 def breaker_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every circuit breaker (view pgqueue.circuit_breaker_status)."""
     rows = with_app(dsn, lambda pgq: pgq.circuit_breakers())
     print_rows(rows, BREAKER_COLUMNS, as_json=as_json, title="circuit breakers")
 
 
-@breaker_app.command("reset")
+@breaker_app.command("reset", epilog=example("pgq breaker reset payments.charge"))
 def breaker_reset(
     task: Annotated[str, typer.Argument(help="Task name.")], dsn: DsnOption = None
 ) -> None:
@@ -131,7 +143,7 @@ def breaker_reset(
     _set_breaker(task, dsn, None)
 
 
-@breaker_app.command("open")
+@breaker_app.command("open", epilog=example("pgq breaker open payments.charge --for 10m"))
 def breaker_open(
     task: Annotated[str, typer.Argument(help="Task name.")],
     duration_: Annotated[

@@ -18,6 +18,7 @@ from pgqueue.cli.common import (
     JsonOption,
     ReadDsnOption,
     console,
+    example,
     friendly_errors,
     in_range,
     open_queue,
@@ -27,7 +28,11 @@ from pgqueue.cli.common import (
 )
 from pgqueue.client import PgQueue
 
-jobs_app = typer.Typer(help="Live jobs: list and inspect.", no_args_is_help=True)
+jobs_app = typer.Typer(
+    help="Live jobs: list and inspect.",
+    epilog=example("pgq jobs list --state running"),
+    no_args_is_help=True,
+)
 
 
 def status(
@@ -213,10 +218,14 @@ def _dump(data: Any) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the operator commands to the ``pgq`` app."""
-    app.command("status")(status)
-    app.command("workers")(workers)
-    app.command("retry")(retry)
-    app.command("purge")(purge)
-    jobs_app.command("list")(jobs_list)
-    jobs_app.command("show")(jobs_show)
+    app.command("status", epilog=example("pgq status --json"))(status)
+    app.command("workers", epilog=example("pgq workers --all"))(workers)
+    app.command("retry", epilog=example("pgq retry 1042 1043"))(retry)
+    app.command("purge", epilog=example("pgq purge --queue emails --task emails.send --dry-run"))(
+        purge
+    )
+    jobs_app.command(
+        "list", epilog=example("pgq jobs list --queue emails --state scheduled --limit 20")
+    )(jobs_list)
+    jobs_app.command("show", epilog=example("pgq jobs show 1042"))(jobs_show)
     app.add_typer(jobs_app, name="jobs")

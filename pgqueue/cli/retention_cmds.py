@@ -12,6 +12,7 @@ from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
     duration,
+    example,
     in_range,
     open_queue,
     print_rows,
@@ -20,6 +21,7 @@ from pgqueue.retention import KEEP_FOREVER
 
 retention_app = typer.Typer(
     help="Retention of job history, results and dead letters (all workers share it).",
+    epilog=example("pgq retention show"),
     no_args_is_help=True,
 )
 
@@ -31,7 +33,7 @@ def _show(settings: dict[str, Any], as_json: bool) -> None:
     print_rows([row], list(row), as_json=as_json, title="retention")
 
 
-@retention_app.command("show")
+@retention_app.command("show", epilog=example("pgq retention show --json"))
 def show(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """The settings every worker's ack and pruner use (the pgqueue.retention row)."""
     with open_queue(dsn) as pgq:
@@ -39,7 +41,7 @@ def show(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     _show(settings.as_dict(), as_json)
 
 
-@retention_app.command("set")
+@retention_app.command("set", epilog=example("pgq retention set --history 3d --dead-letters 30d"))
 def set_(
     history: Annotated[
         float | None,
@@ -75,7 +77,7 @@ def set_(
     _show(settings.as_dict(), as_json)
 
 
-@retention_app.command("prune")
+@retention_app.command("prune", epilog=example("pgq retention prune --batch-size 1000"))
 def prune(
     batch_size: Annotated[
         int, typer.Option(callback=in_range(1, MAX_BATCH), help="Rows deleted per statement.")

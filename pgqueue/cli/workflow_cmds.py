@@ -16,13 +16,18 @@ from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
     console,
+    example,
     in_range,
     open_queue,
     print_rows,
 )
 from pgqueue.workflow.inspect import WORKFLOW_COLUMNS
 
-workflow_app = typer.Typer(help="Workflows: chains, groups, chords and DAGs.", no_args_is_help=True)
+workflow_app = typer.Typer(
+    help="Workflows: chains, groups, chords and DAGs.",
+    epilog=example("pgq workflow list --state failing"),
+    no_args_is_help=True,
+)
 
 COLORS = {
     "succeeded": "green",
@@ -38,7 +43,7 @@ COLORS = {
 }
 
 
-@workflow_app.command("list")
+@workflow_app.command("list", epilog=example("pgq workflow list --state failed --limit 10"))
 def list_(
     state: Annotated[
         str | None,
@@ -61,7 +66,7 @@ def list_(
     )
 
 
-@workflow_app.command("show")
+@workflow_app.command("show", epilog=example("pgq workflow show 17"))
 def show(
     workflow_id: Annotated[
         int, typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Workflow id.", metavar="ID")

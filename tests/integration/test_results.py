@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -52,8 +53,59 @@ def test_plain_acks_leave_no_row_and_result_says_so(app_dsn, pgq):
         w.join()
     assert pgq.result(kept, timeout=5) == 8
     assert history_rows(app_dsn) == 1  # the plain ack was a DELETE only
-    with pytest.raises(JobNotFoundError):
+    # Gone from the queue, it still did not keep its result (what the README promises), and
+    # it was a job: never "not found".
+    with pytest.raises(ResultUnavailableError, match="did not keep its result"):
         pgq.result(ignored, timeout=1)
+
+
+def test_result_of_a_finished_job_that_kept_nothing_sync_and_async(app_dsn, pgq):
+    ignored = pgq.enqueue(plain, {"x": 5})
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 0
+    never_issued = ignored + 1000
+
+    async def main() -> None:
+        try:
+            with pytest.raises(ResultUnavailableError, match="did not keep its result"):
+                await pgq.result_async(ignored, timeout=1)
+            with pytest.raises(JobNotFoundError, match="never handed out"):
+                await pgq.result_async(never_issued, timeout=1)
+        finally:
+            await pgq.aclose()
+
+    with pytest.raises(ResultUnavailableError, match="did not keep its result") as raised:
+        pgq.result(ignored, timeout=1)
+    assert "result_ttl" in str(raised.value)  # says how to keep it
+    with pytest.raises(JobNotFoundError, match="never handed out"):
+        pgq.result(never_issued, timeout=1)
+    asyncio.run(main())
+
+
+def test_result_after_the_kept_result_was_pruned(app_dsn, pgq):
+    job = pgq.enqueue(add, {"x": 2, "y": 2})
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert pgq.result(job, timeout=5) == 4
+    with psycopg.connect(app_dsn) as conn:  # its hour has passed
+        conn.execute(
+            "UPDATE pgqueue.job_history SET keep_until = now() - interval '1 second',"
+            " finished_at = now() - interval '30 days' WHERE id = %s",
+            (job,),
+        )
+    with pytest.raises(ResultUnavailableError, match="expired"):
+        pgq.result(job, timeout=1)
+    assert pgq.prune().history >= 1
+    assert history_rows(app_dsn) == 0
+    with pytest.raises(ResultUnavailableError, match="expired"):
+        pgq.result(job, timeout=1)
+
+
+def test_result_of_an_id_on_a_fresh_database(pgq):
+    # No job was ever enqueued: the sequence has handed out nothing, every id is unknown.
+    with pytest.raises(JobNotFoundError, match="never handed out"):
+        pgq.result(1, timeout=1)
 
 
 def test_result_waits_for_notify_not_polling(app_dsn, pgq, monkeypatch):
@@ -158,3 +210,34 @@ def test_result_ttl_survives_an_idempotent_enqueue_and_a_transaction(app_dsn, pg
     with thread_worker(APP, app_dsn):
         assert pgq.result(job, timeout=30) == 6
     wait_for(lambda: history_rows(app_dsn) == 1)
+
+
+def test_result_of_a_finished_job_through_the_worker_and_admin_roles(app_dsn, pgq):
+    # The sequence's last value needs only USAGE on it, which `pgq roles` grants them.
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    from pgqueue import PgQueue
+    from pgqueue.roles import RoleNames, apply
+
+    n = f"{os.getpid()}_results"
+    names = RoleNames(producer=f"rp_{n}", worker=f"rw_{n}", admin=f"ra_{n}")
+    apply(app_dsn, names)
+    try:
+        ignored = pgq.enqueue(plain, {"x": 5})
+        with thread_worker(APP, app_dsn, burst=True) as w:
+            w.join()
+        for role in (names.worker, names.admin):
+            client = PgQueue(make_conninfo(app_dsn, user=role))
+            try:
+                with pytest.raises(ResultUnavailableError, match="did not keep its result"):
+                    client.result(ignored, timeout=1)
+                with pytest.raises(JobNotFoundError, match="never handed out"):
+                    client.result(ignored + 1000, timeout=1)
+            finally:
+                client.close()
+    finally:
+        with psycopg.connect(app_dsn, autocommit=True) as conn:
+            for _, name in names.items():
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
