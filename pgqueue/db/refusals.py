@@ -5,7 +5,9 @@ Such a refusal passes: connections close, the server finishes starting. So produ
 workers wait for it with backoff rather than fail, and say so in one line that names the
 cause. A pool hides the cause (after its timeout it says only that it got no connection), so
 the pools' connections remember the last failure to connect (:class:`ConnectFailures`) and
-errors are explained with it (:meth:`ConnectFailures.explain`).
+errors are explained with it (:meth:`ConnectFailures.explain`). A pool also backs off ever
+longer between attempts, so its connections retry quickly themselves (:class:`_QuickRetries`):
+after a failover or a restart the pool is back within about a second of the database.
 """
 
 from __future__ import annotations
@@ -94,19 +96,23 @@ class ConnectFailures:
         return text
 
     def sync_connection_class(self) -> type[psycopg.Connection[Any]]:
-        """A connection class for a pool that records its failures to connect here."""
+        """A connection class for a pool: it records its failures to connect here, and tries
+        again quickly (see :class:`_QuickRetries`) before it lets the pool back off."""
         failures = self
 
         class Remembering(psycopg.Connection[Any]):
             @classmethod
             def connect(cls, *args: Any, **kwargs: Any) -> Any:
-                try:
-                    conn = super().connect(*args, **kwargs)
-                except psycopg.OperationalError as exc:
-                    failures.record(exc)
-                    raise
-                failures.clear()
-                return conn
+                retries = _QuickRetries()
+                while True:
+                    try:
+                        conn = super().connect(*args, **kwargs)
+                    except psycopg.OperationalError as exc:
+                        failures.record(exc)
+                        time.sleep(retries.failed(exc))
+                        continue
+                    failures.clear()
+                    return conn
 
         return Remembering
 
@@ -117,15 +123,39 @@ class ConnectFailures:
         class Remembering(psycopg.AsyncConnection[Any]):
             @classmethod
             async def connect(cls, *args: Any, **kwargs: Any) -> Any:
-                try:
-                    conn = await super().connect(*args, **kwargs)
-                except psycopg.OperationalError as exc:
-                    failures.record(exc)
-                    raise
-                failures.clear()
-                return conn
+                retries = _QuickRetries()
+                while True:
+                    try:
+                        conn = await super().connect(*args, **kwargs)
+                    except psycopg.OperationalError as exc:
+                        failures.record(exc)
+                        await asyncio.sleep(retries.failed(exc))
+                        continue
+                    failures.clear()
+                    return conn
 
         return Remembering
+
+
+class _QuickRetries:
+    """A pool's connection attempt, tried again every 0.1-1 s (full jitter) for up to
+    ``window`` seconds before the failure goes to the pool.
+
+    psycopg_pool backs off 1, 2, 4, 8... seconds between attempts: after a failover or a
+    restart that took 30 s, its next attempt could come 30 s after the database was back, and
+    every enqueue and claim would wait for it. Retrying within the attempt keeps the pool at
+    most about a second behind the database (a refused connection costs the server little, and
+    the jitter spreads a fleet's attempts)."""
+
+    def __init__(self, window: float = 30.0) -> None:
+        self.deadline = time.monotonic() + window
+        self.failures = 0
+
+    def failed(self, exc: BaseException) -> float:
+        if time.monotonic() >= self.deadline:
+            raise exc
+        self.failures += 1
+        return random.uniform(0.05, min(1.0, 0.1 * 2**self.failures))
 
 
 class _WaitForAcceptance:
