@@ -10,8 +10,8 @@ Conventions (written up for authors in docs/development.md, "Code in the docs"):
   SQL blocks. A top-level ``await`` runs on the page's event loop.
 - Shell blocks run in ``bash -e`` (``pipefail`` too); ``console`` blocks run their ``$ `` lines
   (the other lines are output). SQL blocks run on the page's database.
-- A block with a ``title`` (```` ```python title="tasks.py" ````) is a file: it is written to that
-  path in the working directory, for the blocks after it to import or run (``pgq work
+- A block with a ``title`` (```` ```python title="tasks.py" ````, in any language) is a file: it is
+  written to that path in the working directory, for the blocks after it to import or run (``pgq work
   tasks:pgq --burst``), and is not run itself.
 - A block that cannot run here carries ``<!-- not run: REASON -->`` on the line right above its
   opening fence. They are counted and printed, and kept few (``MAX_NOT_RUN``).
@@ -117,9 +117,9 @@ def test_every_block_is_known_and_few_are_not_run(request: pytest.FixtureRequest
     blocks = [b for page in ALL_BLOCKS.values() for b in page]
     unknown = [f"{b.where} ```{b.lang}" for b in blocks if b.lang not in RUN | NOT_CODE]
     assert not unknown, f"code blocks in a language this test does not know: {unknown}"
-    marked_other = [b.where for b in blocks if b.not_run and b.lang not in RUN]
+    marked_other = [b.where for b in blocks if b.not_run and b.lang not in RUN and not b.title]
     assert not marked_other, f"not-run markers on blocks that would not run anyway: {marked_other}"
-    runnable = [b for b in blocks if b.lang in RUN]
+    runnable = [b for b in blocks if b.lang in RUN or b.title]
     files = [b for b in runnable if b.title and not b.not_run]
     not_run = [b for b in runnable if b.not_run]
     ran = len(runnable) - len(files) - len(not_run)
@@ -305,5 +305,5 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 def test_page_code_runs(page: str, dsn: str, workdir: Path) -> None:
     with Session(page, dsn, workdir) as session:
         for block in ALL_BLOCKS[page]:
-            if block.lang in RUN and block.not_run is None:
+            if (block.lang in RUN or block.title) and block.not_run is None:
                 session.run(block)
