@@ -10,9 +10,9 @@ Conventions (written up for authors in docs/development.md, "Code in the docs"):
   SQL blocks. A top-level ``await`` runs on the page's event loop.
 - Shell blocks run in ``bash -e`` (``pipefail`` too); ``console`` blocks run their ``$ `` lines
   (the other lines are output). SQL blocks run on the page's database.
-- A block with a ``title`` (```` ```python title="tasks.py" ````, in any language) is a file: it is
-  written to that path in the working directory, for the blocks after it to import or run (``pgq work
-  tasks:pgq --burst``), and is not run itself.
+- A block with a ``title`` (```` ```python title="tasks.py" ````, any language) is a file: it is
+  written to that path in the working directory, for the blocks after it to import or run
+  (``pgq work tasks:pgq --burst``), and is not run itself.
 - A block that cannot run here carries ``<!-- not run: REASON -->`` on the line right above its
   opening fence. They are counted and printed, and kept few (``MAX_NOT_RUN``).
 
