@@ -95,3 +95,15 @@ def test_the_check_finds_a_missing_docstring(tmp_path: Path, monkeypatch: Any) -
         "pgqueue_docstring_probe.bare",
         "pgqueue_docstring_probe.CONSTANT (a constant: a string literal after its assignment)",
     ]
+
+
+def test_the_api_reference_lists_every_public_name() -> None:
+    """docs/reference/ renders each public name (a new one needs its entry there)."""
+    reference = ROOT / "docs" / "reference"
+    api = (reference / "api.md").read_text()
+    missing = [n for n in pgqueue.__all__ if f"::: pgqueue.{n}\n" not in api]
+    for module, page in [(pgqueue.contrib.django, "django.md"), (pgqueue.alembic, "alembic.md")]:
+        text = (reference / page).read_text()
+        listed = text.split("members: [", 1)[1].split("]", 1)[0].split(", ")
+        missing += [f"{module.__name__}.{n}" for n in module.__all__ if n not in listed]
+    assert not missing, f"public names missing from docs/reference/: {missing}"
