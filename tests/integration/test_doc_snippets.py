@@ -41,8 +41,14 @@ from psycopg.conninfo import conninfo_to_dict
 from pgqueue import PgQueue
 
 ROOT = Path(__file__).resolve().parents[2]
+# Generated from the typer app (the CLI reference): its examples are `pgq --help`'s, not prose.
+GENERATED = {"docs/cli.md"}
 PAGES = sorted(
-    str(p.relative_to(ROOT)) for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    page
+    for page in (
+        str(p.relative_to(ROOT)) for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    )
+    if page not in GENERATED
 )
 RUN = {"python", "bash", "sh", "shell", "console", "sql"}
 SHELL = {"bash", "sh", "shell", "console"}
