@@ -11,8 +11,8 @@ BIN := $(VENV)/bin
 EXTRA_PYTHONS ?= 3.12 3.13
 VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/test_worker_basic.py
 
-.PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs bench \
-	compare clean
+.PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs docs \
+	bench compare clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 demo: $(BIN)/.installed
 	$(BIN)/pgq demo
 
-test: lint typecheck pytest package-check
+test: lint typecheck pytest docs package-check
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -71,5 +71,10 @@ bench: $(BIN)/.installed
 compare: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.compare $(COMPARE_ARGS)
 
+# The documentation site (mkdocs.yml) into site/, warnings as errors: a broken link between
+# pages or to a heading, a page missing from the nav, a public name mkdocstrings cannot find.
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .venv-*/ .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-*/ .mypy_cache .ruff_cache .pytest_cache site

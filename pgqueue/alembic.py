@@ -58,7 +58,9 @@ __all__ = [
 ]
 
 SCHEMA = migrate.SCHEMA
+"""The schema pgqueue owns (``pgqueue``): autogenerate must leave it alone."""
 VERSION_TABLE = migrate.VERSION_TABLE
+"""pgqueue's own alembic version table, in :data:`SCHEMA` (beside your ``alembic_version``)."""
 
 
 class Operations(Protocol):
@@ -70,6 +72,8 @@ class Operations(Protocol):
 
 
 class AutogenerateFilters(TypedDict):
+    """The keyword arguments :func:`autogenerate_filters` returns for ``context.configure``."""
+
     include_name: IncludeNameFn
     include_object: IncludeObjectFn
 

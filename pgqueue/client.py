@@ -287,6 +287,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         return list(dict.fromkeys(task.queue for task in self.tasks.values())) or ["default"]
 
     def get_task(self, name: str) -> Task[..., Any]:
+        """The registered task called ``name``; raises :class:`~pgqueue.UnknownTaskError` if there
+        is none."""
         try:
             return self.tasks[name]
         except KeyError:
@@ -508,9 +510,12 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         conn: AsyncConnectionArg | None = None,
         **options: Any,
     ) -> JobId:
+        """The async twin of :meth:`enqueue`; ``conn`` is an async connection or session."""
         return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
 
     def enqueue_spec(self, spec: JobSpec, conn: object | None = None) -> JobId:
+        """Write one validated job (:meth:`spec`), waiting for room in a bounded queue up to its
+        ``wait_if_full``; returns its id."""
         # A full queue raises without touching the caller's transaction (the statement that
         # finds it full runs in a savepoint there), so waiting for room is a plain retry.
         waiter = _RoomWaiter(spec.wait_if_full or 0.0)
@@ -521,6 +526,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
                 time.sleep(waiter.next_delay(exc))
 
     async def enqueue_spec_async(self, spec: JobSpec, conn: object | None = None) -> JobId:
+        """The async twin of :meth:`enqueue_spec`."""
         waiter = _RoomWaiter(spec.wait_if_full or 0.0)
         while True:
             try:
@@ -558,6 +564,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         conn: AsyncConnectionArg | None = None,
         wait_if_full: float | None = None,
     ) -> list[JobId]:
+        """The async twin of :meth:`enqueue_many`."""
         with gc_paused():
             specs = _specs(jobs)
         waiter = _RoomWaiter(wait_if_full or 0.0)
@@ -578,6 +585,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
     async def cancel_async(
         self, job_id: int, *, conn: AsyncConnectionArg | None = None
     ) -> admin.CancelResult:
+        """The async twin of :meth:`cancel`."""
         return await self.run_async(admin.cancel(job_id), conn)
 
     def dead_letters(self, *, limit: int = 100, **filters: Any) -> list[dict[str, Any]]:

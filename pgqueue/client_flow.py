@@ -101,6 +101,7 @@ class FlowControlMixin:
         *,
         conn: AsyncConnectionArg | None = None,
     ) -> list[JobId]:
+        """The async twin of :meth:`publish`."""
         specs = self._event_specs(event, payload)
         return await self.enqueue_many_async(specs, conn=conn) if specs else []
 
@@ -152,9 +153,12 @@ class FlowControlMixin:
         )
 
     def queue_settings(self) -> list[dict[str, Any]]:
+        """Every configured queue's settings (``pgqueue.queues``): paused, weight, max depth,
+        limits."""
         return self.run(flow.list_queue_settings())
 
     def task_limits(self) -> list[dict[str, Any]]:
+        """Every task's limits (``pgqueue.task_limits``): concurrency, per-key limit, rate."""
         return self.run(flow.list_task_limits())
 
     def circuit_breakers(self) -> list[dict[str, Any]]:
@@ -175,6 +179,7 @@ class FlowControlMixin:
         self.run(declarations(self), conn, atomic=True)
 
     async def sync_declarations_async(self, conn: AsyncConnectionArg | None = None) -> None:
+        """The async twin of :meth:`sync_declarations`."""
         await self.run_async(declarations(self), conn, atomic=True)
 
     # -- schedules ---------------------------------------------------------------------------
@@ -215,9 +220,12 @@ class FlowControlMixin:
         self.run(cron.save([definition], from_code=False), conn, atomic=True)
 
     def unschedule(self, name: str, *, conn: ConnectionArg | None = None) -> bool:
+        """Delete the schedule ``name``; False if there was none."""
         return self.run(cron.delete(name), conn)
 
     def pause_schedule(self, name: str, *, conn: ConnectionArg | None = None) -> bool:
+        """Pause the schedule ``name`` (no ticks are enqueued until resumed); False if there is
+        none."""
         return self.run(cron.set_paused(name, True), conn, atomic=True)
 
     def resume_schedule(self, name: str, *, conn: ConnectionArg | None = None) -> bool:
@@ -225,4 +233,6 @@ class FlowControlMixin:
         return self.run(cron.set_paused(name, False), conn, atomic=True)
 
     def list_schedules(self) -> list[dict[str, Any]]:
+        """Every schedule (``pgqueue.schedules``): expression, time zone, next tick, paused, ticks
+        enqueued and skipped."""
         return self.run(cron.list_schedules())

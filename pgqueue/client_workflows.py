@@ -86,17 +86,21 @@ class WorkflowMethods:
     async def enqueue_workflow_async(
         self, workflow: Workflow, *, conn: AsyncConnectionArg | None = None
     ) -> WorkflowRun:
+        """The async twin of :meth:`enqueue_workflow`."""
         return await self.enqueue_compiled_async(workflow.compile(), conn=conn)
 
     def enqueue_compiled(
         self, compiled: Compiled, *, conn: ConnectionArg | None = None
     ) -> WorkflowRun:
+        """Write a compiled workflow (``workflow.compile()``) atomically; returns its
+        :class:`~pgqueue.WorkflowRun`."""
         written = self.run(enqueue_compiled(compiled), conn, atomic=True)
         return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
 
     async def enqueue_compiled_async(
         self, compiled: Compiled, *, conn: AsyncConnectionArg | None = None
     ) -> WorkflowRun:
+        """The async twin of :meth:`enqueue_compiled`."""
         written = await self.run_async(enqueue_compiled(compiled), conn, atomic=True)
         return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
 

@@ -26,8 +26,9 @@ class _Unset:
         return "UNSET"
 
 
-#: "Leave this setting as it is" (``None`` clears a setting).
 UNSET: Final = _Unset()
+"""The default of ``configure_queue``/``configure_task`` settings: "leave this setting as it is"
+(``None`` clears a setting)."""
 
 _PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
             "h": 3600.0, "hour": 3600.0}  # fmt: skip
@@ -60,6 +61,9 @@ class RateLimit:
 
     @classmethod
     def parse(cls, value: str | float | RateLimit, burst: float | None = None) -> RateLimit:
+        """A rate limit from ``"20/s"``, ``"100/m"``, ``"5/h"``, a number (per second) or a
+        ``RateLimit``; ``burst`` overrides its bucket size. Raises
+        :class:`~pgqueue.ConfigurationError` for anything else."""
         if isinstance(value, RateLimit):
             return value if burst is None else cls(value.rate, burst)
         if isinstance(value, int | float) and not isinstance(value, bool):

@@ -62,14 +62,17 @@ class JobContext:
 
     @property
     def id(self) -> int:
+        """The job's id."""
         return self.job.id
 
     @property
     def task(self) -> str:
+        """The task's name."""
         return self.job.task
 
     @property
     def queue(self) -> str:
+        """The queue the job was claimed from."""
         return self.job.queue
 
     @property
@@ -79,10 +82,12 @@ class JobContext:
 
     @property
     def max_attempts(self) -> int:
+        """Attempts the job may have before it is dead-lettered."""
         return self.job.max_attempts
 
     @property
     def args(self) -> dict[str, Any]:
+        """The job's arguments, by parameter name."""
         return self.job.args
 
     @property
@@ -92,9 +97,13 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
+        """True once the job was cancelled, its lease lost or its timeout reached: the handler
+        should stop."""
         return self._cancelled
 
     def raise_if_cancelled(self) -> None:
+        """Raise :class:`~pgqueue.JobCancelled` if :attr:`cancelled`: a cooperative stop point for
+        sync handlers."""
         if self._cancelled:
             raise JobCancelled(self.cancel_reason or "cancelled")
 
@@ -109,6 +118,8 @@ class JobContext:
         return event.wait(timeout)
 
     def cancel(self, reason: CancelReason) -> None:
+        """Mark the job cancelled for ``reason`` (the worker calls it; a handler sees
+        :attr:`cancelled`)."""
         with _EVENT_LOCK:
             if self._cancelled:
                 return

@@ -105,6 +105,8 @@ class RetryPolicy:
     def build(
         cls, retry_on: object = None, no_retry_on: object = None, backoff: object = None
     ) -> RetryPolicy:
+        """A policy from a task's ``retry_on``, ``no_retry_on`` and ``backoff`` options (None: the
+        default), checking their types; raises :class:`~pgqueue.ConfigurationError`."""
         if backoff is not None and not callable(backoff):
             raise ConfigurationError(f"backoff must be callable, got {backoff!r}")
         return cls(
@@ -114,6 +116,8 @@ class RetryPolicy:
         )
 
     def retryable(self, error: BaseException) -> bool:
+        """Whether ``error`` may be retried: an instance of ``retry_on`` and not of
+        ``no_retry_on``."""
         return not isinstance(error, self.no_retry_on) and isinstance(error, self.retry_on)
 
     def delay(self, attempt: int, error: BaseException | None = None) -> float:

@@ -83,6 +83,7 @@ class Schedule:
             raise ConfigurationError("max_catch_up must be at least 1")
 
     def params(self) -> dict[str, Any]:
+        """The schedule as the parameters of the statements that store it."""
         return {
             "name": self.name,
             "cron": self.cron,

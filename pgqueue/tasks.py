@@ -129,6 +129,7 @@ class Task(Generic[P, R]):
 
     @property
     def declares_limits(self) -> bool:
+        """Whether the task declares a concurrency, per-key or rate limit."""
         return any(v is not None for v in (self.concurrency_limit, self.key_limit, self.rate_limit))
 
     def retry_delay(self, attempt: int, error: BaseException | None = None) -> float:
@@ -137,6 +138,7 @@ class Task(Generic[P, R]):
 
     @property
     def queue(self) -> str:
+        """The queue the task's jobs go to unless a call says otherwise."""
         return str(self.defaults["queue"])
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -231,6 +233,7 @@ class JobCall:
         return free_parameter(self.task.signature, self.args)
 
     def enqueue(self, conn: ConnectionArg | None = None) -> JobId:
+        """Write this job (in the caller's transaction with ``conn``) and return its id."""
         return self.task.app.enqueue_spec(self.spec(), conn=conn)
 
 

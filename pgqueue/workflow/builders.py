@@ -84,6 +84,8 @@ class Workflow:
         self.result_ttl = _ttl(result_ttl)
 
     def compile(self) -> Compiled:
+        """The workflow's jobs and edges, validated and ready to be written (``enqueue`` calls
+        it)."""
         raise NotImplementedError
 
     def _finish(self, compiled: Compiled) -> Compiled:
@@ -104,6 +106,7 @@ class Workflow:
         return compiled.app.enqueue_compiled(compiled, conn=conn)
 
     async def enqueue_async(self, *, conn: AsyncConnectionArg | None = None) -> WorkflowRun:
+        """The async twin of :meth:`enqueue`; ``conn`` is an async connection or session."""
         compiled = self.compile()
         assert compiled.app is not None
         return await compiled.app.enqueue_compiled_async(compiled, conn=conn)
@@ -140,6 +143,7 @@ class _Composite(Workflow):
         self.steps: tuple[Step, ...] = tuple(steps)  # type: ignore[arg-type]
 
     def compile(self) -> Compiled:
+        """The steps as jobs and edges, validated and ready to be written (``enqueue`` calls it)."""
         compiled = Compiled(nodes=[], outputs=[], list_output=False)
         outputs, list_output = _add(compiled.nodes, self, (), None)
         compiled.outputs = list(outputs)
@@ -256,6 +260,10 @@ class DAG(Workflow):
         depends_on: Sequence[Node | str | int] = (),
         name: str | None = None,
     ) -> Node:
+        """Add a node: ``call`` (``task.s(...)``) runs once every node, node name or job id in
+        ``depends_on`` has succeeded. ``name`` lets later nodes depend on it by name. Returns the
+        node (``run[node]`` is its job id once enqueued). Raises ``InvalidJobError`` for a
+        duplicate name or a node of another DAG."""
         if not isinstance(call, JobCall):
             raise InvalidJobError(
                 f"DAG nodes are job descriptions (task.s(...)), got {type(call).__name__}"
@@ -278,6 +286,8 @@ class DAG(Workflow):
         return Node(self, len(self._calls) - 1, name)
 
     def compile(self) -> Compiled:
+        """The nodes as jobs and edges, validated (unknown parents, cycles) and ready to be written
+        (``enqueue`` calls it)."""
         labels = {index: name for name, index in self._names.items()}
         nodes: list[NodeSpec] = []
         parents_of: list[tuple[int, ...]] = []

@@ -31,6 +31,8 @@ class WorkflowRun:
     def of(
         cls, app: WorkflowMethods, workflow_id: int, job_ids: list[int], compiled: Compiled
     ) -> WorkflowRun:
+        """The run of a workflow just written: its id, its jobs' ids (in build order) and which of
+        them give the workflow's result."""
         return cls(
             app,
             workflow_id,
@@ -56,6 +58,7 @@ class WorkflowRun:
         return values if self.list_output else values[0]
 
     async def result_async(self, timeout: float | None = None) -> Any:
+        """The async twin of :meth:`result`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         values = [
             await self.app.result_async(job_id, timeout=_left(deadline))

@@ -1,4 +1,5 @@
-"""A user's module, written as the README shows, that ``mypy --strict`` and pyright must accept.
+"""A user's module, written as docs/guide/enqueueing.md shows, that ``mypy --strict`` and pyright
+must accept.
 
 Never imported or run: tests/unit/test_typing.py type-checks it as a separate program would
 (pgqueue found as an installed package, so its ``py.typed`` marker is what makes it typed).

@@ -27,6 +27,8 @@ from typing import Any
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 
+__all__ = ["dsn", "queue"]
+
 # OPTIONS that Django's PostgreSQL backend reads itself: not libpq parameters.
 _DJANGO_ONLY_OPTIONS = frozenset(
     {"isolation_level", "server_side_binding", "assume_role", "pool", "cursor_factory", "context"}

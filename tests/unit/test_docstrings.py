@@ -1,0 +1,109 @@
+"""Every public name has a docstring: the API reference (docs/reference/, mkdocstrings) is
+generated from them, so a name without one would be a blank entry.
+
+Public: the names in ``pgqueue.__all__``, ``pgqueue.contrib.django.__all__`` and
+``pgqueue.alembic.__all__`` (dunders such as ``__version__`` aside), and the public methods and
+properties of the public classes, inherited ones included when pgqueue defines them. Constants
+are documented by a string literal right after the assignment (what mkdocstrings reads).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import griffe
+
+import pgqueue
+import pgqueue.alembic
+import pgqueue.contrib.django
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = [pgqueue, pgqueue.contrib.django, pgqueue.alembic]
+
+
+def _own(member: Any) -> bool:
+    """Whether a class member is pgqueue's own code (not object's, Exception's, int's...)."""
+    target = member.fget if isinstance(member, property) else member
+    target = getattr(target, "__func__", target)
+    return inspect.isfunction(target) and target.__module__.startswith("pgqueue")
+
+
+def missing_docstrings(module: ModuleType, loaded: griffe.Object | griffe.Alias) -> list[str]:
+    missing = []
+    for name in module.__all__:
+        if name.startswith("__"):
+            continue
+        obj = getattr(module, name)
+        where = f"{module.__name__}.{name}"
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            if not (obj.__doc__ or "").strip():
+                missing.append(where)
+        elif not (loaded[name].docstring and loaded[name].docstring.value.strip()):
+            missing.append(f"{where} (a constant: a string literal after its assignment)")
+        if inspect.isclass(obj):
+            for attr in dir(obj):
+                if attr.startswith("_"):
+                    continue
+                member = inspect.getattr_static(obj, attr)
+                if _own(member):
+                    doc = member.__doc__ if isinstance(member, property) else None
+                    doc = doc or getattr(getattr(member, "__func__", member), "__doc__", None)
+                    if not (doc or "").strip():
+                        missing.append(f"{where}.{attr}")
+    return missing
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    missing = []
+    for module in MODULES:
+        loaded = griffe.load(module.__name__, search_paths=[str(ROOT)])
+        missing += missing_docstrings(module, loaded)
+    assert not missing, "public names without a docstring:\n" + "\n".join(missing)
+
+
+def test_the_check_finds_a_missing_docstring(tmp_path: Path, monkeypatch: Any) -> None:
+    source = (
+        '"""A module."""\n'
+        "__all__ = ['Documented', 'bare', 'CONSTANT', 'DOCUMENTED_CONSTANT']\n"
+        "class Documented:\n"
+        '    """Has one."""\n'
+        "    def method(self):\n"
+        "        pass\n"
+        "    @property\n"
+        "    def prop(self):\n"
+        '        """Has one."""\n'
+        "def bare():\n"
+        "    pass\n"
+        "CONSTANT = 1\n"
+        "DOCUMENTED_CONSTANT = 2\n"
+        '"""Has one."""\n'
+    )
+    (tmp_path / "pgqueue_docstring_probe.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = importlib.import_module("pgqueue_docstring_probe")
+
+    # Only pgqueue's own members are checked: this probe's count as its own here.
+    monkeypatch.setattr(probe.Documented.method, "__module__", "pgqueue.probe")
+    monkeypatch.setattr(probe.Documented.prop.fget, "__module__", "pgqueue.probe")
+    loaded = griffe.load("pgqueue_docstring_probe", search_paths=[str(tmp_path)])
+    assert missing_docstrings(probe, loaded) == [
+        "pgqueue_docstring_probe.Documented.method",
+        "pgqueue_docstring_probe.bare",
+        "pgqueue_docstring_probe.CONSTANT (a constant: a string literal after its assignment)",
+    ]
+
+
+def test_the_api_reference_lists_every_public_name() -> None:
+    """docs/reference/ renders each public name (a new one needs its entry there)."""
+    reference = ROOT / "docs" / "reference"
+    api = (reference / "api.md").read_text()
+    missing = [n for n in pgqueue.__all__ if f"::: pgqueue.{n}\n" not in api]
+    for module, page in [(pgqueue.contrib.django, "django.md"), (pgqueue.alembic, "alembic.md")]:
+        text = (reference / page).read_text()
+        listed = text.split("members: [", 1)[1].split("]", 1)[0].split(", ")
+        missing += [f"{module.__name__}.{n}" for n in module.__all__ if n not in listed]
+    assert not missing, f"public names missing from docs/reference/: {missing}"
