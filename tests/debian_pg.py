@@ -169,6 +169,9 @@ class Pair:
     primary: Cluster
     standby: Cluster
     synchronous: bool
+    #: What the standby streams through, when asked for: a TCP proxy that can hold the stream
+    #: back (``pause()``), so the standby lags behind like one across a congested link.
+    replication: Any = None
 
     def dsn(self, dbname: str) -> str:
         """What HA setups give applications: both hosts, and "the one that takes writes"
@@ -207,13 +210,17 @@ class Pair:
 
 
 @contextmanager
-def replicated_pair(synchronous: bool) -> Iterator[Pair]:
+def replicated_pair(synchronous: bool, lag_control: bool = False) -> Iterator[Pair]:
     """A PostgreSQL 15 primary and a hot standby streaming from it (pg_basebackup -R), with
     synchronous replication (``synchronous_standby_names``, ``synchronous_commit = on``: a
     commit returns once the standby has flushed it) or asynchronous. fsync stays off: the
-    faults here kill processes, the machine and its page cache live on."""
+    faults here kill processes, the machine and its page cache live on. ``lag_control``: the
+    standby streams through :class:`tests.chaos.proxy.Proxy` (``pair.replication``)."""
+    from tests.chaos.proxy import Proxy
+
     primary = _new_cluster("pgq-primary-")
     standby = _new_cluster("pgq-standby-")
+    proxy: Proxy | None = None
     try:
         _initdb(primary)
         _configure(
@@ -256,13 +263,20 @@ def replicated_pair(synchronous: bool) -> Iterator[Pair]:
             standby,
             {**_server_settings(standby), "hot_standby": "on", "synchronous_standby_names": "''"},
         )
+        if lag_control:
+            proxy = Proxy(f"host={primary.base} port={primary.port} user=postgres").start()
+            # After what pg_basebackup -R wrote: the last setting wins.
+            with open(standby.data / "postgresql.auto.conf", "a") as auto:
+                auto.write(f"primary_conninfo = 'host=127.0.0.1 port={proxy.port} user=postgres'\n")
         _start(standby)
-        pair = Pair(primary, standby, synchronous)
+        pair = Pair(primary, standby, synchronous, proxy)
         wait_for(pair.streaming, timeout=60, interval=0.2, message="the standby to stream")
         yield pair
     finally:
         for cluster in (standby, primary):
             _discard(cluster)
+        if proxy is not None:
+            proxy.close()
 
 
 @contextmanager
