@@ -744,8 +744,12 @@ def failover(env: Env, size: str, synchronous: bool = True, lag: float = 0.0) ->
                 60,
                 "the producer to get going",
             )
-            enqueued_at_lag = chaos.enqueued
+            enqueued_at_lag = survivors = chaos.enqueued
             if lag:
+                # What was enqueued a second before the stream stops is surely on the standby
+                # (it is microseconds behind here): nothing older may be rolled back.
+                time.sleep(1.0)
+                enqueued_at_lag = chaos.enqueued
                 pair.replication.pause()
                 time.sleep(lag)
             held = chaos.held()
@@ -776,6 +780,7 @@ def failover(env: Env, size: str, synchronous: bool = True, lag: float = 0.0) ->
             )
         }
         rolled_back = [n for n in range(chaos.enqueued) if n not in known]
+        older = [n for n in rolled_back if n < survivors]
     logs = chaos.fleet.log_text()
     report.notes["unreplicated WAL at the crash (bytes)"] = unreplicated
     report.notes["enqueued before the crash"] = enqueued_at_crash
@@ -783,6 +788,7 @@ def failover(env: Env, size: str, synchronous: bool = True, lag: float = 0.0) ->
         report.notes["standby lag (s)"] = lag
         report.notes["enqueued during the lag"] = enqueued_at_crash - enqueued_at_lag
     report.notes["enqueues the failover rolled back"] = len(rolled_back)
+    report.notes["rolled back from before the lag"] = len(older)
     report.notes["of which had run before the crash"] = len(rolled_back) - report.lost
     report.notes["first job done after the promote (s)"] = (
         None if first_done is None else round((first_done - promoted_at).total_seconds(), 2)
