@@ -162,7 +162,8 @@ def test_cancel_a_running_job(app_dsn, pgq, task):
             lambda: scalar(app_dsn, "SELECT state FROM pgqueue.job_history WHERE id = %s", (job,)),
             message="job cancelled",
         )
-        assert w.worker.stats.cancelled == 1
+        # Counted once the write's reply is back, a moment after the row is visible.
+        wait_for(lambda: w.worker.stats.cancelled == 1, message="cancel counted")
     assert [r[5] for r in ledger(app_dsn, "cancelled")] == ["cancelled"]
     assert not ledger(app_dsn, "end")
     assert live_jobs(app_dsn) == 0 and not pgq.dead_letters()

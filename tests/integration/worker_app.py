@@ -176,3 +176,10 @@ def broken_until_fixed() -> None:
     if not fixed or not fixed[0]:
         raise RuntimeError("dependency is down")
     record("end")
+
+
+@pgq.task(name="sync_square")
+def sync_square(n: int) -> int:
+    """Returns its own job's number squared (checked against ``current_job()``'s args)."""
+    assert current_job().args == {"n": n}
+    return n * n
