@@ -38,9 +38,10 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -115,6 +116,25 @@ class Running:
     started: float = field(default_factory=time.monotonic)
 
 
+if sys.version_info >= (3, 12):
+
+    def _job_task(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        # Eager: the job's coroutine runs at once, up to its first real suspension, so a
+        # handler that never waits (a no-op, a cache hit) is done without a trip through the
+        # loop's ready queue. Only the executor's job tasks: the worker's own services keep
+        # the usual start-on-the-next-iteration order.
+        return asyncio.Task(coro, loop=loop, eager_start=True)
+
+else:
+
+    def _job_task(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        return loop.create_task(coro)
+
+
 #: Jobs shorter than this (moving average) make auto-prefetch worthwhile.
 _SHORT_JOB = 0.05
 _EWMA_WEIGHT = 0.05
@@ -147,6 +167,7 @@ class Executor:
         self.waiting: deque[ClaimedJob] = deque()
         self._mean_duration: float | None = None
         self.slot_freed = asyncio.Event()
+        self._starting = False  # inside _start_waiting (an eager job may end inside start())
         #: Places held by claims in flight (see reserve).
         self.reserved = 0
         self.abandoned = 0  # sync handlers still running past their timeout
@@ -236,11 +257,19 @@ class Executor:
         if task is not None and not task.is_async and self.pool is None:
             self._start_in_thread(running, task)
         else:
-            running.task = asyncio.get_running_loop().create_task(self._run(running))
+            running.task = _job_task(asyncio.get_running_loop(), self._run(running))
 
     def _start_waiting(self) -> None:
-        while self.waiting and len(self.running) < self.concurrency:
-            self.start(self.waiting.popleft())
+        # Not re-entered: a job task started eagerly may finish inside start() and come back
+        # here; the loop below sees its slot free and goes on (no recursion per job).
+        if self._starting:
+            return
+        self._starting = True
+        try:
+            while self.waiting and len(self.running) < self.concurrency:
+                self.start(self.waiting.popleft())
+        finally:
+            self._starting = False
 
     def find(self, job_id: int, token: int) -> ClaimedJob | None:
         """The job held here with this lease token (running or waiting), if any."""
