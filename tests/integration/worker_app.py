@@ -64,6 +64,11 @@ async def noop(n: int = 0) -> None:
     await arecord("end")
 
 
+@pgq.task(name="instant")
+async def instant() -> None:
+    """Never suspends: on Python 3.12+ its job task (eager) is done inside its own start."""
+
+
 @pgq.task(name="sync_noop")
 def sync_noop(n: int = 0) -> None:
     record("end")
