@@ -36,6 +36,26 @@ def test_a_long_sync_job_does_not_hold_up_the_short_ones_behind_it(app_dsn, pgq)
     assert [r[0] for r in ledger(app_dsn, "cancelled")] == [long_job]
 
 
+def test_the_slot_of_an_abandoned_sync_handler_runs_the_next_jobs(app_dsn, pgq):
+    # One slot: the handler past its timeout keeps its thread, the jobs after it get another.
+    worker_app.STUCK_GATE.clear()
+    stuck = pgq.enqueue(worker_app.sync_stuck, {}, priority=-10)  # its max_attempts=1
+    after = pgq.enqueue_many([pgq.spec("sync_noop", {"n": i}, {}) for i in range(5)])
+    try:
+        with thread_worker(APP, app_dsn, concurrency=1, poll_interval=600) as w:
+            wait_for(lambda: len(ledger(app_dsn, "end")) == len(after), message="jobs after it ran")
+            assert sorted(r[0] for r in ledger(app_dsn, "end")) == sorted(after)
+            [dead] = wait_for(pgq.dead_letters, message="the timeout written")
+            assert dead["id"] == stuck and "thread abandoned" in dead["errors"][0]["message"]
+            assert w.worker.executor is not None and w.worker.executor.abandoned == 1
+            worker_app.STUCK_GATE.set()
+            wait_for(lambda: w.worker.executor.abandoned == 0, message="abandoned one finished")
+        assert [r[0] for r in ledger(app_dsn, "end")][-1] == stuck  # it did finish, late
+        assert len(pgq.dead_letters()) == 1 and w.worker.stats.succeeded == len(after)
+    finally:
+        worker_app.STUCK_GATE.set()
+
+
 @pytest.mark.parametrize("concurrency", [1, 8])
 def test_batched_sync_jobs_keep_their_own_outcomes(app_dsn, pgq, concurrency):
     squares = [pgq.enqueue("sync_square", {"n": n}, result_ttl=600) for n in range(120)]

@@ -188,3 +188,15 @@ def sync_square(n: int) -> int:
     """Returns its own job's number squared (checked against ``current_job()``'s args)."""
     assert current_job().args == {"n": n}
     return n * n
+
+
+#: Holds sync_stuck until a test sets it (in-process workers only).
+STUCK_GATE = threading.Event()
+
+
+@pgq.task(name="sync_stuck", timeout=0.3, max_attempts=1)
+def sync_stuck() -> None:
+    """Runs past its timeout until released: its thread is abandoned."""
+    record("start")
+    STUCK_GATE.wait(60)
+    record("end")
