@@ -1,6 +1,7 @@
 """The executor: runs handlers in slots and turns each attempt into an :class:`Outcome`.
 
-``async def`` handlers run as tasks on the worker's event loop; plain functions run in the
+``async def`` handlers run as tasks on the worker's event loop (started eagerly on Python 3.12+:
+a handler that never suspends is done inside :meth:`Executor.start`); plain functions run in the
 worker's handler threads (:mod:`pgqueue.worker.threads`: no task or future per job, calls handed
 over and results handed back in batches), or with ``pool="process"`` in child processes
 (:mod:`pgqueue.worker.process_pool`). A slot is taken when a job is started and given back when
