@@ -7,6 +7,7 @@ import time
 
 import psycopg
 
+from benchmarks.drivers.protocol import STATS
 from pgqueue import PgQueue, current_job
 
 pgq = PgQueue()
@@ -22,6 +23,18 @@ async def noop() -> None:
 @pgq.task(name="bench.sync_noop")
 def sync_noop() -> None:
     return None
+
+
+# No-op handlers that note the first and last job they ran (benchmarks.drivers.protocol):
+# drains timed from inside, so worker start-up and exit do not count.
+@pgq.task(name="bench.counted")
+async def counted() -> None:
+    STATS.job()
+
+
+@pgq.task(name="bench.sync_counted")
+def sync_counted() -> None:
+    STATS.job()
 
 
 @pgq.task(name="bench.latency")

@@ -1,14 +1,15 @@
 """Where a pgqueue drain spends its time: py-spy on `pgq work`, CPU split, EXPLAIN of claim/ack.
 
     python -m benchmarks.profile_drain [--dsn DSN] [--jobs 200000] [--concurrency 64]
-                                       [--explain-depths 50000,1000000] [--no-spy]
+                                       [--explain-depths 50000,1000000] [--no-spy] [--sync]
 
 1. Enqueues ``--jobs`` no-op jobs, then runs ``pgq work --burst`` under ``py-spy record``
    (from the benchmark's own venv) until the queue is drained. Reports the drain rate, the CPU
    seconds the worker process and the PostgreSQL server each used (``wait4`` rusage for the
    worker; the postmaster's children, live and reaped, for the server), the worker's busy share
    of wall time, the hottest functions (self and inclusive samples of the event-loop thread)
-   and the statements per 1,000 jobs (``pg_stat_statements``).
+   and the statements per 1,000 jobs (``pg_stat_statements``). With ``--sync`` the jobs are
+   a plain ``def`` no-op (the thread pool) and the handler threads' samples are reported too.
 2. For each depth in ``--explain-depths``: fills the queue to that many waiting jobs and prints
    ``EXPLAIN (ANALYZE, BUFFERS)`` of ``claim_jobs`` (limit = concurrency) and of ``ack_jobs`` for
    the claimed jobs, inside a transaction that is rolled back.
@@ -79,8 +80,7 @@ def postmaster_pid(dsn: str) -> int:
 # -- py-spy samples -----------------------------------------------------------------------------
 
 
-def summarise(raw: Path, top: int = 25) -> tuple[int, list[tuple[str, int]], list[tuple[str, int]]]:
-    """(samples, hottest by self samples, hottest by inclusive samples) of the busiest thread."""
+def _samples_by_thread(raw: Path) -> dict[str, list[tuple[list[str], int]]]:
     threads: dict[str, list[tuple[list[str], int]]] = collections.defaultdict(list)
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -91,17 +91,31 @@ def summarise(raw: Path, top: int = 25) -> tuple[int, list[tuple[str, int]], lis
             continue
         # With --threads the first frame names the thread ("thread (id)[: name]").
         threads[frames[0].split(":")[0]].append((frames[1:], int(count)))
+    return threads
+
+
+def summarise(
+    raw: Path, top: int = 25, *, others: bool = False
+) -> tuple[int, list[tuple[str, int]], list[tuple[str, int]]]:
+    """(samples, hottest by self samples, hottest by inclusive samples) of the busiest thread
+    (the event loop's), or with ``others`` of all the other threads together (the handler
+    threads of a sync drain)."""
+    threads = _samples_by_thread(raw)
     if not threads:
         return 0, [], []
-    main = max(threads.values(), key=lambda rows: sum(c for _, c in rows))
+    busiest = max(threads, key=lambda name: sum(c for _, c in threads[name]))
+    if others:
+        rows = [row for name, rows in threads.items() if name != busiest for row in rows]
+    else:
+        rows = threads[busiest]
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
-    for stack_frames, samples_here in main:
+    for stack_frames, samples_here in rows:
         names = [_short(f) for f in stack_frames]
         own[names[-1]] += samples_here
         for name in set(names):
             inclusive[name] += samples_here
-    samples = sum(c for _, c in main)
+    samples = sum(c for _, c in rows)
     return samples, own.most_common(top), inclusive.most_common(top)
 
 
@@ -118,21 +132,34 @@ def _short(frame: str) -> str:
 # -- the drain ----------------------------------------------------------------------------------
 
 
-def fill(dsn: str, count: int) -> None:
+def fill(dsn: str, count: int, task: str = pgqueue_driver.TASK) -> None:
     with PgQueue(dsn, pool_size=1) as app:
         done = 0
         while done < count:
             n = min(FILL_CHUNK, count - done)
-            app.enqueue_many([app.spec(pgqueue_driver.TASK, {}, {}) for _ in range(n)])
+            app.enqueue_many([app.spec(task, {}, {}) for _ in range(n)])
             done += n
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE pgqueue.jobs")
 
 
+def spy_tool() -> Path:
+    """py-spy from this interpreter's venv if it is there, else from the peers' venv."""
+    here = Path(sys.executable).parent / "py-spy"
+    return here if here.exists() else peers_env.tool("py-spy")
+
+
 def profile(
-    admin: str, dsn: str, jobs: int, concurrency: int, spy: bool, out: Path, pgoptions: str
+    admin: str,
+    dsn: str,
+    jobs: int,
+    concurrency: int,
+    spy: bool,
+    out: Path,
+    pgoptions: str,
+    sync: bool = False,
 ) -> str:
-    fill(dsn, jobs)
+    fill(dsn, jobs, pgqueue_driver.SYNC_TASK if sync else pgqueue_driver.TASK)
     postmaster = postmaster_pid(dsn)
     counting = statements.available(admin)
     if counting:
@@ -149,7 +176,7 @@ def profile(
     if spy:
         spy_proc = subprocess.Popen(
             [
-                str(peers_env.tool("py-spy")),
+                str(spy_tool()),
                 "record",
                 "--pid",
                 str(worker.pid),
@@ -160,6 +187,9 @@ def profile(
                 "raw",
                 "--output",
                 str(raw),
+                # Pausing the process for every sample of 60-odd handler threads would slow
+                # a sync drain several times over.
+                *(["--nonblocking"] if sync else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -172,9 +202,12 @@ def profile(
         spy_proc.wait(60)
     lines = [
         f"Machine: {machine(dsn)}; load average {os.getloadavg()[0]:.2f}",
-        f"Command: `{' '.join(command[1:])}` on {jobs:,} waiting no-op jobs"
+        f"Command: `{' '.join(command[1:])}` on {jobs:,} waiting "
+        + ("plain `def`" if sync else "`async def`")
+        + " no-op jobs"
         + (f", PGOPTIONS={pgoptions!r}" if pgoptions else "")
-        + (" under py-spy (250 Hz, which slows the worker a little)" if spy else ""),
+        + (" under py-spy (250 Hz, which slows the worker a little)" if spy else "")
+        + (" (--nonblocking)" if spy and sync else ""),
         "",
         f"- worker process lifetime (start-up and shutdown included): {wall:.1f} s, "
         f"{jobs / wall:,.0f} jobs/s over it",
@@ -205,6 +238,19 @@ def profile(
         lines += [f"| {c:,} | {c / samples:.0%} | `{n}` |" for n, c in own]
         lines += ["", "| inclusive samples | share | function |", "|---|---|---|"]
         lines += [f"| {c:,} | {c / samples:.0%} | `{n}` |" for n, c in inclusive]
+        if sync:
+            samples, own, inclusive = summarise(raw, others=True)
+            lines += [
+                "",
+                f"Every other thread together (the handler threads): {samples:,} CPU samples "
+                f"= {samples / 250:.1f} s busy.",
+                "",
+                "| self samples | share | function |",
+                "|---|---|---|",
+            ]
+            lines += [f"| {c:,} | {c / max(samples, 1):.0%} | `{n}` |" for n, c in own]
+            lines += ["", "| inclusive samples | share | function |", "|---|---|---|"]
+            lines += [f"| {c:,} | {c / max(samples, 1):.0%} | `{n}` |" for n, c in inclusive]
     return "\n".join(lines)
 
 
@@ -257,6 +303,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--explain-depths", default="50000,1000000")
     parser.add_argument("--no-spy", action="store_true", help="no py-spy (CPU split only)")
     parser.add_argument("--pgoptions", default="", help="PGOPTIONS for the worker's sessions")
+    parser.add_argument(
+        "--sync", action="store_true", help="plain `def` no-op jobs (the thread pool)"
+    )
     args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"profile-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -264,7 +313,16 @@ def main(argv: list[str] | None = None) -> None:
     with server(args.dsn, settings) as admin:
         dsn = fresh_database(admin, "bench_profile")
         sections = [
-            profile(admin, dsn, args.jobs, args.concurrency, not args.no_spy, out, args.pgoptions)
+            profile(
+                admin,
+                dsn,
+                args.jobs,
+                args.concurrency,
+                not args.no_spy,
+                out,
+                args.pgoptions,
+                args.sync,
+            )
         ]
         for depth in (int(d) for d in args.explain_depths.split(",") if d.strip()):
             sections.append(explain(dsn, depth, args.concurrency))

@@ -18,11 +18,18 @@ from pgqueue.db import migrate
 
 pgq = PgQueue()
 TASK = "bench.job"
+#: The same no-op as a plain function (thread pool): `benchmarks.profile_drain --sync`.
+SYNC_TASK = "bench.sync_job"
 DEFAULT_CONCURRENCY = 64
 
 
 @pgq.task(name=TASK)
 async def job(sent: float | None = None) -> None:
+    protocol.STATS.job(sent)
+
+
+@pgq.task(name=SYNC_TASK)
+def sync_job(sent: float | None = None) -> None:
     protocol.STATS.job(sent)
 
 

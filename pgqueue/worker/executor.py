@@ -1,9 +1,12 @@
 """The executor: runs handlers in slots and turns each attempt into an :class:`Outcome`.
 
-``async def`` handlers run as tasks on the worker's event loop; plain functions run in a thread
-pool, or with ``pool="process"`` in child processes (:mod:`pgqueue.worker.process_pool`). A slot
-is taken when a job is started and given back when its handler is done (or, for a sync handler
-in a thread past its timeout, abandoned; a child past its timeout is killed first).
+``async def`` handlers run as tasks on the worker's event loop (started eagerly on Python 3.12+:
+a handler that never suspends is done inside :meth:`Executor.start`); plain functions run in the
+worker's handler threads (:mod:`pgqueue.worker.threads`: no task or future per job, calls handed
+over and results handed back in batches), or with ``pool="process"`` in child processes
+(:mod:`pgqueue.worker.process_pool`). A slot is taken when a job is started and given back when
+its handler is done (or, for a sync handler in a thread past its timeout, abandoned; a child
+past its timeout is killed first).
 
 Prefetch: the fetcher may claim more jobs than there are free slots; the extra ones wait here
 (``waiting``, leases held and heartbeated like running jobs) and start the moment a slot frees,
@@ -17,7 +20,11 @@ Stopping a handler:
 * lease lost / cancelled / shutdown: ``ctx.cancelled`` turns true; async handlers are also
   cancelled (``asyncio.CancelledError`` raised at their current ``await``);
 * timeout: async handlers are cancelled; a sync handler's thread cannot be killed, so it is
-  abandoned: the attempt is recorded as failed at once and whatever it returns later is ignored.
+  abandoned: the attempt is recorded as failed at once and whatever it returns later is ignored
+  (another thread takes its place).
+
+A sync job asked to stop before a thread took it (all of them busy) never starts: its outcome is
+the one a handler that stopped at once would have had.
 
 In a child process (``pool="process"``) the same reasons reach the handler's ``ctx.cancelled``
 by a message; a timeout or shutdown then kills the child, a cancel or a lost lease does after a
@@ -32,10 +39,10 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -46,6 +53,7 @@ from pgqueue.payload import dumps
 from pgqueue.tasks import Task
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.process_pool import ChildGone, ChildSettings, ProcessPool
+from pgqueue.worker.threads import HandlerThreads, ThreadCall
 
 log = logging.getLogger("pgqueue.worker.executor")
 
@@ -109,6 +117,25 @@ class Running:
     started: float = field(default_factory=time.monotonic)
 
 
+if sys.version_info >= (3, 12):
+
+    def _job_task(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        # Eager: the job's coroutine runs at once, up to its first real suspension, so a
+        # handler that never waits (a no-op, a cache hit) is done without a trip through the
+        # loop's ready queue. Only the executor's job tasks: the worker's own services keep
+        # the usual start-on-the-next-iteration order.
+        return asyncio.Task(coro, loop=loop, eager_start=True)
+
+else:
+
+    def _job_task(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        return loop.create_task(coro)
+
+
 #: Jobs shorter than this (moving average) make auto-prefetch worthwhile.
 _SHORT_JOB = 0.05
 _EWMA_WEIGHT = 0.05
@@ -141,13 +168,13 @@ class Executor:
         self.waiting: deque[ClaimedJob] = deque()
         self._mean_duration: float | None = None
         self.slot_freed = asyncio.Event()
+        self._starting = False  # inside _start_waiting (an eager job may end inside start())
         #: Places held by claims in flight (see reserve).
         self.reserved = 0
         self.abandoned = 0  # sync handlers still running past their timeout
-        self.threads_busy = 0  # sync handlers executing right now (touched only on the loop)
-        self._threads = ThreadPoolExecutor(
-            max_workers=max(concurrency, max_concurrency or 0), thread_name_prefix="pgqueue-job"
-        )
+        self._thread_limit = max(concurrency, max_concurrency or 0)
+        #: Started with the first sync job (on the loop, in the context handlers inherit).
+        self._threads: HandlerThreads | None = None
         #: pool="process": sync handlers run in these children instead of the threads.
         self.pool = (
             None
@@ -219,14 +246,31 @@ class Executor:
             else:
                 self.waiting.append(job)
 
+    @property
+    def threads_busy(self) -> int:
+        """Sync handlers executing in threads right now (abandoned ones included)."""
+        return 0 if self._threads is None else self._threads.busy
+
     def start(self, job: ClaimedJob) -> None:
         running = Running(job, JobContext(job, self.worker_id))
         self.running[job.id, job.lease_token] = running
-        running.task = asyncio.get_running_loop().create_task(self._run(running))
+        task = self.tasks.get(job.task)
+        if task is not None and not task.is_async and self.pool is None:
+            self._start_in_thread(running, task)
+        else:
+            running.task = _job_task(asyncio.get_running_loop(), self._run(running))
 
     def _start_waiting(self) -> None:
-        while self.waiting and len(self.running) < self.concurrency:
-            self.start(self.waiting.popleft())
+        # Not re-entered: a job task started eagerly may finish inside start() and come back
+        # here; the loop below sees its slot free and goes on (no recursion per job).
+        if self._starting:
+            return
+        self._starting = True
+        try:
+            while self.waiting and len(self.running) < self.concurrency:
+                self.start(self.waiting.popleft())
+        finally:
+            self._starting = False
 
     def find(self, job_id: int, token: int) -> ClaimedJob | None:
         """The job held here with this lease token (running or waiting), if any."""
@@ -260,9 +304,7 @@ class Executor:
             else:
                 args, kwargs = prepared
                 try:
-                    if not task.is_async:
-                        value = await self._run_sync(task, ctx, args, kwargs)
-                    elif task.timeout is None:
+                    if task.timeout is None:
                         token = set_current(ctx)
                         try:
                             value = await task.func(*args, **kwargs)
@@ -280,6 +322,10 @@ class Executor:
             self.running.pop((job.id, job.lease_token), None)
             self._start_waiting()
             self.slot_freed.set()
+        self._record(running, outcome)
+
+    def _record(self, running: Running, outcome: Outcome | None) -> None:
+        """Hand an attempt's outcome (if it has one to write) to the completer."""
         if outcome is not None:
             duration = outcome.duration = time.monotonic() - running.started
             mean = self._mean_duration
@@ -287,6 +333,81 @@ class Executor:
                 duration if mean is None else mean + _EWMA_WEIGHT * (duration - mean)
             )
             self.submit(outcome)
+
+    def _finish(self, running: Running, outcome: Outcome | None) -> None:
+        """A sync attempt is over: its slot frees (the next waiting job starts) and its
+        outcome goes to the completer."""
+        self.running.pop((running.job.id, running.job.lease_token), None)
+        self._start_waiting()
+        self.slot_freed.set()
+        self._record(running, outcome)
+
+    # -- sync handlers in threads ----------------------------------------------------------
+
+    def _start_in_thread(self, running: Running, task: Task[..., Any]) -> None:
+        loop = asyncio.get_running_loop()
+        prepared = self._arguments(task, running.job, running.ctx)
+        if isinstance(prepared, Outcome):
+            # Not at once: start() may be running inside _start_waiting for another job.
+            loop.call_soon(self._finish, running, prepared)
+            return
+        args, kwargs = prepared
+        call = ThreadCall(task.func, args, kwargs, running.ctx, running)
+        if task.timeout is not None:
+            call.timer = loop.call_later(task.timeout, self._thread_timeout, call, task)
+        threads = self._threads
+        if threads is None:
+            threads = self._threads = HandlerThreads(
+                self._thread_limit,
+                self._threads_done,
+                loop=loop,
+                context=contextvars.copy_context(),
+            )
+        threads.submit(call)
+
+    def _threads_done(self, calls: list[ThreadCall]) -> None:
+        """Sync calls that finished since the last batch (one loop callback per batch)."""
+        for call in calls:
+            running: Running = call.owner
+            if call.abandoned:
+                # Its attempt already failed with JobTimeout; what it did since is ignored.
+                self.abandoned -= 1
+                if call.error is None:
+                    log.info(
+                        "abandoned handler finished late; result ignored "
+                        "job_id=%s task=%s attempt=%s",
+                        running.ctx.id,
+                        running.ctx.task,
+                        running.ctx.attempt,
+                    )
+                continue
+            if call.timer is not None:
+                call.timer.cancel()
+            task = self.tasks[running.job.task]
+            if call.skipped:
+                outcome = self._stopped(running, None)
+            elif call.error is not None:
+                outcome = self._raised(running, task, call.error)
+            else:
+                outcome = self._returned(task, running.job, call.value)
+            self.running.pop((running.job.id, running.job.lease_token), None)
+            self._record(running, outcome)
+        self._start_waiting()
+        self.slot_freed.set()
+
+    def _thread_timeout(self, call: ThreadCall, task: Task[..., Any]) -> None:
+        assert self._threads is not None
+        if not self._threads.abandon(call):
+            return  # it finished just now: its outcome is on the way
+        running: Running = call.owner
+        running.ctx.cancel("timeout")
+        if call.abandoned:
+            self.abandoned += 1
+            why = "thread abandoned"
+        else:
+            why = "it never started: every handler thread was busy"
+        error = JobTimeout(f"{task.name} timed out after {task.timeout:g}s ({why})")
+        self._finish(running, self._raised(running, task, error))
 
     def _arguments(
         self, task: Task[..., Any], job: ClaimedJob, ctx: JobContext
@@ -402,47 +523,6 @@ class Executor:
             timer.cancel()
             reset_current(token)
 
-    async def _run_sync(
-        self, task: Task[..., Any], ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
-    ) -> Any:
-        context = contextvars.copy_context()
-        context.run(set_current, ctx)
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(
-            self._threads, lambda: context.run(task.func, *args, **kwargs)
-        )
-        self.threads_busy += 1
-        future.add_done_callback(self._thread_done)
-        if task.timeout is None:
-            # shield: cancelling our wait (shutdown) must not pretend to stop the thread.
-            return await asyncio.shield(future)
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), task.timeout)
-        except TimeoutError:
-            ctx.cancel("timeout")
-            self._abandon(future, ctx)
-            raise JobTimeout(
-                f"{task.name} timed out after {task.timeout:g}s (thread abandoned)"
-            ) from None
-
-    def _thread_done(self, _: asyncio.Future[Any]) -> None:
-        self.threads_busy -= 1
-
-    def _abandon(self, future: asyncio.Future[Any], ctx: JobContext) -> None:
-        self.abandoned += 1
-
-        def finished(_: asyncio.Future[Any]) -> None:
-            self.abandoned -= 1
-            if not future.cancelled() and future.exception() is None:
-                log.info(
-                    "abandoned handler finished late; result ignored job_id=%s task=%s attempt=%s",
-                    ctx.id,
-                    ctx.task,
-                    ctx.attempt,
-                )
-
-        future.add_done_callback(finished)
-
     # -- stopping handlers -------------------------------------------------------------------
 
     def stop_job(self, job_id: int, reason: str, token: int | None = None) -> bool:
@@ -499,11 +579,9 @@ class Executor:
         return True
 
     def shutdown_threads(self) -> bool:
-        """Stop the thread pool; False if handler threads are still running (abandoned or
-        released at shutdown), which the caller may choose not to wait for. Children of
+        """Stop the handler threads; False if handlers are still running in them (abandoned
+        or released at shutdown), which the caller may choose not to wait for. Children of
         pool="process" still there (only when the drain did not run) are killed."""
         if self.pool is not None:
             self.pool.kill_all()
-        busy = self.threads_busy > 0
-        self._threads.shutdown(wait=not busy, cancel_futures=True)
-        return not busy
+        return self._threads is None or self._threads.close()

@@ -64,6 +64,11 @@ async def noop(n: int = 0) -> None:
     await arecord("end")
 
 
+@pgq.task(name="instant")
+async def instant() -> None:
+    """Never suspends: on Python 3.12+ its job task (eager) is done inside its own start."""
+
+
 @pgq.task(name="sync_noop")
 def sync_noop(n: int = 0) -> None:
     record("end")
@@ -175,4 +180,23 @@ def broken_until_fixed() -> None:
         fixed = conn.execute("SELECT count(*) FROM ledger WHERE event = 'fixed'").fetchone()
     if not fixed or not fixed[0]:
         raise RuntimeError("dependency is down")
+    record("end")
+
+
+@pgq.task(name="sync_square")
+def sync_square(n: int) -> int:
+    """Returns its own job's number squared (checked against ``current_job()``'s args)."""
+    assert current_job().args == {"n": n}
+    return n * n
+
+
+#: Holds sync_stuck until a test sets it (in-process workers only).
+STUCK_GATE = threading.Event()
+
+
+@pgq.task(name="sync_stuck", timeout=0.3, max_attempts=1)
+def sync_stuck() -> None:
+    """Runs past its timeout until released: its thread is abandoned."""
+    record("start")
+    STUCK_GATE.wait(60)
     record("end")
