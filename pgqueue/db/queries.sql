@@ -204,9 +204,10 @@ RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_tok
 -- name: claim_flow
 -- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
 -- held work back (throttled: seconds until the next token, or 0), or, with throttled = -1,
--- that flow control no longer applies (claim with claim_jobs again).
+-- that flow control no longer applies (claim with claim_jobs again). wake_on_exit: the job took
+-- the last free place under a concurrency limit (see wake_queues).
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.max_attempts, c.lease_token, c.priority,
-       c.created_at, c.run_at, c.wants_result, c.throttled
+       c.created_at, c.run_at, c.wants_result, c.throttled, c.wake_on_exit
   FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
                      %(worker_id)s::uuid, %(running)s::integer[]) AS c
 
@@ -506,6 +507,14 @@ SELECT pgqueue.reap(%(max_jobs)s)
 
 -- name: notify_queue
 SELECT pg_notify('pgqueue_jobs', %(queue)s)
+
+-- name: wake_queues
+-- The completer, after writing the outcomes of jobs that took the last free place under a
+-- concurrency limit (claim_flow's wake_on_exit): their places are free again, so workers whose
+-- claims that limit held back look again now (their listeners wake them) rather than after a
+-- backoff. A statement of its own, sent after the write committed, so a woken claimer sees
+-- the room; the outcomes of other jobs never send it.
+SELECT pg_notify('pgqueue_jobs', q.name) FROM unnest(%(queues)s::text[]) AS q(name)
 
 -- ---------------------------------------------------------------------------------------------
 -- Operator actions: cancel, dead letters

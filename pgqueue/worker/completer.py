@@ -116,6 +116,12 @@ class Completer(Service):
         self.in_flight: list[Outcome] = []
         # Breaker outcomes of written jobs, not yet counted (kept through an outage).
         self._breakers: list[tuple[Outcome, bool]] = []
+        #: (id, lease token) of held jobs that took the last free place under a concurrency
+        #: limit: once their outcomes are written, their queues are notified (wake_queues).
+        self._wakes: set[tuple[int, int]] = set()
+        #: Called after each batch is written, with whether wake_queues notified for it (the
+        #: fetcher of a worker held back by a limit claims again).
+        self.on_written: Callable[[bool], None] | None = None
         self._write_lock: asyncio.Lock | None = None
 
     def interval(self) -> float:
@@ -124,6 +130,10 @@ class Completer(Service):
     def submit(self, outcome: Outcome) -> None:
         self.pending.append(outcome)
         self.wake()
+
+    def wake_on_exit(self, job_id: int, lease_token: int) -> None:
+        """Notify this job's queue once its outcome is written (see wake_queues)."""
+        self._wakes.add((job_id, lease_token))
 
     def held(self) -> list[tuple[int, int]]:
         """Jobs whose outcome is not written yet: their leases must still be extended."""
@@ -156,6 +166,9 @@ class Completer(Service):
             finally:
                 self.in_flight = []
                 self._report(report, logged)
+            notified = await self._wake_queues(batch) if self._wakes else False
+            if self.on_written is not None:
+                self.on_written(notified)
             if self._breakers:
                 await self._record_breakers()
         if self._breakers:  # left over from an outage
@@ -249,6 +262,25 @@ class Completer(Service):
         )
         decided: dict[int, str] = {row[0]: row[1] for row in rows}
         return [(o, decided.get(o.job.id, "stale")) for o in chunk]
+
+    async def _wake_queues(self, batch: list[Outcome]) -> bool:
+        """Notify the queues of the written jobs that held a limit's last free place, so the
+        workers that limit holds back claim again now. Best effort: a claimer that misses it
+        looks again after its backoff."""
+        queues: set[str] = set()
+        for outcome in batch:
+            key = (outcome.job.id, outcome.job.lease_token)
+            if key in self._wakes:
+                self._wakes.discard(key)
+                queues.add(outcome.job.queue)
+        if not queues:
+            return False
+        try:
+            await self.db.fetch("wake_queues", {"queues": sorted(queues)})
+        except psycopg.Error as exc:
+            self.log.debug("wake-up not sent error=%r", str(exc).strip()[:200])
+            return False
+        return True
 
     def _done(self, chunk: list[Outcome]) -> None:
         """Written: these outcomes' leases need no more heartbeats, nor a retry."""
