@@ -11,8 +11,9 @@ the fetcher then claims with ``pgqueue.claim`` until that says flow control no l
 When limits held ready work back, the claim says so. Having claimed nothing, the fetcher waits
 until the next rate-limit token is due (the claim says when, exactly) or, for a concurrency
 limit, until a job under it leaves: the job that took a limit's last free place notifies its
-queue once its outcome is written (``wake_queues``), which wakes the held-back fetcher of every
-worker process, and this worker's own outcomes wake its fetcher too. A backoff (50 ms doubling
+queue in the statement that writes its outcome (``ack_jobs_waking``, ``fail_jobs``), which
+wakes the held-back fetcher of every worker process, this one's included (through the
+listeners; without a listener, this worker's own outcomes wake it). A backoff (50 ms doubling
 up to ``throttle_cap`` seconds) is only the fallback for a wake-up that never comes (a lease
 that expired, say). Having claimed some jobs, it claims again at once: the claim's ranks can
 leave room unused (fixed by the next claim).
@@ -151,7 +152,7 @@ class Fetcher(Service):
                 return
             else:
                 # A concurrency limit is full: a job under it leaving wakes this fetcher (see
-                # outcomes_written and wake_queues); the backoff is only the fallback.
+                # outcomes_written and ack_jobs_waking); the backoff is only the fallback.
                 self._throttle_backoff = min(
                     self.throttle_cap, max(0.05, self._throttle_backoff * 2)
                 )

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from pgqueue import RateLimit
+from pgqueue.db.queries import query
 from tests.helpers import ledger, scalar, spawn_fleet, stop_workers, wait_for
 from tests.integration.test_flow_limits import max_overlap
 
@@ -110,3 +111,40 @@ def test_claim_held_back_by_a_rate_limit_says_when_the_next_token_is_due(app_dsn
     # Not 0 ("unknown": the worker would back off instead of waiting for the token).
     assert len(hints) == 1 and 0.15 <= hints[0] <= 0.2, hints
     assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE state = 'ready'") == 4
+
+
+def test_writing_the_outcome_of_a_job_that_held_a_limits_last_place_notifies_its_queue(
+    app_dsn, pgq
+):
+    # What the completer sends for such jobs (claim_flow's wake_on_exit): an ack or a failure
+    # that also notifies the queue, delivered when the write commits.
+    ids = [int(i) for i in pgq.enqueue_many([pgq.spec("hold", {}, {"queue": q}) for q in "ab"])]
+    with (
+        psycopg.connect(app_dsn, autocommit=True) as listener,
+        psycopg.connect(app_dsn, autocommit=True) as conn,
+    ):
+        listener.execute("LISTEN pgqueue_jobs")
+        claimed = conn.execute(
+            "SELECT id, lease_token FROM pgqueue.claim(ARRAY['a', 'b'], ARRAY['hold'], 2,"
+            " interval '1 minute', gen_random_uuid()) WHERE id IS NOT NULL ORDER BY id"
+        ).fetchall()
+        assert [r[0] for r in claimed] == ids
+        (a, a_token), (b, b_token) = claimed
+        acked = conn.execute(
+            query("ack_jobs_waking"),
+            {"ids": f"{{{a}}}", "tokens": f"{{{a_token}}}", "results": None, "wake": ["a"]},
+        ).fetchall()
+        failed = conn.execute(
+            query("fail_jobs"),
+            {
+                "ids": [b],
+                "tokens": [b_token],
+                "kinds": ["fail"],
+                "delays": [0.0],
+                "errors": ['{"error": "E", "message": "m"}'],
+                "wake": ["b"],
+            },
+        ).fetchall()
+        assert acked == [(a, False)] and failed == [(b, "dead")]
+        heard = [n.payload for n in listener.notifies(timeout=2.0, stop_after=2)]
+    assert sorted(heard) == ["a", "b"]
