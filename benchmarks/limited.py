@@ -3,9 +3,9 @@ processes (figures for docs/benchmarks.md).
 
     python -m benchmarks.limited [--dsn DSN] [--runs 3] [--workers 2] [--concurrency 8]
 
-1. concurrency limit: a task with ``concurrency_limit=3``, 60 jobs of 200 ms;
-2. concurrency keys: 4 keys x 15 jobs of 200 ms, ``key_limit=1`` (4 places in all);
-3. rate limit: 50/s with a burst of 5, 300 no-op jobs.
+1. concurrency limit: a task with ``concurrency_limit=3``, 150 jobs of 200 ms (10 s of work);
+2. concurrency keys: 4 keys x 40 jobs of 200 ms, ``key_limit=1`` (4 places in all, 8 s);
+3. rate limit: 50/s with a burst of 5, 500 no-op jobs (10 s).
 
 Every job waits from the start, so the limit should be in full use from the first job started
 to the last. Measured from the handlers' 'start'/'end' rows (database clock): for concurrency
@@ -37,9 +37,9 @@ from pgqueue import PgQueue
 ROOT = Path(__file__).resolve().parent.parent
 APP = "benchmarks.limited_tasks:pgq"
 SECONDS = 0.2
-CAPPED_JOBS = 60
-KEYS, PER_KEY = 4, 15
-RATED_JOBS = 300
+CAPPED_JOBS = 150
+KEYS, PER_KEY = 4, 40
+RATED_JOBS = 500
 
 
 def start(dsn: str, count: int, concurrency: int) -> list[subprocess.Popen[bytes]]:
