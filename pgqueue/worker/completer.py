@@ -136,6 +136,15 @@ class Completer(Service):
         """Notify this job's queue when its outcome is written (see ack_jobs_waking)."""
         self._wakes.add((job_id, lease_token))
 
+    def waking(self) -> int:
+        """How many held jobs will notify their queues when written."""
+        return len(self._wakes)
+
+    def keep_wakes(self, held: set[tuple[int, int]]) -> None:
+        """Forget the jobs not in ``held`` (plus what waits here to be written): a job whose
+        lease was lost, or that was handed back, never gets an outcome written."""
+        self._wakes &= held | set(self.held())
+
     def held(self) -> list[tuple[int, int]]:
         """Jobs whose outcome is not written yet: their leases must still be extended."""
         return [(o.job.id, o.job.lease_token) for o in (*self.in_flight, *self.pending)]

@@ -307,6 +307,10 @@ class Fetcher(Service):
                 self.flow = False  # no flow control applies any more
             elif throttled is None:
                 throttled = float(row[11])
+        if self.completer.waking() > 2 * self.executor.concurrency + 100:
+            # Jobs that never got an outcome (a lost lease, a hand-back) would stay listed.
+            claimed = {(row[0], row[6]) for row in jobs}  # not handed over yet
+            self.completer.keep_wakes(claimed | set(self.executor.held()))
         return jobs, throttled
 
     def _running_per_queue(self) -> list[int]:
