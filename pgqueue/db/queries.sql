@@ -204,9 +204,10 @@ RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_tok
 -- name: claim_flow
 -- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
 -- held work back (throttled: seconds until the next token, or 0), or, with throttled = -1,
--- that flow control no longer applies (claim with claim_jobs again).
+-- that flow control no longer applies (claim with claim_jobs again). wake_on_exit: the job took
+-- the last free place under a concurrency limit (see ack_jobs_waking).
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.max_attempts, c.lease_token, c.priority,
-       c.created_at, c.run_at, c.wants_result, c.throttled
+       c.created_at, c.run_at, c.wants_result, c.throttled, c.wake_on_exit
   FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
                      %(worker_id)s::uuid, %(running)s::integer[]) AS c
 
@@ -329,6 +330,38 @@ WITH done AS (
 )
 SELECT id, cancel_requested FROM done
 
+-- name: ack_jobs_waking
+-- ack_jobs for a batch holding jobs that took the last free place under a concurrency limit
+-- (claim_flow's wake_on_exit): the same statement, and it notifies those jobs' queues, so
+-- workers whose claims that limit held back look again the moment the places are free (the
+-- notifications are delivered at this commit). Other batches use ack_jobs, unchanged.
+WITH done AS (
+    DELETE FROM pgqueue.jobs AS j
+     USING unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(results)s::text[])
+           AS a(id, token, result)
+     WHERE j.id = a.id AND j.lease_token = a.token AND j.state = 'running'
+    RETURNING j.*, a.result AS result_json
+), recorded AS (
+    INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
+                                     max_attempts, created_at, started_at, errors, worker_id,
+                                     result, keep_until)
+    SELECT d.id, d.queue, d.task, d.args,
+           CASE WHEN d.cancel_requested THEN 'cancelled' ELSE 'succeeded' END, d.priority,
+           d.attempts, d.max_attempts, d.created_at, d.started_at, d.errors, d.worker_id,
+           CASE WHEN NOT d.cancel_requested THEN d.result_json::jsonb END,
+           CASE WHEN d.result_ttl IS NOT NULL
+                THEN now() + greatest(d.result_ttl, (SELECT r.history_retention
+                                                       FROM pgqueue.retention AS r)) END
+      FROM done AS d
+      -- (The settings subqueries run once per statement, not per row.)
+     WHERE d.cancel_requested OR d.result_ttl IS NOT NULL
+        OR coalesce((SELECT r.record_succeeded FROM pgqueue.retention AS r), false)
+), woken AS (
+    SELECT pg_notify('pgqueue_jobs', w.queue) FROM unnest(%(wake)s::text[]) AS w(queue)
+)
+SELECT id, cancel_requested FROM done
+ WHERE (SELECT count(*) FROM woken) >= 0
+
 -- name: fail_jobs
 -- Every unsuccessful outcome, decided in one place with the row locked:
 --   cancelled (cancel requested, or the handler was cancelled) -> job_history as cancelled;
@@ -398,8 +431,11 @@ WITH input AS (
                             ELSE errors || jsonb_build_array(final_error) END, worker_id
       FROM cancelled
 ), woken AS (
-    -- Wake idle workers so they (re)arm their timers for retried jobs.
-    SELECT pg_notify('pgqueue_jobs', r.queue) FROM (SELECT DISTINCT queue FROM retried) AS r
+    -- Wake idle workers so they (re)arm their timers for retried jobs; and, for jobs that took
+    -- the last free place under a concurrency limit (the wake parameter: their queues, NULL
+    -- for most batches), the workers that limit holds back (see ack_jobs_waking).
+    SELECT pg_notify('pgqueue_jobs', r.queue)
+      FROM (SELECT queue FROM retried UNION SELECT unnest(%(wake)s::text[])) AS r
 )
 SELECT l.id, l.outcome FROM locked AS l
  WHERE (SELECT count(*) FROM woken) >= 0

@@ -157,6 +157,13 @@ class Completer(Service):
         self.in_flight: list[Outcome] = []
         # Breaker outcomes of written jobs, not yet counted (kept through an outage).
         self._breakers: list[tuple[Outcome, bool]] = []
+        #: (id, lease token) of held jobs that took the last free place under a concurrency
+        #: limit: the statement that writes their outcomes also notifies their queues.
+        self._wakes: set[tuple[int, int]] = set()
+        self._notified = False
+        #: Called after each batch is written, with whether the write notified queues for such
+        #: jobs (the fetcher of a worker held back by a limit claims again).
+        self.on_written: Callable[[bool], None] | None = None
         self._write_lock: asyncio.Lock | None = None
 
     def interval(self) -> float:
@@ -165,6 +172,19 @@ class Completer(Service):
     def submit(self, outcome: Outcome) -> None:
         self.pending.append(outcome)
         self.wake()
+
+    def wake_on_exit(self, job_id: int, lease_token: int) -> None:
+        """Notify this job's queue when its outcome is written (see ack_jobs_waking)."""
+        self._wakes.add((job_id, lease_token))
+
+    def waking(self) -> int:
+        """How many held jobs will notify their queues when written."""
+        return len(self._wakes)
+
+    def keep_wakes(self, held: set[tuple[int, int]]) -> None:
+        """Forget the jobs not in ``held`` (plus what waits here to be written): a job whose
+        lease was lost, or that was handed back, never gets an outcome written."""
+        self._wakes &= held | set(self.held())
 
     def held(self) -> list[tuple[int, int]]:
         """Jobs whose outcome is not written yet: their leases must still be extended."""
@@ -189,6 +209,7 @@ class Completer(Service):
             self.in_flight = sorted(batch, key=_by_id)
             report: Written = []
             logged: set[int] = set()
+            self._notified = False
             try:
                 await self._write(report, logged)
             except BaseException:
@@ -200,6 +221,8 @@ class Completer(Service):
             finally:
                 self.in_flight = []
                 self._report(report, logged)
+            if self.on_written is not None:
+                self.on_written(self._notified)
             if self._breakers:
                 await self._record_breakers()
         if self._breakers:  # left over from an outage
@@ -259,20 +282,26 @@ class Completer(Service):
         return kept
 
     async def _statement(self, name: str, chunk: list[Outcome]) -> Written:
+        wake = self._to_wake(chunk)
+        written = await self._outcomes(name, chunk, wake)
+        if wake is not None:
+            self._woken(chunk)
+        return written
+
+    async def _outcomes(self, name: str, chunk: list[Outcome], wake: list[str] | None) -> Written:
         if name == "ack_jobs":
-            rows = await self.db.fetch(
-                "ack_jobs",
-                {
-                    "ids": int_array([o.job.id for o in chunk]),
-                    "tokens": int_array([o.job.lease_token for o in chunk]),
-                    # NULL when no job keeps a result (most batches): unnest pads with NULLs.
-                    "results": (
-                        [o.result for o in chunk]
-                        if any(o.result is not None for o in chunk)
-                        else None
-                    ),
-                },
-            )
+            params = {
+                "ids": int_array([o.job.id for o in chunk]),
+                "tokens": int_array([o.job.lease_token for o in chunk]),
+                # NULL when no job keeps a result (most batches): unnest pads with NULLs.
+                "results": (
+                    [o.result for o in chunk] if any(o.result is not None for o in chunk) else None
+                ),
+            }
+            if wake is None:
+                rows = await self.db.fetch("ack_jobs", params)
+            else:
+                rows = await self.db.fetch("ack_jobs_waking", {**params, "wake": wake})
             # A job cancelled while its handler ran is recorded as cancelled by ack_jobs.
             done: dict[int, bool] = {row[0]: row[1] for row in rows}
             written: Written = []
@@ -291,6 +320,7 @@ class Completer(Service):
                 "kinds": [o.kind for o in chunk],
                 "delays": [_delay(o.delay) for o in chunk],
                 "errors": [o.error for o in chunk],
+                "wake": wake,
             },
         )
         decided: dict[int, str] = {row[0]: row[1] for row in rows}
@@ -323,6 +353,23 @@ class Completer(Service):
                     self._log_unknown_first_try(outcome)
             settled.append((outcome, settled_as))
         return settled
+
+    def _to_wake(self, chunk: list[Outcome]) -> list[str] | None:
+        """The queues of the jobs in ``chunk`` that took a limit's last free place (their write
+        notifies them), or None (most batches: nothing is held back by a limit)."""
+        if not self._wakes:
+            return None
+        queues = {o.job.queue for o in chunk if (o.job.id, o.job.lease_token) in self._wakes}
+        return sorted(queues) if queues else None
+
+    def _woken(self, chunk: list[Outcome]) -> None:
+        """``chunk`` is written: its notifications went out with it."""
+        if self._wakes:
+            for o in chunk:
+                key = (o.job.id, o.job.lease_token)
+                if key in self._wakes:
+                    self._wakes.discard(key)
+                    self._notified = True
 
     def _done(self, chunk: list[Outcome]) -> None:
         """Written: these outcomes' leases need no more heartbeats, nor a retry."""

@@ -60,7 +60,14 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
 #: ignores the batch's real size (unnest estimated at ten rows) and picks a join that walks every
 #: running job per acked id. Planned each time, they always look jobs up by primary key.
 PLANNED_EACH_TIME = frozenset(
-    {"ack_jobs", "fail_jobs", "heartbeat", "release_jobs", "record_breaker_outcomes"}
+    {
+        "ack_jobs",
+        "ack_jobs_waking",
+        "fail_jobs",
+        "heartbeat",
+        "release_jobs",
+        "record_breaker_outcomes",
+    }
 )
 
 

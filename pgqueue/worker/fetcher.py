@@ -8,9 +8,15 @@ for lost notifications).
 Flow control: the plain claim skips its walk when weights, limits, keyed jobs or a breaker apply
 to the worker's queues or tasks; ``next_due`` (run whenever a claim was not full) says so, and
 the fetcher then claims with ``pgqueue.claim`` until that says flow control no longer applies.
-When limits held ready work back, the claim says so; the fetcher then claims again after the
-hinted delay (the next rate-limit token) or a short backoff (a running job elsewhere must
-finish first), capped at ``throttle_cap`` seconds.
+When limits held ready work back, the claim says so. Having claimed nothing, the fetcher waits
+until the next rate-limit token is due (the claim says when, exactly) or, for a concurrency
+limit, until a job under it leaves: the job that took a limit's last free place notifies its
+queue in the statement that writes its outcome (``ack_jobs_waking``, ``fail_jobs``), which
+wakes the held-back fetcher of every worker process, this one's included (through the
+listeners; without a listener, this worker's own outcomes wake it). A backoff (50 ms doubling
+up to ``throttle_cap`` seconds) is only the fallback for a wake-up that never comes (a lease
+that expired, say). Having claimed some jobs, it claims again at once: the claim's ranks can
+leave room unused (fixed by the next claim).
 """
 
 from __future__ import annotations
@@ -81,6 +87,10 @@ class Fetcher(Service):
         #: Flow control applies to this worker's queues or tasks: claim with pgqueue.claim.
         self.flow = False
         self._throttle_backoff = 0.0
+        #: The last claim was held back by a limit and claimed nothing: waiting for room.
+        self.held_back = False
+        #: Whether NOTIFYs reach this worker (its listener is connected); the worker sets it.
+        self.listening: Callable[[], bool] = lambda: False
         #: Whether this worker is registered in idle_workers (see _go_idle).
         self._idle = _Idle.NO
         self._handshake_backoff = 0.0
@@ -108,6 +118,7 @@ class Fetcher(Service):
         free = self.executor.capacity(prefetch)
         self.params["limit"] = free
         self.params["running"] = self._running_per_queue()
+        self.held_back = False
         with self.executor.reserve(free):
             # Shielded: a shutdown that cancels this lane mid-claim must not cut the claim off
             # after the server committed it (its jobs would stay claimed until their leases
@@ -130,11 +141,27 @@ class Fetcher(Service):
             self._throttle_backoff = 0.0
             return
         if throttled is not None:
-            # Work is waiting behind a limit: look again when a token is due, or soon.
-            self._throttle_backoff = min(self.throttle_cap, max(0.05, self._throttle_backoff * 2))
-            wait = throttled if throttled > 0 else self._throttle_backoff
-            self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
+            # Work is waiting behind a limit.
             self._idle_empty_claims = 0
+            if throttled > 0:
+                # A rate limit: the claim says when its next token is due.
+                self._throttle_backoff = 0.0
+                wait = throttled
+            elif claimed:
+                # Room was left unused (ranks count candidates another limit rejected), or
+                # this claim took the last of it: the next claim says which, at once.
+                self._throttle_backoff = 0.0
+                self._next_sleep = 0.0
+                return
+            else:
+                # A concurrency limit is full: a job under it leaving wakes this fetcher (see
+                # outcomes_written and ack_jobs_waking); the backoff is only the fallback.
+                self._throttle_backoff = min(
+                    self.throttle_cap, max(0.05, self._throttle_backoff * 2)
+                )
+                wait = self._throttle_backoff
+            self.held_back = not claimed
+            self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
             return
         self._throttle_backoff = 0.0
         due = await self.db.fetch("next_due", self.params)
@@ -234,6 +261,13 @@ class Fetcher(Service):
             self._ahead = None
             self._ahead_sent = False
 
+    def outcomes_written(self, notified: bool) -> None:
+        """The completer wrote outcomes of this worker's jobs, so their places under any limit
+        are free. Held back by a limit, claim again now, unless the NOTIFY sent for them
+        (``notified``) is on its way to this worker's listener."""
+        if self.held_back and not (notified and self.listening()):
+            self.wake()
+
     def _hand_over(self, rows: list[Row], sent_at: float) -> None:
         """``sent_at``: when the claim was sent (monotonic); its leases run at least that long."""
         jobs = [ClaimedJob.from_row(row, sent_at) for row in rows]
@@ -266,11 +300,23 @@ class Fetcher(Service):
             return rows, None
         self.cursor.reset()
         rows = await self.db.fetch("claim_flow", params)
-        signals = [float(row[11]) for row in rows if row[0] is None]
-        if any(signal < 0 for signal in signals):
-            self.flow = False  # no flow control applies any more
-        throttled = next((signal for signal in signals if signal >= 0), None)
-        return [row for row in rows if row[0] is not None], throttled
+        jobs: list[Row] = []
+        throttled: float | None = None
+        for row in rows:
+            if row[0] is not None:
+                jobs.append(row)
+                if row[12]:
+                    # It took a limit's last free place: its exit wakes held-back claimers.
+                    self.completer.wake_on_exit(row[0], row[6])
+            elif row[11] < 0:
+                self.flow = False  # no flow control applies any more
+            elif throttled is None:
+                throttled = float(row[11])
+        if self.completer.waking() > 2 * self.executor.concurrency + 100:
+            # Jobs that never got an outcome (a lost lease, a hand-back) would stay listed.
+            claimed = {(row[0], row[6]) for row in jobs}  # not handed over yet
+            self.completer.keep_wakes(claimed | set(self.executor.held()))
+        return jobs, throttled
 
     def _running_per_queue(self) -> list[int]:
         """This worker's running jobs per queue (the claim's fair share accounts for them)."""

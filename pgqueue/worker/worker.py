@@ -335,18 +335,18 @@ class Worker:
             application_name=application_name(dsn, "worker", self.id),
         )
         services: list[Service] = [completer, heartbeater]
+        # Outcomes written wake a fetcher held back by a limit (see Fetcher.outcomes_written).
+        completer.on_written = fetcher.outcomes_written
         if settings.listen:
-            services.append(
-                Listener(
-                    settings.listen_dsn or dsn,
-                    settings.queues,
-                    on_jobs=fetcher.wake,
-                    on_cancel=self._cancel_requested,
-                    application_name=application_name(
-                        settings.listen_dsn or dsn, "listener", self.id
-                    ),
-                )
+            listener = Listener(
+                settings.listen_dsn or dsn,
+                settings.queues,
+                on_jobs=fetcher.wake,
+                on_cancel=self._cancel_requested,
+                application_name=application_name(settings.listen_dsn or dsn, "listener", self.id),
             )
+            fetcher.listening = lambda: listener.connected
+            services.append(listener)
         else:
             log.warning(
                 "LISTEN disabled: picking up jobs by polling every %ss", settings.poll_interval

@@ -95,3 +95,9 @@ def welcome_email(user_id: int, plan: str = "free") -> None:
 @pgq.task(name="crm_sync", on=("user.signed_up", "user.upgraded"))
 async def crm_sync(user_id: int, plan: str = "free") -> None:
     await arecord("end", f"crm:{user_id}:{plan}")
+
+
+@pgq.task(name="one_per_key", key_limit=1)
+async def one_per_key(seconds: float = 0.2) -> None:
+    """One running job per concurrency key."""
+    await _hold(seconds)

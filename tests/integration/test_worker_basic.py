@@ -233,6 +233,7 @@ def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, p
                         "kinds": ["fail"],
                         "delays": [0.0],
                         "errors": ['{"message": "x"}'],
+                        "wake": None,
                     },
                 ).fetchall()
                 == []

@@ -9,7 +9,10 @@ import pytest
 from pgqueue import CircuitBreaker, ConfigurationError, InvalidJobError, RateLimit, RetryPolicy
 from pgqueue.cli.worker_cmds import parse_concurrency
 from pgqueue.enqueue import make_spec
+from pgqueue.job_context import ClaimedJob
 from pgqueue.schedules import Schedule, next_tick, plan_ticks
+from pgqueue.worker.completer import Completer
+from pgqueue.worker.outcome import Outcome
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -136,3 +139,15 @@ def test_unique_options_need_a_key_and_known_states():
         )  # fmt: skip
     with pytest.raises(InvalidJobError, match="concurrency_key"):
         make_spec("t", {}, {"concurrency_key": ""}, defaults={}, payload_limit=1000)
+
+
+def test_completer_forgets_wake_ups_of_jobs_it_will_never_write():
+    completer = Completer(db=None)  # type: ignore[arg-type]
+    at = datetime.now(UTC)
+    pending = ClaimedJob(3, "q", "t", {}, 1, 5, 7, 0, at, at)
+    for job_id, token in ((1, 1), (2, 1), (3, 7)):
+        completer.wake_on_exit(job_id, token)
+    completer.submit(Outcome(pending, "ack"))  # written soon: kept
+    completer.keep_wakes({(2, 1)})  # job 1's lease was lost: it gets no outcome
+    assert completer.waking() == 2
+    assert completer._to_wake([Outcome(pending, "ack")]) == ["q"]
