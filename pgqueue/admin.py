@@ -65,6 +65,11 @@ def cancel(job_id: int) -> Plan[CancelResult]:
     return result
 
 
+def job_progress(job_id: int) -> Plan[Any]:
+    rows = yield Query("job_progress", {"job_id": job_id})
+    return rows[0][0] if rows else None
+
+
 def list_dead_letters(where: DeadLetterFilter, limit: int) -> Plan[list[dict[str, Any]]]:
     # Checked here, not in the plan's body: a bad limit is refused before any connection.
     return _list_dead_letters(where, check_limit(limit))

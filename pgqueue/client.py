@@ -14,7 +14,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
-from typing import Any, Literal, TypeAlias, TypeVar, overload
+from typing import Any, Literal, TypeAlias, TypeVar, cast, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
@@ -37,6 +37,7 @@ from pgqueue.errors import (
 from pgqueue.flow import CircuitBreaker, RateLimit
 from pgqueue.gc_pause import gc_paused
 from pgqueue.payload import check_name
+from pgqueue.progress import Progress
 from pgqueue.results_listener import ResultListener
 from pgqueue.retry import BackoffLike
 from pgqueue.schedules import Schedule
@@ -587,6 +588,19 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
     ) -> admin.CancelResult:
         """The async twin of :meth:`cancel`."""
         return await self.run_async(admin.cancel(job_id), conn)
+
+    def progress(self, job_id: int, *, conn: ConnectionArg | None = None) -> Progress | None:
+        """What the running job last reported with ``ctx.progress(...)`` (a fraction or a
+        dict), as written by its worker's latest heartbeat; None while it has reported nothing
+        in this attempt, or when it is not running (waiting, or finished: ask
+        :meth:`result`)."""
+        return cast("Progress | None", self.run(admin.job_progress(job_id), conn))
+
+    async def progress_async(
+        self, job_id: int, *, conn: AsyncConnectionArg | None = None
+    ) -> Progress | None:
+        """The async twin of :meth:`progress`."""
+        return cast("Progress | None", await self.run_async(admin.job_progress(job_id), conn))
 
     def dead_letters(self, *, limit: int = 100, **filters: Any) -> list[dict[str, Any]]:
         """Dead letters, newest first. Filters: ids, task, queue, error (substring of the last

@@ -62,6 +62,8 @@ RUNNING_COLUMNS = (
     "running_for",
     "lease_left",
     "cancel_requested",
+    "progress",
+    "progress_at",
 )
 WORKER_COLUMNS = (
     "id",

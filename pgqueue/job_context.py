@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from pgqueue import progress as progress_values
 from pgqueue.errors import JobCancelled
 
 #: Why a handler is asked to stop. "cancelled": an operator cancelled the job; "lease lost":
@@ -59,6 +61,10 @@ class JobContext:
     # Created only when a sync handler waits on it: most jobs never need one, and a
     # threading.Event (a Condition and a lock) per job is measurable on the hot path.
     _event: threading.Event | None = field(default=None, repr=False)
+    # The latest progress reported and not yet handed to a heartbeat (JSON text).
+    _progress: str | None = field(default=None, repr=False)
+    #: Where progress goes instead (a child process forwards it to its worker).
+    progress_hook: Callable[[str], None] | None = field(default=None, repr=False)
 
     @property
     def id(self) -> int:
@@ -117,6 +123,39 @@ class JobContext:
             event = self._event
         return event.wait(timeout)
 
+    def progress(self, value: progress_values.Progress) -> None:
+        """Report how far the job is: the fraction done (``0.4``) or a JSON object
+        (``{"done": 40, "of": 100}``, at most 4 KB). Call it as often as you like, from a sync
+        or an async handler: the latest value is written with the worker's next heartbeat (no
+        statement per call) and shown by ``pgqueue.running_jobs``, the dashboard,
+        ``pgq jobs show`` and :meth:`PgQueue.progress <pgqueue.PgQueue.progress>`. Raises
+        ValueError for anything else."""
+        self.report_progress(progress_values.encode(value))
+
+    def report_progress(self, text: str) -> None:
+        """Progress already encoded as JSON (:func:`pgqueue.progress.encode`): to the hook,
+        else kept for the next heartbeat."""
+        hook = self.progress_hook
+        if hook is not None:
+            hook(text)
+            return
+        with _EVENT_LOCK:
+            self._progress = text
+
+    def take_progress(self) -> str | None:
+        """The progress reported since the last call (the heartbeat writes it), or None."""
+        if self._progress is None:  # the common case, without the lock
+            return None
+        with _EVENT_LOCK:
+            text, self._progress = self._progress, None
+        return text
+
+    def keep_progress(self, text: str) -> None:
+        """Give back progress a heartbeat could not write, unless a newer value came."""
+        with _EVENT_LOCK:
+            if self._progress is None:
+                self._progress = text
+
     def cancel(self, reason: CancelReason) -> None:
         """Mark the job cancelled for ``reason`` (the worker calls it; a handler sees
         :attr:`cancelled`)."""
@@ -131,7 +170,8 @@ class JobContext:
 
 
 # Guards the lazy creation of a context's event against a concurrent cancel (loop thread vs
-# handler thread); taken only by cancel() and wait_cancelled(), never per job.
+# handler thread), and the progress handed between a handler's thread and the heartbeat; taken
+# only by cancel(), wait_cancelled() and progress calls, never per job.
 _EVENT_LOCK = threading.Lock()
 
 

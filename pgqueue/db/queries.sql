@@ -231,6 +231,8 @@ SELECT extract(epoch FROM min(n.run_at) - now()),
 -- counts (sorted, so concurrent workers lock the rows in one order), drops day-old counts and
 -- the idle_workers rows of workers that stopped or vanished. The held rows are locked in id order first (the worker sends every batch sorted by id too), so
 -- a heartbeat and an ack or fail of overlapping jobs never lock rows in opposite orders.
+-- Progress handlers reported since the last beat is written with the leases (progress_at
+-- tells a value of this attempt from one of an earlier: see the running_jobs view).
 WITH me AS (
     UPDATE pgqueue.workers
        SET last_seen = now(), concurrency = %(concurrency)s,
@@ -274,8 +276,12 @@ WITH me AS (
        FOR NO KEY UPDATE OF j
 )
 UPDATE pgqueue.jobs AS j
-   SET lease_expires_at = now() + %(lease)s::interval
+   SET lease_expires_at = now() + %(lease)s::interval,
+       progress = coalesce(p.value, j.progress),
+       progress_at = CASE WHEN p.value IS NULL THEN j.progress_at ELSE now() END
   FROM held AS h
+  LEFT JOIN unnest(%(progress_ids)s::bigint[], %(progress)s::jsonb[]) AS p(id, value)
+    ON p.id = h.id
  WHERE j.id = h.id
 RETURNING j.id, j.lease_token, j.cancel_requested
 
@@ -648,6 +654,10 @@ SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempts, j.max_attempts, j
  ORDER BY j.id
  LIMIT %(limit)s
 
+-- name: job_progress
+-- What a running job last reported (ctx.progress), this attempt's only (see running_jobs).
+SELECT progress FROM pgqueue.running_jobs WHERE id = %(job_id)s
+
 -- name: find_job
 -- One job wherever it is now: live (jobs), dead (dead_letters) or finished (job_history).
 SELECT 'live' AS place, to_jsonb(j) AS job FROM pgqueue.jobs AS j WHERE j.id = %(id)s
@@ -658,7 +668,7 @@ SELECT 'history', to_jsonb(h) FROM pgqueue.job_history AS h WHERE h.id = %(id)s
 
 -- name: list_running_jobs
 SELECT id, queue, task, attempt, max_attempts, worker_id, host, pid, started_at, running_for,
-       lease_left, cancel_requested
+       lease_left, cancel_requested, progress, progress_at
   FROM pgqueue.running_jobs
  ORDER BY started_at, id
  LIMIT %(limit)s

@@ -253,6 +253,10 @@ class _Runner:
             bool(message["wants_result"]),
         )
         ctx = JobContext(job, self.worker_id)
+        channel = self.channel
+        ctx.progress_hook = lambda text: channel.send(
+            {"t": "progress", "id": job.id, "token": job.lease_token, "value": text}
+        )
         with self.lock:
             self.current = ctx
             early = self.early.pop((job.id, job.lease_token), None)

@@ -61,6 +61,12 @@ class Heartbeater(Service):
             self.lost.intersection_update(held)
             held = [pair for pair in held if pair not in self.lost]
         counted = self.counts.take()
+        # Progress reported since the last beat, written by this same statement.
+        reported = [
+            (running.ctx, text)
+            for running in self.executor.running.values()
+            if (text := running.ctx.take_progress()) is not None
+        ]
         sent_at = time.monotonic()
         try:
             rows = await self.db.fetch(
@@ -73,11 +79,15 @@ class Heartbeater(Service):
                     "concurrency": self.executor.concurrency,
                     **self.stats.as_params(),
                     **JobCounts.as_params(counted),
+                    "progress_ids": int_array(ctx.id for ctx, _ in reported) if reported else None,
+                    "progress": [text for _, text in reported] if reported else None,
                 },
                 timeout=timeout,
             )
         except BaseException:
             self.counts.restore(counted)  # flushed with the next heartbeat instead
+            for ctx, text in reported:
+                ctx.keep_progress(text)
             raise
         alive: dict[tuple[int, int], bool] = {(row[0], row[1]): row[2] for row in rows}
         self.leases.beat(sent_at, alive)

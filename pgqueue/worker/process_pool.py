@@ -168,6 +168,7 @@ class Child:
         self.ready: asyncio.Future[ChildGone | None] = loop.create_future()
         self.owner: JobKey | None = None  # the job waiting for this child to start
         self.job: JobKey | None = None
+        self.ctx: JobContext | None = None
         self.reply: asyncio.Future[ChildReply | ChildGone] | None = None
         self.jobs = 0
         self.rss: int | None = None
@@ -321,6 +322,12 @@ class Child:
             self._done(message)
         elif kind == "log":
             _emit(message.get("record") or {})
+        elif kind == "progress":
+            ctx = self.ctx
+            value = message.get("value")
+            job = (message.get("id"), message.get("token"))
+            if ctx is not None and isinstance(value, str) and job == self.job:
+                ctx.report_progress(value)
         elif kind == "ready":
             if self._start_timer is not None:
                 self._start_timer.cancel()
@@ -355,6 +362,7 @@ class Child:
 
     def begin(self, job: ClaimedJob, ctx: JobContext) -> asyncio.Future[ChildReply | ChildGone]:
         self.job = (job.id, job.lease_token)
+        self.ctx = ctx  # where the child's progress reports go (the heartbeat writes them)
         self.reply = reply = self.loop.create_future()
         self.send(
             {
@@ -377,6 +385,7 @@ class Child:
 
     def end(self) -> None:
         self.job = None
+        self.ctx = None
         self.reply = None
         if self._stop_timer is not None:
             self._stop_timer.cancel()  # it stopped by itself in time: no kill

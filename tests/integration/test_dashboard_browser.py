@@ -116,6 +116,12 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
         dashboard(app_dsn) as board,
     ):
         wait_for(lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.running_jobs") == 1)
+        # What a heartbeat writes when the handler reports ctx.progress({"done": 3, "of": 8}).
+        conn.execute(
+            'UPDATE pgqueue.jobs SET progress = \'{"done": 3, "of": 8}\', progress_at = now()'
+            " WHERE id = %s",
+            (running,),
+        )
         browser.get(board.url + "/")
         wait_for(
             lambda: browser.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"),
@@ -138,6 +144,7 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
             )
         # The running job, its worker, and the dead letter with its error and traceback.
         assert "async_sleep" in text(browser, f'#running tr[data-job="{running}"]')
+        assert text(browser, f'#running tr[data-job="{running}"] td.progress') == "3/8"
         worker_text = text(browser, f'#workers tr[data-worker="{worker.worker.id}"]')
         assert "running" in worker_text and "slow" in worker_text
         dead = f'#dead tr[data-dead="{broken}"]'

@@ -31,6 +31,18 @@ function seconds(value) {
   return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
 }
 
+// What a handler reported with ctx.progress(): a fraction, or an object ({done, of} shown as
+// "40/100", anything else as its JSON, shortened).
+function progress(value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "number") return Math.round(value * 100) + "%";
+  if (typeof value === "object" && "done" in value && "of" in value) {
+    return `${value.done}/${value.of}`;
+  }
+  const text = JSON.stringify(value);
+  return text.length > 60 ? text.slice(0, 57) + "..." : text;
+}
+
 function when(iso) {
   return iso ? new Date(iso).toLocaleTimeString() : "";
 }
@@ -93,6 +105,7 @@ function renderRunning(running) {
       el("td", {}, `${j.attempt}/${j.max_attempts}`),
       el("td", {}, j.host ? `${j.host}:${j.pid}` : String(j.worker_id || "").slice(0, 8)),
       el("td", {}, seconds(j.running_for)), el("td", {}, seconds(j.lease_left)),
+      el("td", { class: "progress" }, progress(j.progress)),
       el("td", {}, j.cancel_requested ? "cancelling…" : button("cancel", "cancel", { id: j.id }))),
     "nothing running");
 }
