@@ -221,6 +221,8 @@ def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, p
                         "lost": 0,
                         **JobCounts.as_params({}),
                         "concurrency": 10,
+                        "progress_ids": None,
+                        "progress": None,
                     },
                 ).fetchall()
                 == []
