@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from pgqueue import inspect, ops
+from pgqueue.cli import search_cmd
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     MAX_ROWS,
@@ -29,7 +30,7 @@ from pgqueue.cli.common import (
 from pgqueue.client import PgQueue
 
 jobs_app = typer.Typer(
-    help="Live jobs: list and inspect.",
+    help="Jobs: list live ones, search all of them (live, finished, dead), inspect one.",
     epilog=example("pgq jobs list --state running"),
     no_args_is_help=True,
 )
@@ -228,4 +229,11 @@ def register(app: typer.Typer) -> None:
         "list", epilog=example("pgq jobs list --queue emails --state scheduled --limit 20")
     )(jobs_list)
     jobs_app.command("show", epilog=example("pgq jobs show 1042"))(jobs_show)
+    jobs_app.command(
+        "search",
+        epilog=example(
+            "pgq jobs search --task billing.charge --state dead --error timeout --since 2d",
+            "pgq jobs search --queue emails --args customer=42 --limit 20 --json",
+        ),
+    )(search_cmd.jobs_search)
     app.add_typer(jobs_app, name="jobs")
