@@ -100,8 +100,9 @@ def jobs_show(
     read_dsn: ReadDsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Everything about one job (live, dead-lettered or finished), with its errors."""
-    job = with_reader(dsn, read_dsn, lambda pgq: inspect.find_job(pgq, job_id))
+    """Everything about one job (live, dead-lettered or finished): its errors, its workflow
+    neighbours and the actions its state allows."""
+    job = with_reader(dsn, read_dsn, lambda pgq: inspect.job_detail(pgq, job_id))
     if job is None:
         with friendly_errors():
             from pgqueue.errors import PgQueueError
@@ -115,10 +116,21 @@ def jobs_show(
     table.add_column("value")
     errors = job.get("errors") or []
     for key, value in job.items():
-        if key != "errors":
+        if key not in ("errors", "workflow", "actions"):
             table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
     table.add_row("errors", str(len(errors)))
+    table.add_row("actions", ", ".join(job["actions"]) or "none")
     console.print(table)
+    workflow = job["workflow"]
+    if workflow is not None:
+        console.rule(
+            f"workflow {workflow['id']}" + (f" ({workflow['name']})" if workflow["name"] else "")
+        )
+        for label, key in (("waits for", "parents"), ("then runs", "dependents")):
+            shown = [f"{n['id']} {n['task']} ({n['state']})" for n in workflow[key]]
+            console.print(
+                f"{label}: {', '.join(shown) or 'nothing'}", highlight=False, markup=False
+            )
     for error in errors:
         console.rule(f"attempt {error.get('attempt', '?')}: {error.get('error', '')}")
         console.print(error.get("message", ""), highlight=False, markup=False)

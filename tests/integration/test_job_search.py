@@ -260,6 +260,16 @@ def test_cli_search_pages_filters_and_explains_bad_input(dsn, jobs):
         assert "Traceback" not in result.output
 
 
+def test_cli_jobs_show_has_the_workflow_neighbours_and_actions(dsn, jobs):
+    first, middle, last = jobs["chain"]
+    result = invoke("jobs", "show", str(middle), "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    assert f"waits for: {first} wf.add (ready)" in result.stdout
+    assert f"then runs: {last} wf.add (waiting)" in result.stdout
+    shown = json.loads(invoke("jobs", "show", str(jobs["dead"]), "--dsn", dsn, "--json").stdout)
+    assert (shown["state"], shown["actions"], shown["workflow"]) == ("dead", ["replay"], None)
+
+
 def test_dashboard_search_and_job_endpoints(dsn, jobs):
     with dashboard(dsn) as board:
         status, headers, body = board.request("/api/search?state=dead&state=cancelled&limit=1")
