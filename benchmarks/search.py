@@ -10,7 +10,9 @@ history rows, and what the search indexes cost the ack that records history.
 2. pages: for each filter, the first page (50 rows) and a deep page (the 20th, reached by
    following the cursor), each timed ``--runs`` times through ``pgqueue.inspect.search_jobs``
    (median and max; the deep page's time is that one page's, not the walk to it).
-3. ack cost (``--ack-jobs``, 0 skips it): a drain of no-op jobs through one ``pgq work``
+3. ack cost (``--ack-jobs``, 0 skips it): inserting 200,000 history rows in ack-sized
+   statements at revision 0009 and at head (what the new indexes cost per recorded ack row);
+   then a drain of no-op jobs through one ``pgq work``
    process with ``record_succeeded`` on (every ack inserts a history row, so it maintains
    job_history's indexes), on a database at revision 0009 (before the search indexes) and one
    at head, interleaved, ``--runs`` times; and the same with ``record_succeeded`` off (the
@@ -137,8 +139,14 @@ def filters(conn: psycopg.Connection[Any]) -> list[tuple[str, dict[str, Any]]]:
         ("state dead", {"state": "dead"}),
         ("task + state succeeded", {"task": "bench.task_7", "state": "succeeded"}),
         ("error text", {"error": "reset by peer"}),
-        ("error text, finished jobs", {"error": "timed out", "state": ["succeeded", "dead"]}),
-        ("args n=123456 (live)", {"args": {"customer": 456}, "state": "ready"}),
+        ("error text + state succeeded", {"error": "reset by peer", "state": "succeeded"}),
+        ("error text, no finished match", {"error": "timed out", "state": ["succeeded", "dead"]}),
+        (
+            "task (1 in 100,000) finished",
+            {"task": "bench.rare", "state": ["succeeded", "cancelled"]},
+        ),
+        ("args customer=456 + ready", {"args": {"customer": 456}, "state": "ready"}),
+        ("args customer=456 finished", {"args": {"customer": 456}, "state": "succeeded"}),
         ("created since the middle", {"since": mid_created}),
         ("finished in one hour", {"finished_since": hour[0], "finished_until": hour[1]}),
     ]
@@ -169,7 +177,7 @@ def pages(dsn: str, runs: int, depth: int = 20) -> None:
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             measured = filters(conn)
-        print(f"\n{'filter':<28} {'first page':>18} {'page ' + str(depth):>18}  rows/page")
+        print(f"\n{'filter':<32} {'first page':>18} {'page ' + str(depth):>18}  rows/page")
         for label, where in measured:
             first = inspect.search_jobs(pgq, **where)
             cursor = first.cursor
@@ -184,7 +192,7 @@ def pages(dsn: str, runs: int, depth: int = 20) -> None:
                 med, high = timed(runs, partial(inspect.search_jobs, pgq, after=cursor, **where))
                 deep = f"{med:7.1f} ms ({high:5.1f})"
             print(
-                f"{label:<28} {t1[0]:7.1f} ms ({t1[1]:5.1f}) {deep:>18}  {len(first.jobs)}",
+                f"{label:<32} {t1[0]:7.1f} ms ({t1[1]:5.1f}) {deep:>18}  {len(first.jobs)}",
                 flush=True,
             )
     finally:
@@ -215,6 +223,40 @@ def ack_cost(admin_dsn: str, jobs: int, runs: int) -> None:
             )
 
 
+HISTORY_BATCH = """
+INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
+                                 max_attempts, created_at, started_at, finished_at)
+SELECT nextval('pgqueue.jobs_id_seq'), 'q' || (g %% 5), 'bench.task_' || (g %% 20),
+       jsonb_build_object('n', g), 'succeeded', 0, 1, 5, now(), now(), now()
+  FROM generate_series(1, %(batch)s) AS g
+"""
+
+
+def history_insert_cost(admin_dsn: str, rows: int, runs: int, batch: int = 256) -> None:
+    """The part of a recording ack that the search indexes touch: inserting succeeded jobs
+    into job_history, ``batch`` rows per statement (an ack batch), at revision 0009 and at
+    head, interleaved; microseconds per row."""
+    print(f"\nhistory insert: {rows:,} rows in statements of {batch} (an ack batch's insert)")
+    figures: dict[str, list[float]] = {}
+    for _ in range(runs):
+        for revision in ("0009", "head"):
+            dsn = fresh_database(admin_dsn, "pgqueue_bench_history", migrated=False)
+            migrate.upgrade(dsn, revision)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                started = time.perf_counter()
+                for _ in range(rows // batch):
+                    conn.execute(HISTORY_BATCH, {"batch": batch})
+                elapsed = time.perf_counter() - started
+            figures.setdefault(revision, []).append(elapsed / rows * 1e6)
+    for revision in ("0009", "head"):
+        values = figures[revision]
+        label = "before (0009)" if revision == "0009" else "after (0011)"
+        print(
+            f"  {label:<14} {statistics.median(values):6.1f} us/row "
+            f"(min {min(values):.1f}, max {max(values):.1f})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dsn", help="server to measure (default: a new embedded one)")
@@ -234,8 +276,10 @@ def main() -> None:
                 f"filled {args.jobs:,} jobs, {args.history:,} history rows, {args.dead:,} dead "
                 f"letters in {time.perf_counter() - started:.1f} s"
             )
-        pages(dsn, args.runs)
+        if args.jobs or args.history or args.dead:
+            pages(dsn, args.runs)
         if args.ack_jobs:
+            history_insert_cost(admin, 200_000, args.runs)
             ack_cost(admin, args.ack_jobs, args.runs)
 
 
