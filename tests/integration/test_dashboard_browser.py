@@ -248,7 +248,7 @@ def job_page(driver: WebDriver, job_id: int) -> bool:
 def test_search_pages_and_job_page_in_chromium_over_a_million_rows(app_dsn, conn, browser):
     # 600,000 live jobs, 400,000 history rows and 2,000 dead letters (the benchmark's fill),
     # then jobs a real worker process moved: a dead letter with three attempts.
-    fill(conn, jobs=600_000, history=400_000, dead=2_000, span="1 day")
+    fill(app_dsn, jobs=600_000, history=400_000, dead=2_000, span="1 day")
     pgq = worker_app.pgq
     broken = pgq.enqueue("always_fails", conn=conn)
     worker = spawn_worker(app_dsn, "--queue", "default")
