@@ -122,3 +122,13 @@ class JobTimeout(Exception):
 class JobCancelled(Exception):
     """Raised inside a handler (via ``ctx.raise_if_cancelled()``) when its job was cancelled or
     its lease was lost, so cooperative sync handlers can stop early."""
+
+
+class InvalidCursorError(PgQueueError, ValueError):
+    """A search cursor that no search page handed out (truncated, edited, or from another
+    version of pgqueue)."""
+
+
+class SearchTimeoutError(PgQueueError, TimeoutError):
+    """A job search ran past its time limit: the filters select too little of what an index
+    holds (say an error text alone over millions of finished jobs). Narrow it."""

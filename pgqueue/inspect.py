@@ -6,12 +6,17 @@ table and returns plain dicts, so ``--json`` output, the dashboard's API and ``p
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
+
+from pgqueue import search
 from pgqueue.client import PgQueue
 from pgqueue.db.plan import Plan, Query
 from pgqueue.errors import InvalidJobError
+from pgqueue.search import JobFilter, SearchPage
 
 JOB_STATES = ("ready", "scheduled", "running")
 
@@ -123,6 +128,84 @@ def find_job(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
     if not rows:
         return None
     return {"place": rows[0]["place"], **rows[0]["job"]}
+
+
+def job_filter(
+    *,
+    id: int | None = None,
+    task: str | None = None,
+    queue: str | None = None,
+    state: str | Sequence[str] | None = None,
+    error: str | None = None,
+    args: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    finished_since: datetime | None = None,
+    finished_until: datetime | None = None,
+) -> JobFilter:
+    """A :class:`~pgqueue.search.JobFilter` from keyword arguments (``state``: one state or
+    several, any of :data:`pgqueue.search.STATES`)."""
+    states = (state,) if isinstance(state, str) else (tuple(state) if state else None)
+    return JobFilter(
+        id=id,
+        task=task,
+        queue=queue,
+        states=states,
+        error=error,
+        args=args,
+        since=since,
+        until=until,
+        finished_since=finished_since,
+        finished_until=finished_until,
+    )
+
+
+def search_jobs(
+    pgq: PgQueue,
+    *,
+    limit: int = 50,
+    after: str | None = None,
+    timeout: float | None = search.DEFAULT_TIMEOUT,
+    **filters: Any,
+) -> SearchPage:
+    """One page of jobs wherever they are (live, history, dead), newest first: ``page.jobs``
+    (rows of :data:`pgqueue.search.COLUMNS`) and ``page.cursor``, which ``after=`` takes to get
+    the next page (None: no more). ``filters``: those of :func:`job_filter`. A page taking
+    longer than ``timeout`` seconds raises :class:`~pgqueue.errors.SearchTimeoutError`."""
+    plan = search.search(job_filter(**filters), limit=limit, after=after, timeout=timeout)
+    try:
+        return pgq.run(plan, atomic=True)
+    except psycopg.errors.QueryCanceled:
+        raise search.timed_out(timeout) from None
+
+
+async def search_jobs_async(
+    pgq: PgQueue,
+    *,
+    limit: int = 50,
+    after: str | None = None,
+    timeout: float | None = search.DEFAULT_TIMEOUT,
+    **filters: Any,
+) -> SearchPage:
+    """The async twin of :func:`search_jobs` (the same plan)."""
+    plan = search.search(job_filter(**filters), limit=limit, after=after, timeout=timeout)
+    try:
+        return await pgq.run_async(plan, atomic=True)
+    except psycopg.errors.QueryCanceled:
+        raise search.timed_out(timeout) from None
+
+
+def job_detail(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
+    """Everything about one job: its row wherever it is (``place``, ``state``, ``args``,
+    ``errors`` with every attempt's traceback), its ``workflow`` (parents and dependents with
+    their states; None outside a workflow) and the ``actions`` its state allows. None when no
+    table holds the id."""
+    return pgq.run(search.job_detail(job_id))
+
+
+async def job_detail_async(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
+    """The async twin of :func:`job_detail`."""
+    return await pgq.run_async(search.job_detail(job_id))
 
 
 def running_jobs(pgq: PgQueue, limit: int = 100) -> list[dict[str, Any]]:

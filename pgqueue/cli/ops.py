@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from pgqueue import inspect, ops
+from pgqueue.cli import search_cmd
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     MAX_ROWS,
@@ -29,7 +30,7 @@ from pgqueue.cli.common import (
 from pgqueue.client import PgQueue
 
 jobs_app = typer.Typer(
-    help="Live jobs: list and inspect.",
+    help="Jobs: list live ones, search all of them (live, finished, dead), inspect one.",
     epilog=example("pgq jobs list --state running"),
     no_args_is_help=True,
 )
@@ -99,8 +100,9 @@ def jobs_show(
     read_dsn: ReadDsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Everything about one job (live, dead-lettered or finished), with its errors."""
-    job = with_reader(dsn, read_dsn, lambda pgq: inspect.find_job(pgq, job_id))
+    """Everything about one job (live, dead-lettered or finished): its errors, its workflow
+    neighbours and the actions its state allows."""
+    job = with_reader(dsn, read_dsn, lambda pgq: inspect.job_detail(pgq, job_id))
     if job is None:
         with friendly_errors():
             from pgqueue.errors import PgQueueError
@@ -114,10 +116,21 @@ def jobs_show(
     table.add_column("value")
     errors = job.get("errors") or []
     for key, value in job.items():
-        if key != "errors":
+        if key not in ("errors", "workflow", "actions"):
             table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
     table.add_row("errors", str(len(errors)))
+    table.add_row("actions", ", ".join(job["actions"]) or "none")
     console.print(table)
+    workflow = job["workflow"]
+    if workflow is not None:
+        console.rule(
+            f"workflow {workflow['id']}" + (f" ({workflow['name']})" if workflow["name"] else "")
+        )
+        for label, key in (("waits for", "parents"), ("then runs", "dependents")):
+            shown = [f"{n['id']} {n['task']} ({n['state']})" for n in workflow[key]]
+            console.print(
+                f"{label}: {', '.join(shown) or 'nothing'}", highlight=False, markup=False
+            )
     for error in errors:
         console.rule(f"attempt {error.get('attempt', '?')}: {error.get('error', '')}")
         console.print(error.get("message", ""), highlight=False, markup=False)
@@ -228,4 +241,11 @@ def register(app: typer.Typer) -> None:
         "list", epilog=example("pgq jobs list --queue emails --state scheduled --limit 20")
     )(jobs_list)
     jobs_app.command("show", epilog=example("pgq jobs show 1042"))(jobs_show)
+    jobs_app.command(
+        "search",
+        epilog=example(
+            "pgq jobs search --task billing.charge --state dead --error timeout --since 2d",
+            "pgq jobs search --queue emails --args customer=42 --limit 20 --json",
+        ),
+    )(search_cmd.jobs_search)
     app.add_typer(jobs_app, name="jobs")

@@ -1,12 +1,13 @@
-"""The dashboard's HTTP application (Starlette): one page, one JSON state endpoint, actions.
+"""The dashboard's HTTP application (Starlette): one page, JSON endpoints, actions.
 
 The page (``static/index.html`` + ``app.js``, no CDN) polls ``GET /api/state`` every couple of
-seconds and draws its tables and SVG charts itself. Actions are ``POST /api/<action>`` with a
-JSON body, authenticated and CSRF-checked (:mod:`pgqueue.dashboard.security`), refused in
-read-only mode. Every request first passes the Host allow-list, and every response carries the
-security headers (CSP, no framing, nosniff, no referrer). Every number comes from the
-documented views, through :mod:`pgqueue.inspect`, and every action from the same functions the
-CLI calls.
+seconds and draws its tables and SVG charts itself; its search (``#/search``) reads
+``GET /api/search`` a page at a time and its job page (``#/jobs/ID``) ``GET /api/jobs/ID``.
+Actions are ``POST /api/<action>`` with a JSON body, authenticated and CSRF-checked
+(:mod:`pgqueue.dashboard.security`), refused in read-only mode. Every request first passes the
+Host allow-list, and every response carries the security headers (CSP, no framing, nosniff, no
+referrer). Every number comes from the documented views, through :mod:`pgqueue.inspect`, and
+every action from the same functions the CLI calls.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pgqueue import inspect, ops
+from pgqueue import inspect, ops, search
 from pgqueue.client import PgQueue
 from pgqueue.dashboard.security import (
     CSRF_COOKIE,
@@ -45,7 +46,7 @@ from pgqueue.dashboard.security import (
     csrf_refusal,
     new_csrf_token,
 )
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import PgQueueError, SearchTimeoutError
 
 STATIC = resources.files("pgqueue.dashboard") / "static"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -112,6 +113,33 @@ def create_app(
     async def state(request: Request) -> Response:
         # Dead letters' args and tracebacks: not for any cache.
         return _Json(await run_in_threadpool(read_state), headers=NO_STORE)
+
+    def run_search(params: Any) -> dict[str, Any]:
+        page = inspect.search_jobs(reads, **_search_arguments(params))
+        return {"jobs": page.jobs, "cursor": page.cursor}
+
+    async def search_jobs(request: Request) -> Response:
+        try:
+            result = await run_in_threadpool(run_search, request.query_params)
+        except SearchTimeoutError as exc:
+            return PlainTextResponse(str(exc), status_code=504, headers=NO_STORE)
+        except (ValueError, PgQueueError) as exc:
+            return PlainTextResponse(str(exc), status_code=400, headers=NO_STORE)
+        return _Json(result, headers=NO_STORE)
+
+    async def job(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        try:
+            detail = await run_in_threadpool(inspect.job_detail, reads, job_id)
+        except PgQueueError as exc:
+            return PlainTextResponse(str(exc), status_code=400, headers=NO_STORE)
+        if detail is None:
+            return PlainTextResponse(
+                f"job {job_id} not found (never existed, or finished without a record)",
+                status_code=404,
+                headers=NO_STORE,
+            )
+        return _Json(detail, headers=NO_STORE)
 
     actions: dict[str, Callable[[dict[str, Any]], Any]] = {
         "replay": lambda body: {"replayed": pgq.replay_dead_letters(ids=[_id(body)])},
@@ -181,6 +209,8 @@ def create_app(
             Route("/", index),
             Route("/healthz", health),
             Route("/api/state", state),
+            Route("/api/search", search_jobs),
+            Route("/api/jobs/{job_id:int}", job),
             Route("/api/{action}", action, methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
         ],
@@ -192,6 +222,34 @@ def create_app(
             Middleware(AuthMiddleware),
         ],
     )
+
+
+_TEXT_FILTERS = ("task", "queue", "error")
+_TIME_FILTERS = ("since", "until", "finished_since", "finished_until")
+
+
+def _search_arguments(params: Any) -> dict[str, Any]:
+    """``GET /api/search`` query parameters as :func:`pgqueue.inspect.search_jobs` arguments:
+    ``state`` and ``args`` (``KEY=VALUE``) may repeat, times are ISO 8601, empty means unset."""
+    arguments: dict[str, Any] = {name: params[name] for name in _TEXT_FILTERS if params.get(name)}
+    for name in _TIME_FILTERS:
+        if params.get(name):
+            arguments[name] = search.parse_time(params[name])
+    for name in ("id", "limit"):
+        if params.get(name):
+            try:
+                arguments[name] = int(params[name])
+            except ValueError:
+                raise ValueError(f"{name} must be an integer, got {params[name]!r}") from None
+    states = [s for s in params.getlist("state") if s]
+    if states:
+        arguments["state"] = states
+    contains = search.parse_args_filter(a for a in params.getlist("args") if a)
+    if contains is not None:
+        arguments["args"] = contains
+    if params.get("after"):
+        arguments["after"] = params["after"]
+    return arguments
 
 
 def _id(body: dict[str, Any]) -> int:

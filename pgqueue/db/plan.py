@@ -33,6 +33,10 @@ class Query:
     #: full queue): in a transaction it runs in a savepoint, so that the error leaves the
     #: transaction usable (drivers skip this when the whole plan already runs in one).
     guarded: bool = False
+    #: psycopg's ``prepare``: None follows the connection's threshold; False plans the
+    #: statement with each call's values (optional filters written ``%(x)s IS NULL OR ...``
+    #: need that to reach their indexes: a generic plan cannot tell which filters are set).
+    prepare: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +83,9 @@ def run(
                 if isinstance(step, Query):
                     if guard and step.guarded and _in_transaction(conn):
                         with atomic(conn):
-                            cur.execute(query(step.name), step.params)
+                            cur.execute(query(step.name), step.params, prepare=step.prepare)
                     else:
-                        cur.execute(query(step.name), step.params)
+                        cur.execute(query(step.name), step.params, prepare=step.prepare)
                     rows = cur.fetchall() if cur.description is not None else []
                 else:
                     with cur.copy(query(step.name)) as copy:
@@ -117,9 +121,9 @@ async def run_async(
                 if isinstance(step, Query):
                     if guard and step.guarded and _in_transaction(conn):
                         async with atomic_async(conn):
-                            await cur.execute(query(step.name), step.params)
+                            await cur.execute(query(step.name), step.params, prepare=step.prepare)
                     else:
-                        await cur.execute(query(step.name), step.params)
+                        await cur.execute(query(step.name), step.params, prepare=step.prepare)
                     rows = await cur.fetchall() if cur.description is not None else []
                 else:
                     async with cur.copy(query(step.name)) as copy:

@@ -666,6 +666,98 @@ SELECT 'dead', to_jsonb(d) FROM pgqueue.dead_letters AS d WHERE d.id = %(id)s
 UNION ALL
 SELECT 'history', to_jsonb(h) FROM pgqueue.job_history AS h WHERE h.id = %(id)s
 
+-- Job search (pgqueue.inspect.search_jobs): one query per place a job can be, each newest
+-- first by its own key, after the cursor's position in that place. Every filter is a
+-- parameter; NULL means "any" (each query is planned with its values, so the unused ones fold
+-- away and the used ones reach the indexes of migration 0012). The error filter matches an
+-- attempt's error class or message (case-insensitive substring).
+
+-- name: set_search_timeout
+SELECT pg_catalog.set_config('statement_timeout', %(timeout_ms)s, true)
+
+-- name: search_live_jobs
+-- Live jobs by id (the enqueue order): jobs has no index on created_at, and one would be paid
+-- by every claim.
+SELECT j.id, j.state, j.queue, j.task, j.priority, j.attempts, j.max_attempts, j.created_at,
+       j.run_at, NULL::timestamptz AS finished_at, j.errors -> -1 ->> 'error',
+       j.errors -> -1 ->> 'message'
+  FROM pgqueue.jobs AS j
+ WHERE (%(after_id)s::bigint IS NULL OR j.id < %(after_id)s)
+   AND (%(id)s::bigint IS NULL OR j.id = %(id)s)
+   AND (%(task)s::text IS NULL OR j.task = %(task)s)
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
+   AND (%(args)s::jsonb IS NULL OR j.args @> %(args)s::jsonb)
+   AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
+   AND (%(error)s::text IS NULL OR (j.errors <> '[]'::jsonb AND EXISTS (
+           SELECT FROM jsonb_array_elements(j.errors) AS e
+            WHERE strpos(lower(concat_ws(': ', e ->> 'error', e ->> 'message')),
+                         lower(%(error)s)) > 0)))
+ ORDER BY j.id DESC
+ LIMIT %(limit)s
+
+-- name: search_job_history
+SELECT h.id, h.state, h.queue, h.task, h.priority, h.attempts, h.max_attempts, h.created_at,
+       NULL::timestamptz AS run_at, h.finished_at, h.errors -> -1 ->> 'error',
+       h.errors -> -1 ->> 'message'
+  FROM pgqueue.job_history AS h
+ WHERE (%(after_at)s::timestamptz IS NULL
+        OR (h.finished_at, h.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+   AND (%(id)s::bigint IS NULL OR h.id = %(id)s)
+   AND (%(task)s::text IS NULL OR h.task = %(task)s)
+   AND (%(queue)s::text IS NULL OR h.queue = %(queue)s)
+   AND (%(states)s::text[] IS NULL OR h.state = ANY(%(states)s::text[]))
+   AND (%(args)s::jsonb IS NULL OR h.args @> %(args)s::jsonb)
+   AND (%(since)s::timestamptz IS NULL OR h.created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR h.created_at < %(until)s)
+   AND (%(finished_since)s::timestamptz IS NULL OR h.finished_at >= %(finished_since)s)
+   AND (%(finished_until)s::timestamptz IS NULL OR h.finished_at < %(finished_until)s)
+   AND (%(error)s::text IS NULL OR (h.errors <> '[]'::jsonb AND EXISTS (
+           SELECT FROM jsonb_array_elements(h.errors) AS e
+            WHERE strpos(lower(concat_ws(': ', e ->> 'error', e ->> 'message')),
+                         lower(%(error)s)) > 0)))
+ ORDER BY h.finished_at DESC, h.id DESC
+ LIMIT %(limit)s
+
+-- name: search_dead_letters
+SELECT d.id, 'dead', d.queue, d.task, d.priority, d.attempts, d.max_attempts, d.created_at,
+       NULL::timestamptz AS run_at, d.dead_at, d.errors -> -1 ->> 'error',
+       coalesce(d.last_error, d.reason)
+  FROM pgqueue.dead_letters AS d
+ WHERE (%(after_at)s::timestamptz IS NULL
+        OR (d.dead_at, d.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+   AND (%(id)s::bigint IS NULL OR d.id = %(id)s)
+   AND (%(task)s::text IS NULL OR d.task = %(task)s)
+   AND (%(queue)s::text IS NULL OR d.queue = %(queue)s)
+   AND (%(args)s::jsonb IS NULL OR d.args @> %(args)s::jsonb)
+   AND (%(since)s::timestamptz IS NULL OR d.created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR d.created_at < %(until)s)
+   AND (%(finished_since)s::timestamptz IS NULL OR d.dead_at >= %(finished_since)s)
+   AND (%(finished_until)s::timestamptz IS NULL OR d.dead_at < %(finished_until)s)
+   AND (%(error)s::text IS NULL
+        OR strpos(lower(coalesce(d.last_error, '')), lower(%(error)s)) > 0
+        OR EXISTS (
+           SELECT FROM jsonb_array_elements(d.errors) AS e
+            WHERE strpos(lower(concat_ws(': ', e ->> 'error', e ->> 'message')),
+                         lower(%(error)s)) > 0))
+ ORDER BY d.dead_at DESC, d.id DESC
+ LIMIT %(limit)s
+
+-- name: workflow_of_job
+-- The workflow a job belongs to (if any) and its neighbours there: the parents it waits for
+-- and the dependents waiting for it, each with where it stands now.
+SELECT n.workflow_id, w.name, n.name, n.role, m.job_id,
+       CASE WHEN m.job_id = ANY(n.parents) THEN 'parent' ELSE 'dependent' END,
+       m.name, m.task, m.state
+  FROM pgqueue.workflow_nodes AS n
+  JOIN pgqueue.workflows AS w ON w.id = n.workflow_id
+  LEFT JOIN pgqueue.workflow_jobs AS m
+         ON m.workflow_id = n.workflow_id
+        AND (m.job_id = ANY(n.parents) OR m.job_id = ANY(n.dependents))
+ WHERE n.job_id = %(id)s
+ ORDER BY m.job_id
+
 -- name: list_running_jobs
 SELECT id, queue, task, attempt, max_attempts, worker_id, host, pid, started_at, running_for,
        lease_left, cancel_requested, progress, progress_at

@@ -1,6 +1,7 @@
 """The dashboard end to end in a real headless Chromium (Debian's chromium + chromedriver):
 the page loads, its numbers match SQL, and clicking buttons really moves jobs, all under the
-dashboard's Content-Security-Policy (no violation reported, and the policy is enforced)."""
+dashboard's Content-Security-Policy (no violation reported, and the policy is enforced); job
+search and the job page over a database of a million rows."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.select import Select
 
+from benchmarks.search import fill
+from pgqueue import PgQueue, chain, inspect
 from tests.dashboard_helpers import dashboard
-from tests.helpers import scalar, thread_worker, wait_for
-from tests.integration import worker_app
+from tests.helpers import scalar, spawn_worker, stop_workers, thread_worker, wait_for
+from tests.integration import worker_app, workflow_app
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -226,3 +230,150 @@ def test_dashboard_in_chromium_matches_sql_and_replays_a_dead_letter(app_dsn, co
         ):  # make docs/dashboard.png: PGQUEUE_SCREENSHOT=docs/dashboard.png pytest -k chromium
             Path(shot).parent.mkdir(parents=True, exist_ok=True)
             browser.save_screenshot(shot)
+
+
+def rows_shown(driver: WebDriver) -> list[tuple[int, str, str]]:
+    def read() -> list[tuple[int, str, str]]:
+        shown = []
+        for row in driver.find_elements(By.CSS_SELECTOR, "#results tbody tr[data-job]"):
+            cols = row.find_elements(By.TAG_NAME, "td")
+            shown.append((int(str(row.get_attribute("data-job"))), cols[1].text, cols[3].text))
+        return shown
+
+    return fresh(read)
+
+
+def searched(driver: WebDriver) -> bool:
+    return driver.find_element(By.TAG_NAME, "body").get_attribute("data-searched") == "true"
+
+
+def job_page(driver: WebDriver, job_id: int) -> bool:
+    return driver.find_element(By.TAG_NAME, "body").get_attribute("data-job") == str(job_id)
+
+
+@pytest.mark.slow
+def test_search_pages_and_job_page_in_chromium_over_a_million_rows(app_dsn, conn, browser):
+    # 600,000 live jobs, 400,000 history rows and 2,000 dead letters (the benchmark's fill),
+    # then jobs a real worker process moved: a dead letter with three attempts.
+    fill(app_dsn, jobs=600_000, history=400_000, dead=2_000, span="1 day")
+    pgq = worker_app.pgq
+    broken = pgq.enqueue("always_fails", conn=conn)
+    worker = spawn_worker(app_dsn, "--queue", "default")
+    try:
+        wait_for(
+            lambda: (
+                scalar(
+                    app_dsn, "SELECT count(*) FROM pgqueue.dead_letters WHERE id = %s", (broken,)
+                )
+                == 1
+            ),
+            timeout=60,
+            message="the dead letter",
+        )
+    finally:
+        stop_workers([worker])
+    run = workflow_app.pgq.enqueue_workflow(
+        chain(workflow_app.add.s(1, 2), workflow_app.add.s(y=10), workflow_app.add.s(y=100)),
+        conn=conn,
+    )
+    first, middle, last = run.job_ids
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") > 600_000
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.job_history") == 400_000
+
+    reader = PgQueue(app_dsn)
+    with dashboard(app_dsn) as board:
+        # Search: a task and a state, as typed into the form.
+        browser.get(board.url + "/#/search")
+        wait_for(lambda: searched(browser), message="the first search")
+        browser.find_element(By.CSS_SELECTOR, '#search-form input[name="task"]').send_keys(
+            "bench.task_7"
+        )
+        Select(
+            browser.find_element(By.CSS_SELECTOR, '#search-form select[name="state"]')
+        ).select_by_value("succeeded")
+        click(browser, "#search-submit")
+        expected = inspect.search_jobs(reader, task="bench.task_7", state="succeeded")
+        assert len(expected.jobs) == 50 and expected.cursor
+        wait_for(
+            lambda: [r[0] for r in rows_shown(browser)] == [j["id"] for j in expected.jobs],
+            message="the first page of the search",
+        )
+        assert {(state, task) for _, state, task in rows_shown(browser)} == {
+            ("succeeded", "bench.task_7")
+        }
+        # Next page: the cursor, through the URL (so back and forward work).
+        second = inspect.search_jobs(
+            reader, task="bench.task_7", state="succeeded", after=expected.cursor
+        )
+        click(browser, "#search-next")
+        wait_for(
+            lambda: [r[0] for r in rows_shown(browser)] == [j["id"] for j in second.jobs],
+            message="the second page",
+        )
+        assert "after=" in browser.current_url
+        browser.back()
+        wait_for(
+            lambda: [r[0] for r in rows_shown(browser)] == [j["id"] for j in expected.jobs],
+            message="back to the first page",
+        )
+
+        # Error text finds the dead letter among a million rows; its page has every attempt.
+        search_box = browser.find_element(By.CSS_SELECTOR, '#search-form input[name="error"]')
+        browser.find_element(By.CSS_SELECTOR, '#search-form input[name="task"]').clear()
+        Select(
+            browser.find_element(By.CSS_SELECTOR, '#search-form select[name="state"]')
+        ).select_by_value("dead")
+        search_box.send_keys("this job is BROKEN")
+        click(browser, "#search-submit")
+        wait_for(
+            lambda: [r[0] for r in rows_shown(browser)] == [broken],
+            message="the dead letter found by its error",
+        )
+        click(browser, f'#results tr[data-job="{broken}"] a')
+        wait_for(lambda: job_page(browser, broken), message="the job page")
+        assert browser.current_url.endswith(f"#/jobs/{broken}")
+        assert "always_fails" in text(browser, "#job-title")
+        attempts = browser.find_elements(By.CSS_SELECTOR, "#job-errors .attempt")
+        assert [a.get_attribute("data-attempt") for a in attempts] == ["1", "2", "3"]
+        assert all("raise ValueError" in a.find_element(By.TAG_NAME, "pre").text for a in attempts)
+        assert text(browser, '#job-fields tr[data-field="state"] td') == "dead"
+
+        # Replay it from its page (POST with the CSRF token), then cancel it.
+        click(browser, '#job-actions button[data-action="replay"]')
+        wait_for(
+            lambda: (
+                scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (broken,))
+                == "ready"
+            ),
+            message="the replayed job",
+        )
+        wait_for(
+            lambda: text(browser, '#job-fields tr[data-field="state"] td') == "ready",
+            message="the page to show the replay",
+        )
+        click(browser, '#job-actions button[data-action="cancel"]')
+        wait_for(
+            lambda: (
+                scalar(app_dsn, "SELECT state FROM pgqueue.job_history WHERE id = %s", (broken,))
+                == "cancelled"
+            ),
+            message="the cancelled job",
+        )
+        wait_for(
+            lambda: text(browser, '#job-fields tr[data-field="state"] td') == "cancelled",
+            message="the page to show the cancel",
+        )
+        assert browser.find_elements(By.CSS_SELECTOR, "#job-actions button") == []
+
+        # A workflow member's page links its neighbours.
+        browser.get(board.url + f"/#/jobs/{middle}")
+        wait_for(lambda: job_page(browser, middle), message="the middle step's page")
+        assert f"#{first}" in text(browser, "#job-parents") and "ready" in text(
+            browser, "#job-parents"
+        )
+        assert f"#{last}" in text(browser, "#job-dependents")
+        click(browser, f'#job-parents li[data-neighbour="{first}"] a')
+        wait_for(lambda: job_page(browser, first), message="the parent's page")
+        assert text(browser, "#job-dependents").startswith(f"#{middle}")
+        assert browser.execute_script("return window.cspViolations") == []
+    reader.close()

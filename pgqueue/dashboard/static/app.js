@@ -82,6 +82,7 @@ async function act(action, body) {
     ? `${action}: done`
     : `${action} failed: ${await response.text()}`;
   await refresh();
+  if (currentView() !== "overview") await route();
 }
 
 function renderQueues(queues) {
@@ -234,5 +235,168 @@ async function refresh() {
   }
 }
 
+// ---- Search (#/search?filters) and the job page (#/jobs/ID) --------------------------------
+
+const TIME_FIELDS = new Set(["since", "until", "finished_since", "finished_until"]);
+const VIEWS = ["overview", "search-view", "job-view"];
+
+function currentView() {
+  return VIEWS.find((id) => !document.getElementById(id).hidden);
+}
+
+function showView(id) {
+  for (const view of VIEWS) document.getElementById(view).hidden = view !== id;
+}
+
+function hashParts() {
+  const [path, query = ""] = (location.hash || "#/").slice(1).split("?");
+  return [path, new URLSearchParams(query)];
+}
+
+async function route() {
+  const [path, params] = hashParts();
+  if (path.startsWith("/jobs/")) {
+    showView("job-view");
+    await loadJob(path.slice("/jobs/".length));
+  } else if (path === "/search") {
+    showView("search-view");
+    await runSearch(params);
+  } else {
+    showView("overview");
+  }
+}
+
+function localInput(iso) {
+  // An ISO time as a datetime-local input shows it: the browser's local time, no zone.
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return "";
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+}
+
+function fillForm(params) {
+  const form = document.getElementById("search-form");
+  for (const input of form.elements) {
+    if (!input.name) continue;
+    const value = params.get(input.name) || "";
+    input.value = TIME_FIELDS.has(input.name) && value ? localInput(value) : value;
+  }
+}
+
+function submitSearch(event) {
+  event.preventDefault();
+  const params = new URLSearchParams();
+  for (const [name, value] of new FormData(event.target)) {
+    if (!value) continue;
+    params.set(name, TIME_FIELDS.has(name) ? new Date(value).toISOString() : value);
+  }
+  const hash = "#/search?" + params;
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+async function runSearch(params) {
+  fillForm(params);
+  const status = document.getElementById("search-status");
+  const next = document.getElementById("search-next");
+  const first = document.getElementById("search-first");
+  status.textContent = "searching…";
+  document.body.dataset.searched = "false";
+  const response = await fetch("/api/search?" + params, { credentials: "same-origin" });
+  if (!response.ok) {
+    status.textContent = `search failed: ${await response.text()}`;
+    document.getElementById("results").querySelector("tbody").replaceChildren();
+    next.hidden = true;
+    document.body.dataset.searched = "true";
+    return;
+  }
+  const page = await response.json();
+  rendered.delete("results");
+  fill("results", page.jobs, (j) =>
+    el("tr", { "data-job": j.id, "data-state": j.state },
+      el("td", {}, el("a", { href: `#/jobs/${j.id}` }, String(j.id))),
+      el("td", {}, j.state), el("td", {}, j.queue), el("td", {}, j.task),
+      el("td", {}, `${j.attempts}/${j.max_attempts}`),
+      el("td", {}, when(j.created_at)), el("td", {}, when(j.finished_at)),
+      el("td", { class: "error" }, j.error_class ? `${j.error_class}: ${j.last_error}` : (j.last_error || ""))),
+    "no jobs match");
+  status.textContent = `${page.jobs.length} job(s)` + (page.cursor ? ", more on the next page" : "");
+  next.hidden = !page.cursor;
+  next.dataset.cursor = page.cursor || "";
+  first.hidden = !params.get("after");
+  document.body.dataset.searched = "true";
+}
+
+function pageLink(after) {
+  const [, params] = hashParts();
+  if (after) params.set("after", after);
+  else params.delete("after");
+  location.hash = "#/search?" + params;
+}
+
+const JOB_FIELDS = [
+  "place", "state", "queue", "task", "priority", "attempts", "max_attempts", "created_at",
+  "run_at", "started_at", "finished_at", "dead_at", "keep_until", "worker_id",
+  "lease_expires_at", "cancel_requested", "idempotency_key", "concurrency_key", "reason",
+];
+
+function jobLink(n) {
+  return el("li", { "data-neighbour": n.id },
+    el("a", { href: `#/jobs/${n.id}` }, `#${n.id}`), ` ${n.name ? n.name + " · " : ""}${n.task || "?"} (${n.state})`);
+}
+
+async function loadJob(id) {
+  const title = document.getElementById("job-title");
+  document.body.dataset.job = "";
+  const response = await fetch(`/api/jobs/${encodeURIComponent(id)}`, { credentials: "same-origin" });
+  const parts = ["job-fields", "job-args", "job-result", "job-errors", "job-workflow", "job-actions"];
+  if (!response.ok) {
+    title.textContent = `job ${id}: ${await response.text()}`;
+    for (const part of parts) {
+      const node = document.getElementById(part);
+      (node.tagName === "TABLE" ? node.querySelector("tbody") : node).replaceChildren();
+    }
+    document.body.dataset.job = id;
+    return;
+  }
+  const job = await response.json();
+  title.textContent = `job ${job.id}: ${job.task} (${job.state})`;
+  document.getElementById("job-fields").querySelector("tbody").replaceChildren(
+    ...JOB_FIELDS.filter((f) => job[f] !== undefined && job[f] !== null).map((f) =>
+      el("tr", { "data-field": f }, el("th", {}, f), el("td", {}, String(job[f])))));
+  document.getElementById("job-args").textContent = JSON.stringify(job.args, null, 2);
+  document.getElementById("job-result").replaceChildren(
+    ...(job.result !== undefined && job.result !== null
+      ? [el("h3", {}, "Result"), el("pre", { id: "job-result-value" }, JSON.stringify(job.result, null, 2))]
+      : []));
+  const errors = job.errors || [];
+  document.getElementById("job-errors").replaceChildren(
+    ...(errors.length ? errors.map((e) =>
+      el("div", { class: "attempt", "data-attempt": e.attempt },
+        el("strong", {}, `attempt ${e.attempt}: ${e.error || ""}: ${e.message || ""}`),
+        el("span", { class: "empty" }, ` ${e.at || ""} ${e.worker_id ? "worker " + String(e.worker_id).slice(0, 8) : ""}`),
+        el("pre", { class: "traceback" }, e.traceback || "(no traceback)")))
+      : [el("p", { class: "empty" }, "no failed attempts")]));
+  const wf = job.workflow;
+  document.getElementById("job-workflow").replaceChildren(
+    ...(wf ? [
+      el("p", {}, `workflow ${wf.id}${wf.name ? " (" + wf.name + ")" : ""}` +
+        `${wf.node_name ? ", step " + wf.node_name : ""}${wf.role === "on_failure" ? ", its on_failure step" : ""}`),
+      el("h3", {}, "Waits for"),
+      el("ul", { id: "job-parents" }, ...(wf.parents.length ? wf.parents.map(jobLink) : [el("li", { class: "empty" }, "nothing")])),
+      el("h3", {}, "Then runs"),
+      el("ul", { id: "job-dependents" }, ...(wf.dependents.length ? wf.dependents.map(jobLink) : [el("li", { class: "empty" }, "nothing")])),
+    ] : [el("p", { class: "empty" }, "not part of a workflow")]));
+  const labels = { cancel: "cancel", retry: "retry now", replay: "replay" };
+  document.getElementById("job-actions").replaceChildren(
+    ...job.actions.map((a) => button(labels[a] || a, a, { id: job.id })));
+  document.body.dataset.job = String(job.id);
+}
+
+document.getElementById("search-form").addEventListener("submit", submitSearch);
+document.getElementById("search-next").addEventListener("click", (e) => pageLink(e.target.dataset.cursor));
+document.getElementById("search-first").addEventListener("click", () => pageLink(null));
+window.addEventListener("hashchange", route);
+
+route();
 refresh();
 setInterval(refresh, 2000);

@@ -1,0 +1,408 @@
+"""Job search as a plan: filters, keyset pages over the three places a job can be, cursors.
+
+A job is in exactly one of ``jobs`` (live), ``job_history`` (succeeded, cancelled) or
+``dead_letters`` (dead). Each place is read newest first by a key of its own, which an index
+of that place can walk from any position:
+
+=========  ======================  ============================================
+place      key                     time shown (and merged on)
+=========  ======================  ============================================
+live       ``id``                  ``created_at`` (ids are handed out in order)
+history    ``(finished_at, id)``   ``finished_at``
+dead       ``(dead_at, id)``       ``dead_at`` (as ``finished_at``)
+=========  ======================  ============================================
+
+A page asks each place it needs for ``limit + 1`` rows after the cursor's position there (one
+index range each, at any depth), merges the streams by time (newest first, taking rows from
+the heads only, so each place contributes a prefix of its stream) and keeps ``limit``. The
+cursor records, per place, the key of the last row it contributed, or that the place is done;
+it is opaque to callers (``v1.`` + base64url JSON). No offset is ever used, so page 1,000 costs
+what page 1 does.
+
+Filters are parameters of three fixed named queries (``search_live_jobs``,
+``search_job_history``, ``search_dead_letters``), each optional as ``%(x)s IS NULL OR ...``,
+executed unprepared so each is planned with its values. Adding a filter (tags, metadata) is one
+:class:`JobFilter` field, one parameter and one condition per query, as ``args`` is.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import heapq
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from pgqueue.db.plan import Plan, Query, Row
+from pgqueue.enqueue import MAX_JOB_ID
+from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
+
+LIVE_STATES = ("waiting", "scheduled", "ready", "running")
+HISTORY_STATES = ("succeeded", "cancelled")
+STATES = (*LIVE_STATES, *HISTORY_STATES, "dead")
+PLACES = ("live", "history", "dead")
+
+#: The columns of a search result row (every place gives all of them; None where a place has
+#: no such thing: live jobs have not finished, finished ones do not run again).
+COLUMNS = (
+    "id",
+    "place",
+    "state",
+    "queue",
+    "task",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "run_at",
+    "finished_at",
+    "error_class",
+    "last_error",
+)
+MAX_PAGE = 1000  # rows per page: a page is read whole, from each place it needs
+DEFAULT_TIMEOUT = 10.0  # seconds a page may take; see SearchTimeoutError
+_QUERIES = {
+    "live": "search_live_jobs",
+    "history": "search_job_history",
+    "dead": "search_dead_letters",
+}
+_CURSOR_PREFIX = "v1."
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What a search selects; None (or empty) means "any". Times are timezone-aware;
+    ``since``/``until`` bound when the job was enqueued (``created_at``),
+    ``finished_since``/``finished_until`` when it finished (succeeded, cancelled or died: a
+    finished range leaves live jobs out). ``args``: the job's args contain this object
+    (``jsonb @>``). ``error``: an attempt's error class or message contains this text
+    (case-insensitive)."""
+
+    id: int | None = None
+    task: str | None = None
+    queue: str | None = None
+    states: tuple[str, ...] | None = None
+    error: str | None = None
+    args: Mapping[str, Any] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    finished_since: datetime | None = None
+    finished_until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.id is not None and not _is_job_id(self.id):
+            raise InvalidJobError(f"id must be a job id (1 to {MAX_JOB_ID}), got {self.id!r}")
+        if self.states is not None:
+            if isinstance(self.states, str):
+                object.__setattr__(self, "states", (self.states,))
+            unknown = [s for s in self.states or () if s not in STATES]
+            if unknown:
+                raise InvalidJobError(f"unknown state {unknown[0]!r}: one of {', '.join(STATES)}")
+            if not self.states:
+                object.__setattr__(self, "states", None)
+        for name in ("task", "queue", "error"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidJobError(f"{name} must be a non-empty string, got {value!r}")
+        if self.args is not None:
+            if not isinstance(self.args, Mapping) or not all(isinstance(k, str) for k in self.args):
+                raise InvalidJobError("args must be an object with string keys (JSON)")
+            try:
+                json.dumps(dict(self.args), allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise InvalidJobError(f"args must be JSON: {exc}") from None
+        for low, high in (("since", "until"), ("finished_since", "finished_until")):
+            for name in (low, high):
+                when = getattr(self, name)
+                if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
+                    raise InvalidJobError(f"{name} must be a timezone-aware datetime")
+            start, end = getattr(self, low), getattr(self, high)
+            if start is not None and end is not None and start >= end:
+                raise InvalidJobError(f"{low} must be earlier than {high}")
+
+    def places(self) -> tuple[str, ...]:
+        """The places that can hold a matching job."""
+        wanted = set(self.states or STATES)
+        finished = self.finished_since is not None or self.finished_until is not None
+        chosen = []
+        if wanted & set(LIVE_STATES) and not finished:
+            chosen.append("live")
+        if wanted & set(HISTORY_STATES):
+            chosen.append("history")
+        if "dead" in wanted:
+            chosen.append("dead")
+        return tuple(chosen)
+
+    def params(self, place: str) -> dict[str, Any]:
+        states = None
+        if self.states is not None:
+            of_place = LIVE_STATES if place == "live" else HISTORY_STATES
+            states = [s for s in self.states if s in of_place]
+        return {
+            "id": self.id,
+            "task": self.task,
+            "queue": self.queue,
+            "states": states,
+            "error": self.error,
+            "args": None if self.args is None else Jsonb(dict(self.args)),
+            "since": self.since,
+            "until": self.until,
+            "finished_since": self.finished_since,
+            "finished_until": self.finished_until,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """One page of results, newest first, and the cursor of the next page (None: this was
+    the last one)."""
+
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    cursor: str | None = None
+
+
+# A place's position: None (not started), a key (after this row), or _DONE.
+Position = tuple[int, ...] | str | None
+
+
+def encode_cursor(positions: Mapping[str, Position]) -> str:
+    data = {place[0]: list(p) if isinstance(p, tuple) else p for place, p in positions.items()}
+    raw = json.dumps({k: v for k, v in data.items() if v is not None}, separators=(",", ":"))
+    return _CURSOR_PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> dict[str, Position]:
+    """The positions a cursor holds; :class:`InvalidCursorError` for anything a search page did
+    not hand out."""
+    bad = InvalidCursorError(
+        "invalid cursor (pass the cursor a previous page of the same search returned)"
+    )
+    if not isinstance(cursor, str) or not cursor.startswith(_CURSOR_PREFIX):
+        raise bad
+    body = cursor.removeprefix(_CURSOR_PREFIX)
+    try:
+        data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (binascii.Error, ValueError):
+        raise bad from None
+    if not isinstance(data, dict) or not set(data) <= {"l", "h", "d"}:
+        raise bad
+    positions: dict[str, Position] = {}
+    for place in PLACES:
+        value = data.get(place[0])
+        if value is None or value == _DONE:
+            positions[place] = value
+            continue
+        size = 1 if place == "live" else 2
+        if (
+            not isinstance(value, list)
+            or len(value) != size
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            or not 1 <= value[-1] <= MAX_JOB_ID
+        ):
+            raise bad
+        if size == 2:
+            try:
+                _time(value[0])
+            except OverflowError:
+                raise bad from None
+        positions[place] = tuple(value)
+    return positions
+
+
+def _is_job_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_JOB_ID
+
+
+def _micros(when: datetime) -> int:
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _time(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def search(
+    where: JobFilter,
+    *,
+    limit: int = 50,
+    after: str | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> Plan[SearchPage]:
+    """The plan of one page (run it with ``atomic=True``: the time limit is a ``SET LOCAL``).
+    Arguments are checked here, before any connection is taken."""
+    if not isinstance(where, JobFilter):
+        raise InvalidJobError("where must be a JobFilter")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidJobError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
+    positions = decode_cursor(after) if after is not None else dict.fromkeys(PLACES)
+    if timeout is not None and not 0 < timeout <= 86_400:
+        raise InvalidJobError(f"timeout must be between 0 and 86400 seconds, got {timeout}")
+    return _search(where, limit, positions, timeout)
+
+
+def _search(
+    where: JobFilter, limit: int, positions: dict[str, Position], timeout: float | None
+) -> Plan[SearchPage]:
+    if timeout is not None:
+        yield Query("set_search_timeout", {"timeout_ms": str(max(1, round(timeout * 1000)))})
+    places = [p for p in where.places() if positions.get(p) != _DONE]
+    fetched: dict[str, list[dict[str, Any]]] = {}
+    for place in places:
+        params = {**where.params(place), **_after(place, positions.get(place)), "limit": limit + 1}
+        rows = yield Query(_QUERIES[place], params, prepare=False)
+        fetched[place] = [_row(place, row) for row in rows]
+    page = list(_merged(fetched.values(), limit))
+    taken = {place: [job for job in page if job["place"] == place] for place in fetched}
+    next_positions: dict[str, Position] = {p: _DONE for p in PLACES}
+    for place in places:
+        mine = taken[place]
+        if len(mine) == len(fetched[place]):
+            continue  # all of them fit: the place has nothing more (it returned <= limit)
+        next_positions[place] = _key(mine[-1]) if mine else positions.get(place)
+    more = any(p != _DONE for p in next_positions.values())
+    return SearchPage(page, encode_cursor(next_positions) if more else None)
+
+
+def _after(place: str, position: Position) -> dict[str, Any]:
+    if not isinstance(position, tuple):
+        return {"after_id": None} if place == "live" else {"after_at": None, "after_id": None}
+    if place == "live":
+        return {"after_id": position[0]}
+    return {"after_at": _time(position[0]), "after_id": position[1]}
+
+
+def _row(place: str, row: Row) -> dict[str, Any]:
+    job = dict(zip(COLUMNS, (row[0], place, *row[1:]), strict=True))
+    return job
+
+
+def _when(job: dict[str, Any]) -> tuple[datetime, int]:
+    return (job["created_at"] if job["place"] == "live" else job["finished_at"]), job["id"]
+
+
+def _key(job: dict[str, Any]) -> tuple[int, ...]:
+    if job["place"] == "live":
+        return (job["id"],)
+    return (_micros(job["finished_at"]), job["id"])
+
+
+def _merged(streams: Iterable[list[dict[str, Any]]], limit: int) -> Iterable[dict[str, Any]]:
+    # heapq.merge compares the streams' heads only, so what it takes from each is a prefix of
+    # it, even where a stream is not perfectly ordered by time (live jobs come by id).
+    for count, job in enumerate(heapq.merge(*streams, key=_when, reverse=True)):
+        if count == limit:
+            return
+        yield job
+
+
+def parse_time(value: str) -> datetime:
+    """A time as operators type it: ISO 8601 (no offset means UTC) or an age ("30m", "2h",
+    "7d": that long ago). InvalidJobError says which forms are accepted."""
+    from pgqueue.durations import parse_duration
+
+    try:
+        return datetime.now(UTC) - timedelta(seconds=parse_duration(value))
+    except (ValueError, OverflowError):
+        pass
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidJobError(
+            f"{value!r} is not a time: use ISO 8601 (2026-11-30, 2026-11-30T14:00:00+01:00) "
+            "or an age (30m, 2h, 7d)"
+        ) from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+
+
+def parse_args_filter(pairs: Iterable[str]) -> dict[str, Any] | None:
+    """``KEY=VALUE`` pairs (VALUE as JSON when it parses, else the text itself: ``n=3`` is the
+    number, ``n="3"`` the string) or JSON objects, merged into the object ``args`` must
+    contain; None for no pairs. InvalidJobError names a malformed one."""
+    contains: dict[str, Any] | None = None
+    for pair in pairs:
+        contains = {**(contains or {}), **_pair(pair)}
+    return contains
+
+
+def _pair(value: str) -> dict[str, Any]:
+    if value.lstrip().startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            raise InvalidJobError(f"{value!r} is not a JSON object: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise InvalidJobError(f"{value!r} is not a JSON object")
+        return parsed
+    key, sep, raw = value.partition("=")
+    if not sep or not key:
+        raise InvalidJobError(f"{value!r}: expected KEY=VALUE (or a JSON object)")
+    try:
+        decoded: Any = json.loads(raw)
+    except ValueError:
+        decoded = raw
+    return {key: decoded}
+
+
+def timed_out(timeout: float | None) -> SearchTimeoutError:
+    return SearchTimeoutError(
+        f"the search took longer than {timeout:g} s: narrow it (a task, a queue, a state, a "
+        "time range) or allow it longer"
+    )
+
+
+ACTIONS = {
+    "waiting": ("cancel",),
+    "scheduled": ("retry", "cancel"),
+    "ready": ("cancel",),
+    "running": ("cancel",),
+    "dead": ("replay",),
+}
+
+
+def job_detail(job_id: int) -> Plan[dict[str, Any] | None]:
+    """Every column of one job wherever it is (``place``: live, history or dead; ``state``),
+    its workflow and neighbours there (``workflow``: None outside one), and the operator
+    actions its state allows (``actions``: cancel, retry, replay)."""
+    if not _is_job_id(job_id):
+        raise InvalidJobError(f"job id must be between 1 and {MAX_JOB_ID}, got {job_id!r}")
+    return _job_detail(job_id)
+
+
+def _job_detail(job_id: int) -> Plan[dict[str, Any] | None]:
+    rows = yield Query("find_job", {"id": job_id})
+    if not rows:
+        return None
+    place, job = rows[0]
+    state = "dead" if place == "dead" else job["state"]
+    links = yield Query("workflow_of_job", {"id": job_id})
+    workflow = None
+    if links:
+        workflow_id, name, node_name, role = links[0][:4]
+        neighbours = [
+            {"id": jid, "relation": relation, "name": jname, "task": task, "state": jstate}
+            for *_, jid, relation, jname, task, jstate in links
+            if jid is not None
+        ]
+        workflow = {
+            "id": workflow_id,
+            "name": name,
+            "node_name": node_name,
+            "role": role,
+            "parents": [n for n in neighbours if n["relation"] == "parent"],
+            "dependents": [n for n in neighbours if n["relation"] == "dependent"],
+        }
+    return {
+        **job,
+        "place": place,
+        "state": state,
+        "workflow": workflow,
+        "actions": list(ACTIONS.get(state, ())),
+    }
