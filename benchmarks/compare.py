@@ -82,7 +82,7 @@ class Sizes:
     mixed: int = 100_000  # scheduled jobs ...
     mixed_over: float = 60  # ... coming due over this many seconds ...
     mixed_rate: int = 2_000  # ... while this steady load runs
-    settle: float = 60  # after the producers stop: longest wait for the last jobs to start
+    settle: float = 30  # after the producers stop: longest wait for the last jobs to start
 
 
 FULL = Sizes(3_000, 8_000, 100_000, 50_000, 200, 10, 1_000_000, 10, 4, 300)
@@ -637,6 +637,24 @@ class Harness:
             log(system, key, f"{rate:,.0f} jobs/s ({count:,} jobs)")
 
 
+def save(directory: Path, stamp: str, results: Results, described: str, sizes: Sizes) -> None:
+    """The raw figures as JSON (rewritten after every run, so an interrupted one keeps some)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"compare-{stamp}.json").write_text(
+        json.dumps(
+            {
+                "figures": results.figures,
+                "statements": results.statements,
+                "breakdown": results.breakdown,
+                "notes": results.notes,
+                "machine": described,
+                "sizes": sizes.__dict__,
+            },
+            indent=1,
+        )
+    )
+
+
 def produced(stdout: str) -> dict[str, Any]:
     """The BENCH-RESULT of a driver's output ({} if none)."""
     for line in reversed(stdout.splitlines()):
@@ -708,6 +726,7 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
 
     systems = build(keys, args.concurrency)
     results = Results()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     settings = None if args.dsn else statements.PRELOAD
     with contextlib.ExitStack() as stack:
         admin = stack.enter_context(server(args.dsn, settings))
@@ -736,6 +755,7 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
                 harness.shallow(system, databases[system.key])
                 harness.real_jobs(system, databases[system.key])
                 harness.steady(system, databases[system.key])
+            save(args.results_dir, stamp, results, described, sizes)  # a partial copy
         for run in range(runs):
             print(f"deep queue, run {run + 1}/{runs}", flush=True)
             for system in systems:
@@ -755,21 +775,7 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
     table = report.render(context, results)
     print()
     print(table)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    (args.results_dir / f"compare-{stamp}.json").write_text(
-        json.dumps(
-            {
-                "figures": results.figures,
-                "statements": results.statements,
-                "breakdown": results.breakdown,
-                "notes": results.notes,
-                "machine": described,
-                "sizes": sizes.__dict__,
-            },
-            indent=1,
-        )
-    )
+    save(args.results_dir, stamp, results, described, sizes)
     if docs is not None:
         report.write(docs, table, args.block)
         print(f"\nwritten to {docs}")

@@ -107,7 +107,9 @@ def render(context: Context, results: Results) -> str:
         lines.append("| system | " + " | ".join(c for _, c in columns) + " |")
         lines.append("|---|" + "---|" * len(columns))
         for key in keys:
-            counts: dict[str, Any] = results.statements.get(key, {})
+            if key not in results.statements:
+                continue
+            counts: dict[str, Any] = results.statements[key]
             cells = [f"{counts[w]:,.1f}" if w in counts else "" for w, _ in columns]
             lines.append(f"| {labels[key]} | " + " | ".join(cells) + " |")
         for key in keys:
