@@ -38,7 +38,8 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return math.nan
     ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    # (rounded first: 99.9 / 100 * 1000 is 999.0000000000001 in floating point)
+    rank = max(1, math.ceil(round(q / 100 * len(ordered), 9)))
     return ordered[min(rank, len(ordered)) - 1]
 
 

@@ -175,10 +175,15 @@ def _send_times(rate: float, seconds: float) -> Iterator[float]:
 
 def paced(rate: float, seconds: float) -> Iterator[None]:
     """Yields ``rate`` times a second for ``seconds`` (sleeping in between, catching up if
-    late)."""
+    late), stopping at ``seconds`` even if behind: a producer that cannot keep the rate sends
+    fewer jobs, it does not run longer."""
+    deadline = time.perf_counter() + seconds
     for next_at in _send_times(rate, seconds):
         yield
-        time.sleep(max(0.0, next_at - time.perf_counter()))
+        now = time.perf_counter()
+        if now >= deadline:
+            return
+        time.sleep(max(0.0, next_at - now))
 
 
 def threaded_rate(
@@ -244,6 +249,10 @@ async def async_paced(rate: float, seconds: float) -> Any:
     """The asyncio twin of :func:`paced` (an async iterator)."""
     import asyncio
 
+    deadline = time.perf_counter() + seconds
     for next_at in _send_times(rate, seconds):
         yield
-        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+        now = time.perf_counter()
+        if now >= deadline:
+            return
+        await asyncio.sleep(max(0.0, next_at - now))
