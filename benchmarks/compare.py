@@ -13,7 +13,18 @@ and measures, for every system through the same driver protocol
   handlers from the first job started to the last, so start-up and shutdown never count);
 * enqueue -> start latency p50/p99 at 200 jobs/s with one idle worker (LISTEN/NOTIFY path);
 * the drain again with 1,000,000 jobs waiting (a fixed window; the queue stays deep);
-* statements per 1,000 jobs (``pg_stat_statements``) for single enqueue, bulk and the drain.
+* statements per 1,000 jobs (``pg_stat_statements``) for single enqueue, bulk and the drain;
+* jobs that look like real ones: 10 ms ``time.sleep`` and ``asyncio.sleep`` jobs on 64 slots
+  (as a share of the 6,400 jobs/s such a process could at best run), jobs writing one row to an
+  application table through the worker's connection pool;
+* steady load: producer processes at a fixed 2,000 and 5,000 jobs/s (one job per transaction)
+  while 2 worker processes run: enqueue->start p50/p99/p99.9 and whether the backlog grows;
+* mixed: 100,000 scheduled jobs coming due over a minute while the steady load runs at
+  2,000 jobs/s: how late after their due time they start, and the steady jobs' latency.
+
+Besides the PostgreSQL queues, the queues users would pick instead: Celery (prefork and threads
+pools) and Dramatiq on Redis, and arq, each from its own virtualenv, on a private
+``redis-server`` the harness starts (``benchmarks/redis_server.py``, persistence off).
 
 Systems run interleaved within each run, so machine noise spreads over all of them. Prints a
 table of medians (min-max) with the ratios pgqueue/peer and pgqueue/raw, and writes it to
@@ -24,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -40,12 +52,15 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from benchmarks import report, statements
+from benchmarks import load_stats, redis_server, report, statements
 from benchmarks.common import fresh_database, machine, server
-from benchmarks.systems import ALL, ROOT, System, build
+from benchmarks.drivers.protocol import RESULT_PREFIX, SLEEP
+from benchmarks.systems import ALL, ROOT, RedisSystem, System, build
 
 RESULTS_DIR = ROOT / "benchmarks" / ".results"
 DEEP_FILL_CHUNK = 50_000
+#: Seconds allowed for workers to start running jobs before scheduled ones come due.
+WARM_UP = 8.0
 
 
 @dataclass(frozen=True)
@@ -60,10 +75,41 @@ class Sizes:
     deep_window: float
     ready_wait: float  # workers' start-up before jobs arrive
     drain_timeout: float
+    io: int = 32_000  # 10 ms jobs (5 s at the 64-slot ceiling)
+    io_slots: int = 64
+    row: int = 20_000
+    steady_rates: tuple[int, ...] = (2_000, 5_000)
+    steady_seconds: float = 20
+    producers: int = 4  # producer processes sharing a steady rate
+    mixed: int = 100_000  # scheduled jobs ...
+    mixed_over: float = 60  # ... coming due over this many seconds ...
+    mixed_rate: int = 2_000  # ... while this steady load runs
+    settle: float = 30  # after the producers stop: longest wait for the last jobs to start
 
 
 FULL = Sizes(3_000, 8_000, 100_000, 50_000, 200, 10, 1_000_000, 10, 4, 300)
-QUICK = Sizes(300, 400, 5_000, 3_000, 200, 2, 20_000, 2, 3, 60)
+QUICK = Sizes(
+    300,
+    400,
+    5_000,
+    3_000,
+    200,
+    2,
+    20_000,
+    2,
+    3,
+    60,
+    io=3_000,
+    row=2_000,
+    steady_rates=(500,),
+    steady_seconds=4,
+    mixed=2_000,
+    mixed_over=4,
+    mixed_rate=500,
+    settle=20,
+)
+#: Workload groups ``--workloads`` accepts besides single keys.
+GROUPS = ("io", "row", "steady", "mixed")
 
 
 @dataclass(frozen=True)
@@ -72,6 +118,7 @@ class Workload:
     label: str
     unit: str
     higher_is_better: bool = True
+    ratio: bool = True  # False: a ratio says nothing (a backlog's growth can be negative)
 
 
 def workloads(sizes: Sizes) -> list[Workload]:
@@ -95,7 +142,53 @@ def workloads(sizes: Sizes) -> list[Workload]:
         ),
         Workload("deep_1", f"drain with {sizes.deep:,} waiting, 1 worker process", "jobs/s"),
         Workload("deep_2", f"drain with {sizes.deep:,} waiting, 2 worker processes", "jobs/s"),
+        *real_workloads(sizes),
     ]
+
+
+def io_ceiling(sizes: Sizes) -> float:
+    """Jobs/s of one process whose every slot runs 10 ms jobs back to back."""
+    return sizes.io_slots / SLEEP
+
+
+def real_workloads(sizes: Sizes) -> list[Workload]:
+    ceiling = f"% of {io_ceiling(sizes):,.0f} jobs/s"
+    rows = [
+        Workload(
+            "io_sync",
+            f"{sizes.io:,} jobs of 10 ms `time.sleep`, {sizes.io_slots} slots, 1 process",
+            ceiling,
+        ),
+        Workload(
+            "io_async",
+            f"{sizes.io:,} jobs of 10 ms `asyncio.sleep`, {sizes.io_slots} slots, 1 process",
+            ceiling,
+        ),
+        Workload("row", f"{sizes.row:,} jobs writing one row each, 1 process", "jobs/s"),
+    ]
+    for rate in sizes.steady_rates:
+        at = f"steady {rate:,} jobs/s, 2 worker processes"
+        rows += [
+            Workload(f"steady_{rate}_sent", f"{at}: producers reached", "jobs/s", ratio=False),
+            Workload(f"steady_{rate}_p50", f"{at}: enqueue->start p50", "ms", False),
+            Workload(f"steady_{rate}_p99", f"{at}: enqueue->start p99", "ms", False),
+            Workload(f"steady_{rate}_p999", f"{at}: enqueue->start p99.9", "ms", False),
+            Workload(f"steady_{rate}_growth", f"{at}: backlog growth", "jobs/s", False, False),
+            Workload(f"steady_{rate}_peak", f"{at}: largest backlog", "jobs", False, False),
+        ]
+    mixed = (
+        f"mixed: {sizes.mixed:,} due over {sizes.mixed_over:g} s + steady "
+        f"{sizes.mixed_rate:,} jobs/s"
+    )
+    rows += [
+        Workload("mixed_p50", f"{mixed}: steady jobs' enqueue->start p50", "ms", False),
+        Workload("mixed_p99", f"{mixed}: steady jobs' enqueue->start p99", "ms", False),
+        Workload("mixed_p999", f"{mixed}: steady jobs' enqueue->start p99.9", "ms", False),
+        Workload("mixed_due_p50", f"{mixed}: scheduled jobs' due->start p50", "ms", False),
+        Workload("mixed_due_p99", f"{mixed}: scheduled jobs' due->start p99", "ms", False),
+        Workload("mixed_due_p999", f"{mixed}: scheduled jobs' due->start p99.9", "ms", False),
+    ]
+    return rows
 
 
 @dataclass
@@ -138,7 +231,15 @@ def wait_until(check: Callable[[], bool], timeout: float, every: float = 0.1) ->
 class Workers:
     """Worker processes of one system; each writes its job stats to ``stats_dir`` at exit."""
 
-    def __init__(self, system: System, dsn: str, count: int, tmp: Path, latency: Path | None):
+    def __init__(
+        self,
+        system: System,
+        dsn: str,
+        count: int,
+        tmp: Path,
+        latency: Path | None,
+        slots: int | None = None,
+    ):
         self.system = system
         self.dir = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{system.key}-workers-"))
         env = {**system.env(dsn), "BENCH_STATS_DIR": str(self.dir)}
@@ -150,7 +251,7 @@ class Workers:
             with log.open("wb") as out:
                 self.procs.append(
                     subprocess.Popen(
-                        system.work_command(dsn),
+                        system.work_command(dsn, slots),
                         cwd=ROOT,
                         env=env,
                         stdout=out,
@@ -181,9 +282,14 @@ class Workers:
 
 @contextlib.contextmanager
 def workers(
-    system: System, dsn: str, count: int, tmp: Path, latency: Path | None = None
+    system: System,
+    dsn: str,
+    count: int,
+    tmp: Path,
+    latency: Path | None = None,
+    slots: int | None = None,
 ) -> Iterator[Workers]:
-    running = Workers(system, dsn, count, tmp, latency)
+    running = Workers(system, dsn, count, tmp, latency, slots)
     try:
         yield running
     finally:
@@ -212,12 +318,16 @@ class Harness:
     only: set[str] | None = None  # workload keys to run (None: all)
 
     def wanted(self, key: str) -> bool:
-        return self.only is None or key in self.only
+        """``key`` is to run: named, or in a named group (``steady`` runs ``steady_2000_p50``)."""
+        if self.only is None or key in self.only:
+            return True
+        return any(key.startswith(f"{group}_") for group in self.only)
 
     @contextlib.contextmanager
     def counting(self, db: str, system: System, workload: str, jobs: Callable[[], int]):
         """Count the statements ``system`` sends to ``db`` inside the block (first run only)."""
-        if not self.count_statements or (system.key, workload) in self._counted:
+        counted_before = (system.key, workload) in self._counted
+        if not self.count_statements or counted_before or isinstance(system, RedisSystem):
             yield
             return
         self._counted.add((system.key, workload))
@@ -239,15 +349,15 @@ class Harness:
             ("enqueue_8", 8, sizes.enqueue_8),
         ):
             if self.wanted(key):
-                execute(db, system.reset_sql)
+                system.reset(db)
                 with self.counting(db, system, key, lambda c=count: c):  # type: ignore[misc]
                     rate = system.call(
                         db, "enqueue", "--producers", str(producers), "--count", str(count)
                     )["rate"]
                 add(key, system.key, rate)
                 log(system, key, f"{rate:,.0f} jobs/s")
-        if self.wanted("bulk"):
-            execute(db, system.reset_sql)
+        if self.wanted("bulk") and system.batch_api:
+            system.reset(db)
             with self.counting(db, system, "bulk", lambda: sizes.bulk):
                 rate = system.call(db, "bulk", "--count", str(sizes.bulk))["rate"]
             add("bulk", system.key, rate)
@@ -262,46 +372,227 @@ class Harness:
             add("latency_p50", system.key, p50)
             add("latency_p99", system.key, p99)
 
-    def drain(self, system: System, db: str, processes: int, key: str) -> float:
+    def drain(
+        self,
+        system: System,
+        db: str,
+        processes: int,
+        key: str,
+        *,
+        task: str = "noop",
+        count: int | None = None,
+        slots: int | None = None,
+        middle: bool = False,
+    ) -> float:
+        """Jobs/s of ``processes`` workers draining ``count`` pre-enqueued ``task`` jobs: from
+        the first job started to the last, or (``middle``) between the starts of 10% and 90% of
+        them, leaving out the ramp-up (a prefork pool still forking, pools opening)."""
         sizes = self.sizes
-        execute(db, system.reset_sql)
+        count = count or sizes.drain
+        system.reset(db)
         # Pre-enqueued, in one call of the system's batch API, then analyzed as autovacuum would
         # have it on a queue that has been this deep for a while. (Analyzing the empty table and
         # then bursting jobs in makes some claims plan for an empty table: the raw ceiling's
         # claim turns into a sort of every waiting row.)
-        system.call(db, "bulk", "--count", str(sizes.drain), "--atomic")
+        system.call(db, "bulk", "--count", str(count), "--atomic", "--task", task)
         execute(db, "VACUUM ANALYZE")
-        with workers(system, db, processes, self.tmp) as running:
+        with workers(system, db, processes, self.tmp, slots=slots) as running:
             # Counted from the workers' start (their start-up statements included, a handful)
             # until the queue is empty (their shutdown not).
-            with self.counting(db, system, key, lambda: sizes.drain):
+            with self.counting(db, system, key, lambda: count):
 
                 def drained() -> bool:
                     running.check_alive()
-                    return not scalar(db, system.pending_sql)
+                    return not system.pending(db)
 
                 finished = wait_until(drained, sizes.drain_timeout)
             stats = running.stop()
         rate, done = drain_rate(stats)
+        if middle:
+            buckets: list[Any] = [s.get("buckets") or {} for s in stats]
+            rate = load_stats.middle_rate(buckets) or rate
         if not finished:
             self.results.notes.append(
                 f"{system.label}, {key}: not finished after {sizes.drain_timeout:.0f} s; "
                 f"rate over the {done:,} jobs run"
             )
-        elif done < sizes.drain:
+        elif done < count:
             self.results.notes.append(
-                f"{system.label}, {key}: handlers counted {done:,} of {sizes.drain:,} jobs"
+                f"{system.label}, {key}: handlers counted {done:,} of {count:,} jobs"
             )
         log(system, key, f"{rate:,.0f} jobs/s ({done:,} jobs)")
         return rate
 
+    def real_jobs(self, system: System, db: str) -> None:
+        """The 10 ms jobs (sync and async) and the row-writing jobs, each drained by one
+        worker process; rates between the starts of 10% and 90% of the jobs."""
+        sizes = self.sizes
+        for key, task in (("io_sync", "sleep_sync"), ("io_async", "sleep_async")):
+            if self.wanted(key) and task in system.kinds:
+                rate = self.drain(
+                    system,
+                    db,
+                    1,
+                    key,
+                    task=task,
+                    count=sizes.io,
+                    slots=sizes.io_slots,
+                    middle=True,
+                )
+                self.results.add(key, system.key, rate / io_ceiling(sizes) * 100)
+        if self.wanted("row") and "row" in system.kinds:
+            rate = self.drain(system, db, 1, "row", task="row", count=sizes.row, middle=True)
+            rows = int(scalar(db, "SELECT count(*) FROM bench_rows"))
+            if rows != sizes.row:
+                self.results.notes.append(
+                    f"{system.label}, row: {rows:,} rows written for {sizes.row:,} jobs"
+                )
+            self.results.add("row", system.key, rate)
+
+    def steady(self, system: System, db: str) -> None:
+        for rate in self.sizes.steady_rates:
+            prefix = f"steady_{rate}"
+            if self.wanted(f"{prefix}_p50"):
+                self.load(system, db, prefix, rate)
+        if self.wanted("mixed_p50") and system.schedules:
+            self.load(system, db, "mixed", self.sizes.mixed_rate, scheduled=self.sizes.mixed)
+
+    def _fill_estimate(self, system: System, count: int) -> float:
+        """Seconds the system's ``schedule`` should take for ``count`` jobs (generous)."""
+        if system.batch_api:
+            return 2 + count / 20_000
+        measured = self.results.figures.get("enqueue_1", {}).get(system.key)
+        rate = statistics.median(measured) * 0.7 if measured else 1_500.0
+        return 2 + count / rate
+
+    def warm_up(self, system: System, db: str, running: Workers, path: Path) -> int:
+        """Wait until the workers run jobs (a few, sent at a slow pace): a fixed sleep is not
+        enough for a worker that imports a lot on a busy machine. Returns the latency file's
+        size then: the enqueue->start lines before it are the warm-up's."""
+        time.sleep(self.sizes.ready_wait)
+        running.check_alive()
+        sent = system.call(db, "latency", "--rate", "20", "--seconds", "0.5")["sent"]
+
+        def started() -> bool:
+            running.check_alive()
+            return len(path.read_text().splitlines()) >= sent
+
+        if not wait_until(started, 60):
+            raise RuntimeError(f"{system.label}: the workers ran no job within 60 s")
+        return path.stat().st_size
+
+    def load(self, system: System, db: str, prefix: str, rate: int, scheduled: int = 0) -> None:
+        """``rate`` jobs/s from ``sizes.producers`` processes (one job per transaction, each
+        stamped just before the call) into 2 worker processes; the due-and-unfinished count
+        sampled every 0.25 s. With ``scheduled``: that many jobs coming due over
+        ``sizes.mixed_over`` seconds while the producers run."""
+        sizes = self.sizes
+        system.reset(db)
+        path = Path(tempfile.mkstemp(dir=self.tmp, prefix=f"{system.key}-{prefix}-")[1])
+        seconds = sizes.steady_seconds
+        start_at = 0.0
+        if scheduled:
+            # Due once the workers are up: their start and warm-up take seconds on a busy machine.
+            start_at = (
+                time.time() + self._fill_estimate(system, scheduled) + sizes.ready_wait + WARM_UP
+            )
+            done = system.call(
+                db,
+                "schedule",
+                "--count",
+                str(scheduled),
+                "--start-at",
+                f"{start_at:.3f}",
+                "--over",
+                str(sizes.mixed_over),
+            )
+            if done.get("late"):
+                self.results.notes.append(
+                    f"{system.label}, mixed: the scheduled jobs were written "
+                    f"{done['late']:.1f} s after the first came due"
+                )
+            seconds = sizes.mixed_over + 2
+        with workers(system, db, 2, self.tmp, latency=path) as running:
+            skip = self.warm_up(system, db, running, path)
+            if scheduled:
+                time.sleep(max(0.0, start_at - 1 - time.time()))
+            running.check_alive()
+            each = rate / sizes.producers
+            producers = [
+                subprocess.Popen(
+                    system.driver(
+                        db, "latency", "--rate", f"{each:g}", "--seconds", f"{seconds:g}"
+                    ),
+                    cwd=ROOT,
+                    env=system.env(db),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(sizes.producers)
+            ]
+            samples: list[tuple[float, float]] = []
+            while any(p.poll() is None for p in producers):
+                samples.append((time.time(), float(system.backlog(db))))
+                running.check_alive()
+                time.sleep(0.25)
+            sent = elapsed = 0.0
+            for proc in producers:
+                out, err = proc.communicate()
+                if proc.returncode != 0:
+                    raise RuntimeError(
+                        f"{system.label} producer failed:\n{out[-2000:]}\n{err[-3000:]}"
+                    )
+                result = produced(out)
+                sent += result.get("sent", 0)
+                elapsed = max(elapsed, result.get("seconds", seconds))
+            expected = int(sent) + scheduled
+
+            def delays() -> load_stats.Delays:
+                # Scheduled jobs that came due during the warm-up count; its own jobs do not.
+                data = path.read_bytes()
+                warm = load_stats.parse_latency(data[:skip].decode().splitlines())
+                rest = load_stats.parse_latency(data[skip:].decode().splitlines())
+                return load_stats.Delays(rest.sent, warm.due + rest.due)
+
+            wait_until(lambda: len(delays().sent) + len(delays().due) >= expected, sizes.settle)
+        measured = delays()
+        started = len(measured.sent) + len(measured.due)
+        if started < expected:
+            self.results.notes.append(
+                f"{system.label}, {prefix}: {started:,} of {expected:,} jobs started within "
+                f"{sizes.settle:.0f} s of the producers' end (percentiles over those)"
+            )
+        add = self.results.add
+        ms = [d * 1000 for d in measured.sent]
+        add(f"{prefix}_p50", system.key, load_stats.percentile(ms, 50))
+        add(f"{prefix}_p99", system.key, load_stats.percentile(ms, 99))
+        add(f"{prefix}_p999", system.key, load_stats.percentile(ms, 99.9))
+        if scheduled:
+            late = [d * 1000 for d in measured.due]
+            add("mixed_due_p50", system.key, load_stats.percentile(late, 50))
+            add("mixed_due_p99", system.key, load_stats.percentile(late, 99))
+            add("mixed_due_p999", system.key, load_stats.percentile(late, 99.9))
+        else:
+            grown = load_stats.backlog(samples)
+            add(f"{prefix}_sent", system.key, sent / elapsed if elapsed else 0.0)
+            add(f"{prefix}_growth", system.key, grown.growth)
+            add(f"{prefix}_peak", system.key, grown.peak)
+        log(
+            system,
+            prefix,
+            f"sent {sent / elapsed if elapsed else 0:,.0f} jobs/s; p50/p99/p99.9 "
+            f"{load_stats.percentile(ms, 50):.1f}/{load_stats.percentile(ms, 99):.1f}/"
+            f"{load_stats.percentile(ms, 99.9):.1f} ms; backlog peak "
+            f"{max((v for _, v in samples), default=0):,.0f}",
+        )
+
     def latency(self, system: System, db: str) -> tuple[float, float]:
         sizes = self.sizes
-        execute(db, system.reset_sql)
+        system.reset(db)
         path = Path(tempfile.mkstemp(dir=self.tmp, prefix=f"{system.key}-latency-")[1])
         with workers(system, db, 1, self.tmp, latency=path) as running:
-            time.sleep(sizes.ready_wait)
-            running.check_alive()
+            skip = self.warm_up(system, db, running, path)
             sent = system.call(
                 db,
                 "latency",
@@ -310,8 +601,8 @@ class Harness:
                 "--seconds",
                 str(sizes.latency_seconds),
             )["sent"]
-            wait_until(lambda: len(path.read_text().splitlines()) >= sent, 30)
-        delays = sorted(float(x) * 1000 for x in path.read_text().split())
+            wait_until(lambda: len(path.read_bytes()[skip:].splitlines()) >= sent, 30)
+        delays = sorted(float(x) * 1000 for x in path.read_bytes()[skip:].split())
         if len(delays) < sent:
             self.results.notes.append(
                 f"{system.label}, latency: {len(delays)} of {sent} jobs started within 30 s"
@@ -325,13 +616,15 @@ class Harness:
 
     def deep(self, system: System, db: str, first: bool) -> None:
         sizes = self.sizes
+        if isinstance(system, RedisSystem):
+            return  # a list in memory has no index to walk; and no batch API to fill it
         for processes in (1, 2):
             key = f"deep_{processes}"
             if not self.wanted(key):
                 continue
             if first and processes == 1:
-                execute(db, system.reset_sql)
-            waiting = int(scalar(db, system.waiting_sql) or 0)
+                system.reset(db)
+            waiting = system.waiting(db)
             if waiting < sizes.deep:
                 started = time.perf_counter()
                 system.call(
@@ -357,6 +650,32 @@ class Harness:
             log(system, key, f"{rate:,.0f} jobs/s ({count:,} jobs)")
 
 
+def save(directory: Path, stamp: str, results: Results, described: str, sizes: Sizes) -> None:
+    """The raw figures as JSON (rewritten after every run, so an interrupted one keeps some)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"compare-{stamp}.json").write_text(
+        json.dumps(
+            {
+                "figures": results.figures,
+                "statements": results.statements,
+                "breakdown": results.breakdown,
+                "notes": results.notes,
+                "machine": described,
+                "sizes": sizes.__dict__,
+            },
+            indent=1,
+        )
+    )
+
+
+def produced(stdout: str) -> dict[str, Any]:
+    """The BENCH-RESULT of a driver's output ({} if none)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return dict(json.loads(line[len(RESULT_PREFIX) :]))
+    return {}
+
+
 def log(system: System, key: str, message: str) -> None:
     print(f"  {system.label:<16} {key:<12} {message}", flush=True)
 
@@ -372,13 +691,44 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
     parser.add_argument(
         "--systems", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}"
     )
-    parser.add_argument("--workloads", help="comma-separated subset of workload keys")
+    parser.add_argument(
+        "--workloads",
+        help=f"comma-separated workload keys or groups ({', '.join(GROUPS)})",
+    )
+    parser.add_argument("--producers", type=int, help="producer processes of the steady load")
+    parser.add_argument("--steady-rates", help="comma-separated jobs/s (default 2000,5000)")
+    parser.add_argument("--steady-seconds", type=float, help="length of each steady load")
+    parser.add_argument("--mixed-jobs", type=int, help="scheduled jobs of the mixed load")
+    parser.add_argument("--drain-jobs", type=int, help="jobs per no-op drain (default 50,000)")
+    parser.add_argument("--io-jobs", type=int, help="jobs per 10 ms-job drain")
+    parser.add_argument("--row-jobs", type=int, help="jobs per row-writing drain")
+    parser.add_argument(
+        "--block",
+        default="compare",
+        help="name of the marked block of the docs page to write (another name: another table)",
+    )
     parser.add_argument("--concurrency", type=int, default=64, help="pgqueue worker slots")
     parser.add_argument("--docs", type=Path, help="markdown file to write the table into")
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     sizes = sizes_override or (QUICK if args.quick else FULL)
+    overrides: dict[str, Any] = {}
+    if args.producers:
+        overrides["producers"] = args.producers
+    if args.steady_rates:
+        overrides["steady_rates"] = tuple(int(r) for r in args.steady_rates.split(","))
+    if args.steady_seconds:
+        overrides["steady_seconds"] = args.steady_seconds
+    for name, value in (
+        ("mixed", args.mixed_jobs),
+        ("drain", args.drain_jobs),
+        ("io", args.io_jobs),
+        ("row", args.row_jobs),
+    ):
+        if value:
+            overrides[name] = value
+    sizes = dataclasses.replace(sizes, **overrides)
     runs = args.runs or (1 if args.quick else 3)
     keys = [k.strip() for k in args.systems.split(",") if k.strip()]
     unknown = sorted(set(keys) - set(ALL))
@@ -389,15 +739,23 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
 
     systems = build(keys, args.concurrency)
     results = Results()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     settings = None if args.dsn else statements.PRELOAD
-    with server(args.dsn, settings) as admin, tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        admin = stack.enter_context(server(args.dsn, settings))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        brokered = [s for s in systems if isinstance(s, RedisSystem)]
+        if brokered:
+            redis_url = stack.enter_context(redis_server.server())
+            for broker in brokered:
+                broker.redis = redis_url
         count_statements = statements.available(admin)
         if not count_statements:
             results.notes.append("pg_stat_statements is not loaded: no statement counts")
         databases = {}
         for system in systems:
             db = fresh_database(admin, f"bench_{system.key}", migrated=False)
-            system.call(db, "setup")
+            system.setup(db)
             databases[system.key] = db
         described = machine(admin)
         load_before = os.getloadavg()
@@ -408,6 +766,9 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
             print(f"run {run + 1}/{runs}", flush=True)
             for system in systems:
                 harness.shallow(system, databases[system.key])
+                harness.real_jobs(system, databases[system.key])
+                harness.steady(system, databases[system.key])
+            save(args.results_dir, stamp, results, described, sizes)  # a partial copy
         for run in range(runs):
             print(f"deep queue, run {run + 1}/{runs}", flush=True)
             for system in systems:
@@ -427,26 +788,14 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
     table = report.render(context, results)
     print()
     print(table)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    (args.results_dir / f"compare-{stamp}.json").write_text(
-        json.dumps(
-            {
-                "figures": results.figures,
-                "statements": results.statements,
-                "breakdown": results.breakdown,
-                "notes": results.notes,
-                "machine": described,
-                "sizes": sizes.__dict__,
-            },
-            indent=1,
-        )
-    )
+    save(args.results_dir, stamp, results, described, sizes)
     if docs is not None:
-        report.write(docs, table)
+        report.write(docs, table, args.block)
         print(f"\nwritten to {docs}")
     return results
 
 
 if __name__ == "__main__":
+    # SIGTERM unwinds like Ctrl-C: workers, Redis and PostgreSQL are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     main()

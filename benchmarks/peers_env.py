@@ -2,6 +2,10 @@
 
 * ``benchmarks/.peers-venv``: a virtualenv with ``benchmarks/peers/requirements.txt`` (pinned),
   so the peers and their dependencies never touch the project's venv;
+* ``benchmarks/.peers-venv-redis``: Celery, Dramatiq (and their Redis client), from
+  ``benchmarks/peers/redis-requirements.txt``;
+* ``benchmarks/.peers-venv-arq``: arq, from ``benchmarks/peers/arq-requirements.txt`` (arq pins
+  ``redis<6`` while Celery's Redis transport needs a newer one, so they cannot share a venv);
 * ``benchmarks/peers/graphile/node_modules``: ``npm ci`` from the committed package-lock.json.
 
 Each is (re)installed when its pin file changes (a stamp file records the installed hash).
@@ -20,6 +24,12 @@ HERE = Path(__file__).resolve().parent
 VENV = HERE / ".peers-venv"
 REQUIREMENTS = HERE / "peers" / "requirements.txt"
 GRAPHILE = HERE / "peers" / "graphile"
+#: family -> (virtualenv, pinned requirements)
+FAMILIES = {
+    "postgres": (VENV, REQUIREMENTS),
+    "redis": (HERE / ".peers-venv-redis", HERE / "peers" / "redis-requirements.txt"),
+    "arq": (HERE / ".peers-venv-arq", HERE / "peers" / "arq-requirements.txt"),
+}
 
 
 def _digest(path: Path) -> str:
@@ -30,18 +40,19 @@ def _fresh(stamp: Path, digest: str) -> bool:
     return stamp.exists() and stamp.read_text() == digest
 
 
-def python() -> Path:
-    """The peers' interpreter, installing the pinned requirements first if needed."""
-    interpreter = VENV / "bin" / "python"
-    stamp = VENV / ".requirements.sha256"
-    digest = _digest(REQUIREMENTS)
+def python(family: str = "postgres") -> Path:
+    """The interpreter of one family of peers, installing its pinned requirements if needed."""
+    venv, requirements = FAMILIES[family]
+    interpreter = venv / "bin" / "python"
+    stamp = venv / ".requirements.sha256"
+    digest = _digest(requirements)
     if interpreter.exists() and _fresh(stamp, digest):
         return interpreter
-    print(f"installing the peers into {VENV} (pinned: {REQUIREMENTS.name})", flush=True)
+    print(f"installing the peers into {venv} (pinned: {requirements.name})", flush=True)
     if not interpreter.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
-        [str(interpreter), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)],
+        [str(interpreter), "-m", "pip", "install", "--quiet", "-r", str(requirements)],
         check=True,
     )
     stamp.write_text(digest)

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN = "<!-- compare:begin (written by python -m benchmarks.compare) -->"
 END = "<!-- compare:end -->"
-PEERS = ("pgqueuer", "procrastinate", "graphile")
+#: Not peers: pgqueue's own flavours and the raw ceiling.
+OURS = ("raw", "pgqueue", "pgqueue_def")
 
 
 @dataclass
@@ -58,8 +59,14 @@ def _ratio(mine: list[float] | None, theirs: list[float] | None) -> str:
 def render(context: Context, results: Results) -> str:
     labels = {s.key: s.label for s in context.systems}
     keys = [s.key for s in context.systems]
-    # Ratio columns only make sense with pgqueue in the run.
-    peers = [k for k in PEERS if k in keys] if "pgqueue" in keys else []
+    # Ratio columns: each peer against the pgqueue flavour it is compared with (plain `def`
+    # tasks for the thread- and process-based brokers, `async def` otherwise), if in the run.
+    mine = {s.key: s.compare_with for s in context.systems}
+    peers = [
+        (mine[k] if mine[k] in keys else "pgqueue", k)
+        for k in keys
+        if k not in OURS and (mine[k] in keys or "pgqueue" in keys)
+    ]
     lines = [
         f"Command: `{context.command}`",
         "",
@@ -68,11 +75,12 @@ def render(context: Context, results: Results) -> str:
         "",
         f"Each figure: median of {context.runs} run(s) (min-max). Ratios are pgqueue divided "
         "by the other system's median: above 1 pgqueue is faster for jobs/s, below 1 pgqueue "
-        "is faster for latencies (ms).",
+        "is faster for latencies (ms) and backlogs. A blank cell: the system has no such job "
+        "or API (listed under the table).",
         "",
     ]
     header = ["workload", *(labels[k] for k in keys)]
-    header += [f"pgqueue / {labels[k]}" for k in peers]
+    header += [f"{labels[ours]} / {labels[k]}" for ours, k in peers]
     with_raw = "raw" in keys and "pgqueue" in keys
     if with_raw:
         header.append("pgqueue / raw")
@@ -82,9 +90,12 @@ def render(context: Context, results: Results) -> str:
         figures = results.figures.get(workload.key, {})
         row = [f"{workload.label} ({workload.unit})"]
         row += [_cell(figures.get(k), workload.unit) for k in keys]
-        row += [_ratio(figures.get("pgqueue"), figures.get(k)) for k in peers]
-        if with_raw:
-            row.append(_ratio(figures.get("pgqueue"), figures.get("raw")))
+        if workload.ratio:
+            row += [_ratio(figures.get(ours), figures.get(k)) for ours, k in peers]
+            if with_raw:
+                row.append(_ratio(figures.get("pgqueue"), figures.get("raw")))
+        else:
+            row += [""] * (len(peers) + with_raw)
         lines.append("| " + " | ".join(row) + " |")
     if results.statements:
         lines += ["", "Statements per 1,000 jobs (`pg_stat_statements`, top level, first run):", ""]
@@ -96,7 +107,9 @@ def render(context: Context, results: Results) -> str:
         lines.append("| system | " + " | ".join(c for _, c in columns) + " |")
         lines.append("|---|" + "---|" * len(columns))
         for key in keys:
-            counts: dict[str, Any] = results.statements.get(key, {})
+            if key not in results.statements:
+                continue
+            counts: dict[str, Any] = results.statements[key]
             cells = [f"{counts[w]:,.1f}" if w in counts else "" for w, _ in columns]
             lines.append(f"| {labels[key]} | " + " | ".join(cells) + " |")
         for key in keys:
@@ -117,14 +130,25 @@ def render(context: Context, results: Results) -> str:
     return "\n".join(lines)
 
 
-def write(path: Path, table: str) -> None:
+def markers(block: str) -> tuple[str, str]:
+    """The begin and end markers of the named block (``compare``: the one the page had first)."""
+    if block == "compare":
+        return BEGIN, END
+    return (
+        f"<!-- {block}:begin (written by python -m benchmarks.compare --block {block}) -->",
+        f"<!-- {block}:end -->",
+    )
+
+
+def write(path: Path, table: str, block: str = "compare") -> None:
     """Replace the text between the markers in ``path`` (append a section if they are absent)."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{BEGIN}\n{table}\n{END}"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + block + tail
+    begin, end = markers(block)
+    block_text = f"{begin}\n{table}\n{end}"
+    if begin in text and end in text:
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
+        text = head + block_text + tail
     else:
-        text = text.rstrip("\n") + "\n\n## Side by side with the peers\n\n" + block + "\n"
+        text = text.rstrip("\n") + "\n\n## Side by side with the peers\n\n" + block_text + "\n"
     path.write_text(text)

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from benchmarks import peers_env
-from benchmarks.drivers import pgqueue_driver
-from benchmarks.drivers.protocol import RESULT_PREFIX
+from benchmarks import peers_env, redis_server, statements
+from benchmarks.drivers import jobs, pgqueue_driver
+from benchmarks.drivers.protocol import RESULT_PREFIX, TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,9 +59,49 @@ class System:
     #: Extra arguments of the driver's ``work`` command (before ``work``: driver options).
     work_options: list[str] = field(default_factory=list)
     description: str = ""
+    #: How many jobs are due and not finished (the steady load's backlog).
+    backlog_sql: str = ""
+    #: The job kinds its driver runs (``protocol.TASKS``).
+    kinds: tuple[str, ...] = TASKS
+    #: Whether its driver has ``schedule`` (jobs due later).
+    schedules: bool = True
+    #: Whether it has a batch enqueue API (``bulk`` loops over single enqueues otherwise).
+    batch_api: bool = True
+    #: The table the comparison prints it in, and the pgqueue system its ratios divide by.
+    table: str = "postgres"
+    compare_with: str = "pgqueue"
+    #: Options of the driver's ``work`` command giving the number of job slots.
+    slots_options: tuple[str, ...] = ("--concurrency",)
 
     def driver(self, dsn: str, *args: str) -> list[str]:
         return [*self.prefix, "--dsn", url(dsn), *args]
+
+    # The harness's view of the queue (SQL here; the Redis peers read their broker).
+    def _scalar(self, dsn: str, query: str) -> Any:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(statements.harness(query)).fetchone()
+        return row[0] if row else None
+
+    def pending(self, dsn: str) -> bool:
+        """At least one job still waiting or running."""
+        return bool(self._scalar(dsn, self.pending_sql))
+
+    def waiting(self, dsn: str) -> int:
+        return int(self._scalar(dsn, self.waiting_sql) or 0)
+
+    def backlog(self, dsn: str) -> int:
+        return int(self._scalar(dsn, self.backlog_sql or self.waiting_sql) or 0)
+
+    def reset(self, dsn: str) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(statements.harness(self.reset_sql))
+            conn.execute(statements.harness("TRUNCATE bench_rows"))
+
+    def setup(self, dsn: str) -> None:
+        """The system's schema, and the application table the row jobs write to."""
+        self.call(dsn, "setup")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(jobs.DDL)
 
     def call(self, dsn: str, *args: str, timeout: float = 1800) -> dict[str, Any]:
         """Run one driver command and return its BENCH-RESULT (or {})."""
@@ -86,19 +127,67 @@ class System:
         return {}
 
     def env(self, dsn: str) -> dict[str, str]:
-        return {**os.environ, "PGQUEUE_DSN": url(dsn), "PYTHONUNBUFFERED": "1"}
+        return {
+            **os.environ,
+            "PGQUEUE_DSN": url(dsn),
+            "BENCH_APP_DSN": url(dsn),
+            "PYTHONUNBUFFERED": "1",
+        }
 
-    def work_command(self, dsn: str) -> list[str]:
-        return self.driver(dsn, *self.work_options, "work")
+    def work_command(self, dsn: str, slots: int | None = None) -> list[str]:
+        extra = (
+            [arg for option in self.slots_options for arg in (option, str(slots))] if slots else []
+        )
+        return self.driver(dsn, *self.work_options, "work", *extra)
 
 
 @dataclass
 class PgqueueSystem(System):
     concurrency: int = pgqueue_driver.DEFAULT_CONCURRENCY
 
-    def work_command(self, dsn: str) -> list[str]:
+    def work_command(self, dsn: str, slots: int | None = None) -> list[str]:
         # pgqueue's worker is `pgq work` itself, exactly as users run it.
-        return pgqueue_driver.work_command(sys.executable, self.concurrency)
+        return pgqueue_driver.work_command(sys.executable, slots or self.concurrency)
+
+
+@dataclass
+class RedisSystem(System):
+    """A peer whose jobs live in Redis (the harness's private server, one database each); the
+    application table is in its PostgreSQL database like everyone's."""
+
+    #: ``(command, key)`` pairs whose sum is the number of unfinished jobs ready to run...
+    ready_keys: tuple[tuple[str, str], ...] = ()
+    #: ... and of jobs due later.
+    later_keys: tuple[tuple[str, str], ...] = ()
+    database: int = 0
+    redis: str = ""  # the server's URL, set by the harness once it runs
+
+    @property
+    def redis_url(self) -> str:
+        if not self.redis:
+            raise RuntimeError(f"{self.label}: no Redis server given")
+        return f"{self.redis}/{self.database}"
+
+    def _count(self, keys: tuple[tuple[str, str], ...]) -> int:
+        with redis_server.Client(self.redis_url) as client:
+            return sum(int(client.command(cmd, key) or 0) for cmd, key in keys)
+
+    def pending(self, dsn: str) -> bool:
+        return self._count(self.ready_keys + self.later_keys) > 0
+
+    def waiting(self, dsn: str) -> int:
+        return self._count(self.ready_keys)
+
+    def backlog(self, dsn: str) -> int:
+        return self._count(self.ready_keys)
+
+    def reset(self, dsn: str) -> None:
+        redis_server.command(self.redis_url, "FLUSHDB")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(statements.harness("TRUNCATE bench_rows"))
+
+    def env(self, dsn: str) -> dict[str, str]:
+        return {**super().env(dsn), "BENCH_REDIS_URL": self.redis_url}
 
 
 def _python_prefix(python: str | Path, module: str) -> list[str]:
@@ -106,6 +195,8 @@ def _python_prefix(python: str | Path, module: str) -> list[str]:
 
 
 RAW = System(
+    kinds=("noop",),
+    schedules=False,
     key="raw",
     label="raw SQL",
     prefix=_python_prefix(sys.executable, "raw_driver"),
@@ -119,41 +210,66 @@ RAW = System(
 )
 
 
-def pgqueue(concurrency: int) -> System:
+def pgqueue(concurrency: int, sync: bool = False) -> System:
+    prefix = _python_prefix(sys.executable, "pgqueue_driver")
     return PgqueueSystem(
-        key="pgqueue",
-        label="pgqueue",
-        prefix=_python_prefix(sys.executable, "pgqueue_driver"),
+        key="pgqueue_def" if sync else "pgqueue",
+        label="pgqueue (def)" if sync else "pgqueue",
+        prefix=[*prefix, "--sync-tasks"] if sync else prefix,
         pending_sql="SELECT EXISTS (SELECT 1 FROM pgqueue.jobs)",
         waiting_sql="SELECT count(*) FROM pgqueue.jobs WHERE state IN ('ready', 'scheduled')",
+        backlog_sql="SELECT count(*) FROM pgqueue.jobs WHERE run_at <= now()",
         reset_sql="TRUNCATE pgqueue.jobs, pgqueue.job_history, pgqueue.dead_letters",
         concurrency=concurrency,
+        table="both",
         description=(
-            f"this tree: `pgq work --concurrency {concurrency}` (async no-op task), sync "
-            "`enqueue` from threads, `enqueue_many` (COPY)"
+            f"this tree: `pgq work --concurrency {concurrency}` ("
+            + (
+                "plain `def` no-op and row tasks on the worker's handler threads"
+                if sync
+                else "`async def` no-op and row tasks"
+            )
+            + "), sync `enqueue` from threads, `enqueue_many` (COPY)"
         ),
     )
 
 
-#: How the harness sees each peer's tables: (pending, waiting, reset) SQL.
+#: How the harness sees each peer's tables: (pending, waiting, reset, backlog) SQL.
 _PEER_SQL = {
     "pgqueuer": (
         "SELECT EXISTS (SELECT 1 FROM pgqueuer)",
         "SELECT count(*) FROM pgqueuer WHERE status = 'queued'",
         "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics",
+        "SELECT count(*) FROM pgqueuer WHERE execute_after <= now()",
     ),
     "procrastinate": (
         "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))",
         "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'",
         "TRUNCATE procrastinate_jobs CASCADE",
+        "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+        " AND coalesce(scheduled_at, now()) <= now()",
     ),
 }
 
 
 def _python_peer(key: str, label: str, description: str, options: list[str]) -> System:
-    pending, waiting, reset = _PEER_SQL[key]
+    pending, waiting, reset, backlog = _PEER_SQL[key]
     prefix = _python_prefix(peers_env.python(), f"{key}_driver")
-    return System(key, label, prefix, pending, waiting, reset, options, description)
+    return System(
+        key,
+        label,
+        prefix,
+        pending,
+        waiting,
+        reset,
+        options,
+        description,
+        backlog,
+        # Their drivers have the no-op job only so far: the steady load, not the 10 ms, row or
+        # scheduled jobs.
+        kinds=("noop",),
+        schedules=False,
+    )
 
 
 def pgqueuer() -> System:
@@ -184,6 +300,11 @@ def graphile() -> System:
         prefix=[node, str(peers_env.GRAPHILE / "driver.mjs")],
         pending_sql="SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)",
         waiting_sql="SELECT count(*) FROM graphile_worker._private_jobs WHERE locked_at IS NULL",
+        backlog_sql="SELECT count(*) FROM graphile_worker._private_jobs WHERE run_at <= now()",
+        # Its driver has the no-op job only so far (and Node has no blocking sleep that leaves
+        # the other jobs running, so no `sleep_sync` ever).
+        kinds=("noop",),
+        schedules=False,
         reset_sql="TRUNCATE graphile_worker._private_jobs CASCADE",
         description=(
             "Node, concurrentJobs 24, maxPoolSize 25, localQueue.size 500, "
@@ -193,15 +314,110 @@ def graphile() -> System:
     )
 
 
-ALL = ("raw", "pgqueue", "pgqueuer", "procrastinate", "graphile")
+#: Celery's Redis transport: the queue is a list, delivered-but-unacknowledged messages (and
+#: every ETA task, which the worker holds until due) sit in the ``unacked`` hash.
+_CELERY_KEYS = (("LLEN", "celery"), ("HLEN", "unacked"))
+
+
+def celery(pool: str, database: int) -> System:
+    threads = pool == "threads"
+    return RedisSystem(
+        key=f"celery_{pool}",
+        label=f"Celery {pool}",
+        prefix=[*_python_prefix(peers_env.python("redis"), "celery_driver"), "--pool", pool],
+        pending_sql="",
+        waiting_sql="",
+        reset_sql="",
+        table="redis",
+        compare_with="pgqueue_def",
+        kinds=("noop", "sleep_sync", "row"),  # no coroutine tasks
+        ready_keys=_CELERY_KEYS,
+        database=database,
+        batch_api=False,
+        description=(
+            f"Celery 5.7, Redis broker, `--pool {pool}`, "
+            + (
+                "64 threads"
+                if threads
+                else "concurrency = cores (its default; 64 processes for the 10 ms jobs)"
+            )
+            + "; the throughput settings of its optimizing guide: `task_acks_late`, "
+            "`worker_prefetch_multiplier` 64, `task_ignore_result` (no result backend), "
+            "`worker_disable_rate_limits`, no gossip/mingle/heartbeat; `apply_async` "
+            "(no batch API: the bulk row is left blank), no `async def` tasks"
+        ),
+    )
+
+
+def dramatiq() -> System:
+    return RedisSystem(
+        key="dramatiq",
+        label="Dramatiq",
+        prefix=_python_prefix(peers_env.python("redis"), "dramatiq_driver"),
+        pending_sql="",
+        waiting_sql="",
+        reset_sql="",
+        table="redis",
+        compare_with="pgqueue_def",
+        ready_keys=(("HLEN", "dramatiq:default.msgs"),),
+        later_keys=(("HLEN", "dramatiq:default.DQ.msgs"),),
+        database=3,
+        batch_api=False,
+        description=(
+            "Dramatiq 2.2, Redis broker, one worker process with 64 threads (`Worker` in "
+            "process, as `dramatiq --processes 1 --threads 64`), its default prefetch "
+            "(2 x threads), `AsyncIO` middleware for the `async def` actor; `send` "
+            "(no batch API)"
+        ),
+    )
+
+
+def arq() -> System:
+    return RedisSystem(
+        key="arq",
+        label="arq",
+        prefix=_python_prefix(peers_env.python("arq"), "arq_driver"),
+        pending_sql="",
+        waiting_sql="",
+        reset_sql="",
+        table="redis",
+        compare_with="pgqueue",
+        ready_keys=(("ZCARD", "arq:queue"),),
+        database=4,
+        batch_api=False,
+        kinds=("noop", "sleep_async", "row"),  # coroutines only
+        description=(
+            "arq 0.28, `max_jobs` 64, `keep_result` 0, `poll_delay` 0.05 s (it polls Redis: "
+            "no push), `async def` jobs only; `enqueue_job` (no batch API)"
+        ),
+    )
+
+
+ALL = (
+    "raw",
+    "pgqueue",
+    "pgqueue_def",
+    "pgqueuer",
+    "procrastinate",
+    "graphile",
+    "celery_prefork",
+    "celery_threads",
+    "dramatiq",
+    "arq",
+)
 
 
 def build(keys: list[str], concurrency: int) -> list[System]:
     makers = {
         "raw": lambda: RAW,
         "pgqueue": lambda: pgqueue(concurrency),
+        "pgqueue_def": lambda: pgqueue(concurrency, sync=True),
         "pgqueuer": pgqueuer,
         "procrastinate": procrastinate,
         "graphile": graphile,
+        "celery_prefork": lambda: celery("prefork", 1),
+        "celery_threads": lambda: celery("threads", 2),
+        "dramatiq": dramatiq,
+        "arq": arq,
     }
     return [makers[key]() for key in keys]

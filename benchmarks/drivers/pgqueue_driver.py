@@ -5,14 +5,17 @@
 
 Producers use the sync API from threads (the API most applications call); bulk uses
 ``enqueue_many`` (COPY). The worker is a real ``pgq work`` process (see ``work_command``).
+``--sync-tasks``: the no-op and row jobs are plain ``def`` tasks (run on the worker's handler
+threads) instead of ``async def``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from datetime import UTC, datetime
 
-from benchmarks.drivers import protocol
+from benchmarks.drivers import jobs, protocol
 from pgqueue import PgQueue
 from pgqueue.db import migrate
 
@@ -24,13 +27,47 @@ DEFAULT_CONCURRENCY = 64
 
 
 @pgq.task(name=TASK)
-async def job(sent: float | None = None) -> None:
-    protocol.STATS.job(sent)
+async def job(sent: float | None = None, due: float | None = None) -> None:
+    protocol.STATS.job(sent, due)
 
 
 @pgq.task(name=SYNC_TASK)
-def sync_job(sent: float | None = None) -> None:
-    protocol.STATS.job(sent)
+def sync_job(sent: float | None = None, due: float | None = None) -> None:
+    protocol.STATS.job(sent, due)
+
+
+@pgq.task(name="bench.sleep_sync")
+def sleep_sync() -> None:
+    protocol.STATS.job()
+    jobs.sleep_sync()
+
+
+@pgq.task(name="bench.sleep_async")
+async def sleep_async() -> None:
+    protocol.STATS.job()
+    await jobs.sleep_async()
+
+
+@pgq.task(name="bench.row")
+async def row() -> None:
+    protocol.STATS.job()
+    await jobs.write_row_async()
+
+
+@pgq.task(name="bench.sync_row")
+def sync_row() -> None:
+    protocol.STATS.job()
+    jobs.write_row()
+
+
+def tasks(sync: bool) -> dict[str, object]:
+    """The task of every job kind (``protocol.TASKS``) for async or sync no-op and row jobs."""
+    return {
+        "noop": sync_job if sync else job,
+        "sleep_sync": sleep_sync,
+        "sleep_async": sleep_async,
+        "row": sync_row if sync else row,
+    }
 
 
 def work_command(python: str, concurrency: int) -> list[str]:
@@ -49,15 +86,19 @@ def work_command(python: str, concurrency: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = protocol.parser(__doc__ or "").parse_args(argv)
+    p = protocol.parser(__doc__ or "")
+    p.add_argument("--sync-tasks", action="store_true", help="def no-op and row tasks")
+    args = p.parse_args(argv)
     dsn: str = args.dsn
+    kinds = tasks(args.sync_tasks)
+    noop = kinds["noop"]
     if args.command == "setup":
         migrate.upgrade(dsn)
     elif args.command == "enqueue":
 
         def make():
             app = PgQueue(dsn, pool_size=1)
-            return lambda: app.enqueue(TASK, {})
+            return lambda: app.enqueue(noop.name, {})  # type: ignore[attr-defined]
 
         rate = protocol.threaded_rate(args.producers, args.count // args.producers, make)
         protocol.emit(rate=rate)
@@ -65,17 +106,33 @@ def main(argv: list[str] | None = None) -> None:
         with PgQueue(dsn, pool_size=1) as app:
             app.enqueue_many([])  # open the pool before the clock starts
             app.enqueue(TASK, {})
+            task = kinds[args.task]
             started = time.perf_counter()
             for n in protocol.chunks(args.count, args.chunk):
-                app.enqueue_many([job.s() for _ in range(n)])
+                app.enqueue_many([task.s() for _ in range(n)])  # type: ignore[attr-defined]
             protocol.emit(rate=args.count / (time.perf_counter() - started))
     elif args.command == "latency":
         with PgQueue(dsn, pool_size=1) as app:
             sent = 0
+            started = time.perf_counter()
             for _ in protocol.paced(args.rate, args.seconds):
-                app.enqueue(TASK, {"sent": time.time()})
+                app.enqueue(noop.name, {"sent": time.time()})  # type: ignore[attr-defined]
                 sent += 1
-            protocol.emit(sent=sent)
+            protocol.emit(sent=sent, seconds=time.perf_counter() - started)
+    elif args.command == "schedule":
+        with PgQueue(dsn, pool_size=1) as app:
+            started = time.perf_counter()
+            for batch in protocol.due_batches(args.count, args.start_at, args.over):
+                app.enqueue_many(
+                    [
+                        noop.s(due=d, run_at=datetime.fromtimestamp(d, UTC))  # type: ignore[attr-defined]
+                        for d in batch
+                    ]
+                )
+            protocol.emit(
+                rate=args.count / (time.perf_counter() - started),
+                late=max(0.0, time.time() - args.start_at),
+            )
     elif args.command == "work":
         sys.exit("run the worker with work_command(): it is `pgq work`")
 

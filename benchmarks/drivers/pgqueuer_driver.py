@@ -75,10 +75,11 @@ async def run(args) -> None:
     elif args.command == "latency":
         q, conn = await queries(dsn)
         sent = 0
+        started = time.perf_counter()
         async for _ in protocol.async_paced(args.rate, args.seconds):
             await q.enqueue(ENTRYPOINT, repr(time.time()).encode())
             sent += 1
-        protocol.emit(sent=sent)
+        protocol.emit(sent=sent, seconds=time.perf_counter() - started)
         await conn.close()
     elif args.command == "work":
         await work(dsn, args.consumers, args.batch_size)

@@ -60,10 +60,11 @@ async def run(args) -> None:
             protocol.emit(rate=args.count / (time.perf_counter() - started))
         elif args.command == "latency":
             sent = 0
+            started = time.perf_counter()
             async for _ in protocol.async_paced(args.rate, args.seconds):
                 await job.defer_async(sent=time.time())
                 sent += 1
-            protocol.emit(sent=sent)
+            protocol.emit(sent=sent, seconds=time.perf_counter() - started)
         elif args.command == "work":
             await app.run_worker_async(
                 concurrency=args.concurrency or DEFAULT_CONCURRENCY,

@@ -92,12 +92,13 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "latency":
         with psycopg.connect(dsn) as conn:
             sent = 0
+            started = time.perf_counter()
             for _ in protocol.paced(args.rate, args.seconds):
                 with conn.transaction():
                     conn.execute(INSERT_ONE, (json.dumps({"sent": time.time()}),), prepare=True)
                     conn.execute(NOTIFY)
                 sent += 1
-            protocol.emit(sent=sent)
+            protocol.emit(sent=sent, seconds=time.perf_counter() - started)
     elif args.command == "work":
         work(dsn, args.concurrency or BATCH)
 

@@ -40,13 +40,15 @@ const quietLogger = new Logger(() => (level, message) => {
   if (level === "error" || level === "warning") console.error(`[${level}] ${message}`);
 });
 
-const stats = { first: null, last: 0, count: 0 };
+const stats = { first: null, last: 0, count: 0, buckets: {} };
 const latencyFile = process.env.BENCH_LATENCY_FILE;
 function recordJob(sent) {
   const t = now();
   if (stats.first === null) stats.first = t;
   stats.last = t;
   stats.count++;
+  const bucket = Math.floor(t * 10);
+  stats.buckets[bucket] = (stats.buckets[bucket] || 0) + 1;
   if (sent != null && latencyFile) appendFileSync(latencyFile, `${(t - sent).toFixed(6)}\n`);
 }
 function dumpStats() {
@@ -59,8 +61,10 @@ function dumpStats() {
 async function* paced(rate, seconds) {
   const count = Math.floor(rate * seconds);
   let nextAt = performance.now();
+  const deadline = nextAt + seconds * 1000; // behind the rate: fewer jobs, not a longer run
   for (let i = 0; i < count; i++) {
     yield;
+    if (performance.now() >= deadline) return;
     nextAt += 1000 / rate;
     const delay = nextAt - performance.now();
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
@@ -109,11 +113,12 @@ async function main() {
   } else if (command === "latency") {
     const utils = await makeWorkerUtils({ connectionString, logger: quietLogger });
     let sent = 0;
+    const started = performance.now();
     for await (const _ of paced(Number(opts.rate), Number(opts.seconds))) {
       await utils.addJob(TASK, { sent: now() });
       sent++;
     }
-    emit({ sent });
+    emit({ sent, seconds: (performance.now() - started) / 1000 });
     await utils.release();
   } else if (command === "work") {
     // Worker settings go in a preset: run() maps only its legacy options (concurrency,
