@@ -42,8 +42,10 @@ def retry(pgq: PgQueue, job_ids: Sequence[int]) -> RetryResult:
 
 
 def _purge(dead: bool, queue: str | None, task: str | None, dry_run: bool) -> Plan[int]:
-    what = "dead_letters" if dead else "jobs"
-    name = f"count_purgeable_{what}" if dry_run else f"purge_{what}"
+    if dead:
+        name = "count_purgeable_dead_letters" if dry_run else "purge_dead_letters"
+    else:
+        name = "count_purgeable_jobs" if dry_run else "purge_jobs"
     rows = yield Query(name, {"queue": queue, "task": task})
     return int(rows[0][0])
 

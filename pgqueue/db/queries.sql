@@ -305,7 +305,7 @@ UPDATE pgqueue.jobs AS j
   FROM held AS h
  WHERE j.id = h.id
 
--- name: ack_jobs
+-- fragment: ack_done
 -- Success: the job leaves the hot table, but only if this worker still holds it (token match).
 -- Stale acks change nothing and are reported by their absence from the result. Most acks end
 -- there (one DELETE for the batch). A row goes to job_history only when it is wanted: the job
@@ -334,6 +334,11 @@ WITH done AS (
      WHERE d.cancel_requested OR d.result_ttl IS NOT NULL
         OR coalesce((SELECT r.record_succeeded FROM pgqueue.retention AS r), false)
 )
+
+-- name: ack_jobs
+-- A batch of successes (ack_done), the ids that were still held, and whether each was
+-- cancelled meanwhile.
+{{ack_done}}
 SELECT id, cancel_requested FROM done
 
 -- name: ack_jobs_waking
@@ -341,28 +346,7 @@ SELECT id, cancel_requested FROM done
 -- (claim_flow's wake_on_exit): the same statement, and it notifies those jobs' queues, so
 -- workers whose claims that limit held back look again the moment the places are free (the
 -- notifications are delivered at this commit). Other batches use ack_jobs, unchanged.
-WITH done AS (
-    DELETE FROM pgqueue.jobs AS j
-     USING unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(results)s::text[])
-           AS a(id, token, result)
-     WHERE j.id = a.id AND j.lease_token = a.token AND j.state = 'running'
-    RETURNING j.*, a.result AS result_json
-), recorded AS (
-    INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
-                                     max_attempts, created_at, started_at, errors, worker_id,
-                                     result, keep_until)
-    SELECT d.id, d.queue, d.task, d.args,
-           CASE WHEN d.cancel_requested THEN 'cancelled' ELSE 'succeeded' END, d.priority,
-           d.attempts, d.max_attempts, d.created_at, d.started_at, d.errors, d.worker_id,
-           CASE WHEN NOT d.cancel_requested THEN d.result_json::jsonb END,
-           CASE WHEN d.result_ttl IS NOT NULL
-                THEN now() + greatest(d.result_ttl, (SELECT r.history_retention
-                                                       FROM pgqueue.retention AS r)) END
-      FROM done AS d
-      -- (The settings subqueries run once per statement, not per row.)
-     WHERE d.cancel_requested OR d.result_ttl IS NOT NULL
-        OR coalesce((SELECT r.record_succeeded FROM pgqueue.retention AS r), false)
-), woken AS (
+{{ack_done}}, woken AS (
     SELECT pg_notify('pgqueue_jobs', w.queue) FROM unnest(%(wake)s::text[]) AS w(queue)
 )
 SELECT id, cancel_requested FROM done
@@ -552,9 +536,6 @@ UPDATE pgqueue.workers
 -- name: reap
 SELECT pgqueue.reap(%(max_jobs)s)
 
--- name: notify_queue
-SELECT pg_notify('pgqueue_jobs', %(queue)s)
-
 -- ---------------------------------------------------------------------------------------------
 -- Operator actions: cancel, dead letters
 -- ---------------------------------------------------------------------------------------------
@@ -562,9 +543,8 @@ SELECT pg_notify('pgqueue_jobs', %(queue)s)
 -- name: cancel_job
 SELECT pgqueue.cancel(%(job_id)s)
 
--- name: list_dead_letters
-SELECT id, queue, task, args, attempts, max_attempts, reason, last_error, errors, created_at,
-       dead_at
+-- fragment: matching_dead_letters
+-- The dead letters a filter (pgqueue.admin.DeadLetterFilter) selects.
   FROM pgqueue.dead_letters
  WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
    AND (%(task)s::text IS NULL OR task = %(task)s)
@@ -572,18 +552,17 @@ SELECT id, queue, task, args, attempts, max_attempts, reason, last_error, errors
    AND (%(error)s::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower(%(error)s)) > 0)
    AND (%(since)s::timestamptz IS NULL OR dead_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR dead_at < %(until)s)
+
+-- name: list_dead_letters
+SELECT id, queue, task, args, attempts, max_attempts, reason, last_error, errors, created_at,
+       dead_at
+{{matching_dead_letters}}
  ORDER BY dead_at DESC, id DESC
  LIMIT %(limit)s
 
 -- name: count_dead_letters
 SELECT count(*)
-  FROM pgqueue.dead_letters
- WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-   AND (%(task)s::text IS NULL OR task = %(task)s)
-   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-   AND (%(error)s::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower(%(error)s)) > 0)
-   AND (%(since)s::timestamptz IS NULL OR dead_at >= %(since)s)
-   AND (%(until)s::timestamptz IS NULL OR dead_at < %(until)s)
+{{matching_dead_letters}}
 
 -- name: replay_dead_letters
 -- Move one batch of matching dead letters back to the queue with fresh attempts (same id, errors
