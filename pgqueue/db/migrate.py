@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
+from psycopg.rows import scalar_row
 
 from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError, PgQueueError
@@ -149,12 +150,14 @@ def head_revision() -> str:
 
 def current_revision(dsn: str) -> str | None:
     """The revision the database is at, or None when pgqueue was never installed there."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        exists = conn.execute(query("schema_installed")).fetchone()
-        if not exists or not exists[0]:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        conn.cursor(row_factory=scalar_row) as cur,
+    ):
+        if not cur.execute(query("schema_installed")).fetchone():
             return None
-        row = conn.execute(query("schema_version")).fetchone()
-    return str(row[0]) if row else None
+        version = cur.execute(query("schema_version")).fetchone()
+    return None if version is None else str(version)
 
 
 def describe_error(exc: BaseException) -> str | None:
