@@ -107,6 +107,10 @@ def test_concurrent_migrations_from_threads(fresh_db):
 def test_offline_sql_applies_cleanly_with_psql_semantics(fresh_db):
     text = migrate.upgrade_sql()
     assert "CREATE TABLE pgqueue.jobs" in text and "pgqueue_alembic_version" in text
+    # The function and view files the revisions include are in the SQL, not their \i lines.
+    assert not re.search(r"^\\i ", text, re.MULTILINE)
+    claim = (migrate.migrations_dir() / "sql/functions/claim/0010.sql").read_text()
+    assert claim.strip() in text
     # Inside its transaction it takes the lock online migrations take, so they wait for it.
     assert text.startswith(f"BEGIN;\n\nSELECT pg_advisory_xact_lock({migrate.MIGRATION_LOCK_KEY});")
     with psycopg.connect(fresh_db, autocommit=True) as conn:
