@@ -11,8 +11,8 @@ BIN := $(VENV)/bin
 EXTRA_PYTHONS ?= 3.12 3.13
 VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/test_worker_basic.py
 
-.PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs docs \
-	bench compare clean
+.PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs schema \
+	docs bench compare clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,11 @@ bench: $(BIN)/.installed
 # Side by side with the peers (installs them into benchmarks/.peers-venv on first use).
 compare: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.compare $(COMPARE_ARGS)
+
+# migrations/schema.sql: the schema the migrations make, dumped from a private embedded server
+# (tests/integration/test_schema_file.py fails while it is stale).
+schema: $(BIN)/.installed
+	$(BIN)/python -m scripts.schema
 
 # The documentation site (mkdocs.yml) into site/, warnings as errors: a broken link between
 # pages or to a heading, a page missing from the nav, a public name mkdocstrings cannot find.

@@ -7,27 +7,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from pgqueue.db.plan import Plan, Query
+from psycopg.rows import class_row, dict_row
+
+from pgqueue.db.plan import Plan, fetch_all, fetch_one, fetch_value, fetch_values
 from pgqueue.enqueue import check_limit
 from pgqueue.errors import InvalidJobError
 
 CancelResult = Literal["cancelled", "cancelling", "not_found"]
 
-DEAD_LETTER_COLUMNS = (
-    "id",
-    "queue",
-    "task",
-    "args",
-    "attempts",
-    "max_attempts",
-    "reason",
-    "last_error",
-    "errors",
-    "created_at",
-    "dead_at",
-)
+
+class DeadLetter(NamedTuple):
+    """A row of ``list_dead_letters``."""
+
+    id: int
+    queue: str
+    task: str
+    args: Any
+    attempts: int
+    max_attempts: int
+    reason: str
+    last_error: str | None
+    errors: list[Any]
+    created_at: datetime
+    dead_at: datetime
+
+
+DEAD_LETTER_COLUMNS = DeadLetter._fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +67,12 @@ class DeadLetterFilter:
 
 
 def cancel(job_id: int) -> Plan[CancelResult]:
-    rows = yield Query("cancel_job", {"job_id": job_id})
-    result: CancelResult = rows[0][0]
+    result: CancelResult = yield from fetch_value("cancel_job", {"job_id": job_id})
     return result
 
 
 def job_progress(job_id: int) -> Plan[Any]:
-    rows = yield Query("job_progress", {"job_id": job_id})
-    return rows[0][0] if rows else None
+    return (yield from fetch_value("job_progress", {"job_id": job_id}))
 
 
 def list_dead_letters(where: DeadLetterFilter, limit: int) -> Plan[list[dict[str, Any]]]:
@@ -76,25 +81,25 @@ def list_dead_letters(where: DeadLetterFilter, limit: int) -> Plan[list[dict[str
 
 
 def _list_dead_letters(where: DeadLetterFilter, limit: int) -> Plan[list[dict[str, Any]]]:
-    rows = yield Query("list_dead_letters", {**where.params(), "limit": limit})
-    return [dict(zip(DEAD_LETTER_COLUMNS, row, strict=True)) for row in rows]
+    params = {**where.params(), "limit": limit}
+    rows = yield from fetch_all("list_dead_letters", params, row=class_row(DeadLetter))
+    return [row._asdict() for row in rows]
 
 
 def count_dead_letters(where: DeadLetterFilter) -> Plan[int]:
-    rows = yield Query("count_dead_letters", where.params())
-    return int(rows[0][0])
+    return int((yield from fetch_value("count_dead_letters", where.params())))
 
 
 def replay_batch(where: DeadLetterFilter, batch_size: int) -> Plan[list[int]]:
-    rows = yield Query("replay_dead_letters", {**where.params(), "batch_size": batch_size})
-    return [int(row[0]) for row in rows]
+    params = {**where.params(), "batch_size": batch_size}
+    return [int(i) for i in (yield from fetch_values("replay_dead_letters", params))]
 
 
 def set_paused(queue: str, paused: bool) -> Plan[bool]:
-    rows = yield Query("set_queue_paused", {"queue": queue, "paused": paused})
-    return bool(rows[0][1])
+    params = {"queue": queue, "paused": paused}
+    row = yield from fetch_one("set_queue_paused", params, row=dict_row)
+    return bool(row["paused"])
 
 
 def reap(max_jobs: int = 1000) -> Plan[int]:
-    rows = yield Query("reap", {"max_jobs": max_jobs})
-    return int(rows[0][0])
+    return int((yield from fetch_value("reap", {"max_jobs": max_jobs})))

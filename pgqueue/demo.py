@@ -17,8 +17,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psycopg
+from psycopg.rows import class_row
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
@@ -177,15 +179,22 @@ def _start_workers(
         ]
 
 
-def _counts(url: str) -> tuple[int, int, int]:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(ready + scheduled), 0), coalesce(sum(running), 0),"
-            " coalesce(sum(dead), 0) FROM pgqueue.queue_stats WHERE queue = %s",
+class _Counts(NamedTuple):
+    waiting: int
+    running: int
+    dead: int
+
+
+def _counts(url: str) -> _Counts:
+    with psycopg.connect(url) as conn, conn.cursor(row_factory=class_row(_Counts)) as cur:
+        row = cur.execute(
+            "SELECT coalesce(sum(ready + scheduled), 0)::bigint AS waiting,"
+            " coalesce(sum(running), 0)::bigint AS running, coalesce(sum(dead), 0)::bigint AS dead"
+            " FROM pgqueue.queue_stats WHERE queue = %s",
             (QUEUE,),
         ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1]), int(row[2])
+    assert row is not None  # an aggregate returns one row
+    return row
 
 
 def _show_progress(url: str, total: int, console: Console) -> None:
@@ -201,7 +210,8 @@ def _show_progress(url: str, total: int, console: Console) -> None:
         waiting_bar = progress.add_task("waiting", total=total)
         dead_bar = progress.add_task("dead-lettered", total=total)
         while True:
-            waiting, running, dead = _counts(url)
+            counts = _counts(url)
+            waiting, running, dead = counts.waiting, counts.running, counts.dead
             finished = total - waiting - running
             progress.update(done_bar, completed=finished)
             progress.update(running_bar, completed=running)
@@ -213,15 +223,16 @@ def _show_progress(url: str, total: int, console: Console) -> None:
 
 
 def _totals(url: str, pids: list[int]) -> Totals:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(jobs_succeeded), 0), coalesce(sum(jobs_retried), 0),"
-            " coalesce(sum(jobs_dead), 0) FROM pgqueue.workers"
+    with psycopg.connect(url) as conn, conn.cursor(row_factory=class_row(Totals)) as cur:
+        totals = cur.execute(
+            "SELECT coalesce(sum(jobs_succeeded), 0)::bigint AS succeeded,"
+            " coalesce(sum(jobs_retried), 0)::bigint AS retried,"
+            " coalesce(sum(jobs_dead), 0)::bigint AS dead FROM pgqueue.workers"
             " WHERE pid = ANY(%s) AND started_at > now() - interval '1 hour'",
             (pids,),
         ).fetchone()
-    assert row is not None
-    return Totals(int(row[0]), int(row[1]), int(row[2]))
+    assert totals is not None  # an aggregate returns one row
+    return totals
 
 
 def _summary(console: Console, totals: Totals, elapsed: float, log: Path) -> None:

@@ -13,10 +13,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, Final
+from datetime import datetime, timedelta
+from typing import Any, Final, NamedTuple
 
-from pgqueue.db.plan import Plan, Query
+from psycopg.rows import class_row
+
+from pgqueue.db.plan import Plan, Query, fetch_all, fetch_one
 from pgqueue.errors import ConfigurationError
 from pgqueue.payload import check_name
 
@@ -120,39 +122,52 @@ def check_limit(value: object, what: str) -> int | None:
 
 # -- plans -----------------------------------------------------------------------------------
 
-QUEUE_COLUMNS = (
-    "queue",
-    "paused",
-    "weight",
-    "max_depth",
-    "concurrency_limit",
-    "rate_limit",
-    "rate_burst",
-)
-TASK_COLUMNS = (
-    "task",
-    "concurrency_limit",
-    "key_limit",
-    "keyed",
-    "rate_limit",
-    "rate_burst",
-    "from_code",
-)
-BREAKER_COLUMNS = (
-    "task",
-    "state",
-    "failures",
-    "successes",
-    "failure_rate",
-    "failure_threshold",
-    "min_calls",
-    "window_length",
-    "cooldown",
-    "opened_at",
-    "open_until",
-    "probe_job_id",
-    "trips",
-)
+
+class QueueSettings(NamedTuple):
+    """A queue's settings (``pgqueue.queues``), as ``pgq queue`` shows them."""
+
+    queue: str
+    paused: bool
+    weight: int | None
+    max_depth: int | None
+    concurrency_limit: int | None
+    rate_limit: float | None
+    rate_burst: float | None
+
+
+class TaskLimits(NamedTuple):
+    """A task's limits (``pgqueue.task_limits``)."""
+
+    task: str
+    concurrency_limit: int | None
+    key_limit: int
+    keyed: bool
+    rate_limit: float | None
+    rate_burst: float | None
+    from_code: bool
+
+
+class BreakerStatus(NamedTuple):
+    """A row of ``pgqueue.circuit_breaker_status``."""
+
+    task: str
+    state: str
+    failures: int
+    successes: int
+    failure_rate: float | None
+    failure_threshold: float
+    min_calls: int
+    window_length: timedelta
+    cooldown: timedelta
+    opened_at: datetime | None
+    open_until: datetime | None
+    probe_job_id: int | None
+    trips: int
+
+
+QUEUE_COLUMNS = QueueSettings._fields
+TASK_COLUMNS = TaskLimits._fields
+BREAKER_COLUMNS = BreakerStatus._fields
 
 
 def _changes(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,8 +206,8 @@ def configure_queue(
         {"weight": weight, "max_depth": max_depth, "concurrency_limit": concurrency_limit}
     )
     params.update(queue=queue, **_rate_changes(rate_limit))
-    rows = yield Query("configure_queue", params)
-    return dict(zip(QUEUE_COLUMNS, rows[0][: len(QUEUE_COLUMNS)], strict=True))
+    row = yield from fetch_one("configure_queue", params, row=class_row(QueueSettings))
+    return row._asdict()
 
 
 def configure_task(
@@ -209,23 +224,23 @@ def configure_task(
         key_limit = check_limit(key_limit, "key_limit") or 1
     params = _changes({"concurrency_limit": concurrency_limit, "key_limit": key_limit})
     params.update(task=task, **_rate_changes(rate_limit))
-    rows = yield Query("configure_task", params)
-    return dict(zip(TASK_COLUMNS, rows[0], strict=True))
+    row = yield from fetch_one("configure_task", params, row=class_row(TaskLimits))
+    return row._asdict()
 
 
 def list_queue_settings() -> Plan[list[dict[str, Any]]]:
-    rows = yield Query("list_queue_settings")
-    return [dict(zip(QUEUE_COLUMNS, row, strict=True)) for row in rows]
+    rows = yield from fetch_all("list_queue_settings", row=class_row(QueueSettings))
+    return [row._asdict() for row in rows]
 
 
 def list_task_limits() -> Plan[list[dict[str, Any]]]:
-    rows = yield Query("list_task_limits")
-    return [dict(zip(TASK_COLUMNS, row, strict=True)) for row in rows]
+    rows = yield from fetch_all("list_task_limits", row=class_row(TaskLimits))
+    return [row._asdict() for row in rows]
 
 
 def list_breakers() -> Plan[list[dict[str, Any]]]:
-    rows = yield Query("list_circuit_breakers")
-    return [dict(zip(BREAKER_COLUMNS, row, strict=True)) for row in rows]
+    rows = yield from fetch_all("list_circuit_breakers", row=class_row(BreakerStatus))
+    return [row._asdict() for row in rows]
 
 
 def set_breaker(task: str, state: str, open_for: float | None = None) -> Plan[bool]:

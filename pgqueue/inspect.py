@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
+from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from pgqueue import search
 from pgqueue.client import PgQueue
-from pgqueue.db.plan import Plan, Query
+from pgqueue.db.plan import Plan, fetch_all, fetch_first
 from pgqueue.errors import InvalidJobError
 from pgqueue.search import JobFilter, SearchPage
 
@@ -22,87 +24,119 @@ JOB_STATES = ("ready", "scheduled", "running")
 
 
 def _dicts(
-    name: str, columns: tuple[str, ...], params: dict[str, Any] | None = None
+    name: str, row: type[NamedTuple], params: dict[str, Any] | None = None
 ) -> Plan[list[dict[str, Any]]]:
-    rows = yield Query(name, params)
-    return [dict(zip(columns, row, strict=True)) for row in rows]
+    rows = yield from fetch_all(name, params, row=class_row(row))
+    return [r._asdict() for r in rows]
 
 
-QUEUE_STATS_COLUMNS = (
-    "queue",
-    "ready",
-    "scheduled",
-    "running",
-    "dead",
-    "oldest_ready_age",
-    "paused",
-    "waiting",
-    "succeeded_per_min",
-    "failed_per_min",
-)
-JOB_COLUMNS = (
-    "id",
-    "queue",
-    "task",
-    "state",
-    "priority",
-    "attempts",
-    "max_attempts",
-    "run_at",
-    "created_at",
-    "worker_id",
-    "lease_left",
-    "last_error",
-)
-RUNNING_COLUMNS = (
-    "id",
-    "queue",
-    "task",
-    "attempt",
-    "max_attempts",
-    "worker_id",
-    "host",
-    "pid",
-    "started_at",
-    "running_for",
-    "lease_left",
-    "cancel_requested",
-    "progress",
-    "progress_at",
-)
-WORKER_COLUMNS = (
-    "id",
-    "host",
-    "pid",
-    "queues",
-    "concurrency",
-    "version",
-    "started_at",
-    "last_seen",
-    "stopped_at",
-    "status",
-    "jobs_held",
-    "jobs_succeeded",
-    "jobs_retried",
-    "jobs_dead",
-    "jobs_cancelled",
-    "leases_lost",
-)
-FAILURE_COLUMNS = (
-    "queue",
-    "task",
-    "retried",
-    "dead",
-    "error_class",
-    "last_error",
-    "failed_at",
-)
-THROUGHPUT_COLUMNS = ("minute", "queue", "succeeded", "retried", "dead", "cancelled")
+class QueueStats(NamedTuple):
+    """A row of ``pgqueue.queue_stats``."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    dead: int
+    oldest_ready_age: timedelta | None
+    paused: bool
+    waiting: int
+    succeeded_per_min: float
+    failed_per_min: float
+
+
+class LiveJob(NamedTuple):
+    """A row of ``list_jobs`` (``pgqueue.jobs``)."""
+
+    id: int
+    queue: str
+    task: str
+    state: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    worker_id: UUID | None
+    lease_left: timedelta | None
+    last_error: str | None
+
+
+class RunningJob(NamedTuple):
+    """A row of ``pgqueue.running_jobs``."""
+
+    id: int
+    queue: str
+    task: str
+    attempt: int
+    max_attempts: int
+    worker_id: UUID
+    host: str | None
+    pid: int | None
+    started_at: datetime
+    running_for: timedelta
+    lease_left: timedelta
+    cancel_requested: bool
+    progress: Any
+    progress_at: datetime | None
+
+
+class WorkerStatus(NamedTuple):
+    """A row of ``pgqueue.worker_status``."""
+
+    id: UUID
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    version: str
+    started_at: datetime
+    last_seen: datetime
+    stopped_at: datetime | None
+    status: str
+    jobs_held: int
+    jobs_succeeded: int
+    jobs_retried: int
+    jobs_dead: int
+    jobs_cancelled: int
+    leases_lost: int
+
+
+class RecentFailure(NamedTuple):
+    """A row of ``pgqueue.recent_failures``."""
+
+    queue: str
+    task: str
+    retried: int
+    dead: int
+    error_class: str | None
+    last_error: str | None
+    failed_at: datetime | None
+
+
+class Throughput(NamedTuple):
+    """A row of ``pgqueue.throughput``."""
+
+    minute: datetime
+    queue: str
+    succeeded: int
+    retried: int
+    dead: int
+    cancelled: int
+
+
+# The columns each operator view shows, in order (the CLI's tables).
+QUEUE_STATS_COLUMNS = QueueStats._fields
+JOB_COLUMNS = LiveJob._fields
+RUNNING_COLUMNS = RunningJob._fields
+WORKER_COLUMNS = WorkerStatus._fields
+FAILURE_COLUMNS = RecentFailure._fields
+THROUGHPUT_COLUMNS = Throughput._fields
 
 
 def queue_stats(pgq: PgQueue) -> list[dict[str, Any]]:
     """``pgqueue.queue_stats``: one row per queue."""
-    return pgq.run(_dicts("queue_stats", QUEUE_STATS_COLUMNS))
+    return pgq.run(_dicts("queue_stats", QueueStats))
 
 
 def jobs(
@@ -119,15 +153,15 @@ def jobs(
     if limit < 1:
         raise InvalidJobError("limit must be at least 1")
     params = {"queue": queue, "state": state, "task": task, "limit": limit}
-    return pgq.run(_dicts("list_jobs", JOB_COLUMNS, params))
+    return pgq.run(_dicts("list_jobs", LiveJob, params))
 
 
 def find_job(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
     """Every column of one job, from wherever it is: ``place`` is live, dead or history."""
-    rows = pgq.run(_dicts("find_job", ("place", "job"), {"id": job_id}))
-    if not rows:
+    found = pgq.run(fetch_first("find_job", {"id": job_id}, row=class_row(search.FoundJob)))
+    if found is None:
         return None
-    return {"place": rows[0]["place"], **rows[0]["job"]}
+    return {"place": found.place, **found.job}
 
 
 def job_filter(
@@ -210,22 +244,22 @@ async def job_detail_async(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
 
 def running_jobs(pgq: PgQueue, limit: int = 100) -> list[dict[str, Any]]:
     """``pgqueue.running_jobs``: what runs where, and how much lease it has left."""
-    return pgq.run(_dicts("list_running_jobs", RUNNING_COLUMNS, {"limit": limit}))
+    return pgq.run(_dicts("list_running_jobs", RunningJob, {"limit": limit}))
 
 
 def workers(pgq: PgQueue, *, include_stopped: bool = False) -> list[dict[str, Any]]:
     """``pgqueue.worker_status``: worker processes (running and lost; stopped ones on request)."""
-    return pgq.run(_dicts("list_workers", WORKER_COLUMNS, {"all": include_stopped}))
+    return pgq.run(_dicts("list_workers", WorkerStatus, {"all": include_stopped}))
 
 
 def recent_failures(pgq: PgQueue) -> list[dict[str, Any]]:
     """``pgqueue.recent_failures``: failures over the last hour by queue and task."""
-    return pgq.run(_dicts("list_recent_failures", FAILURE_COLUMNS))
+    return pgq.run(_dicts("list_recent_failures", RecentFailure))
 
 
 def throughput(pgq: PgQueue) -> list[dict[str, Any]]:
     """``pgqueue.throughput``: finished jobs per minute and queue over the last hour."""
-    return pgq.run(_dicts("list_throughput", THROUGHPUT_COLUMNS))
+    return pgq.run(_dicts("list_throughput", Throughput))
 
 
 def json_default(value: Any) -> Any:

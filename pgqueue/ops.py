@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pgqueue import admin
 from pgqueue.client import PgQueue
-from pgqueue.db.plan import Plan, Query
+from pgqueue.db.plan import Plan, fetch_value, fetch_values
 from pgqueue.errors import InvalidJobError
 
 
@@ -23,8 +23,7 @@ class RetryResult:
 
 
 def _retry(ids: list[int]) -> Plan[RetryResult]:
-    ready = yield Query("retry_waiting_jobs", {"ids": ids})
-    made_ready = [int(row[0]) for row in ready]
+    made_ready = [int(i) for i in (yield from fetch_values("retry_waiting_jobs", {"ids": ids}))]
     rest = tuple(sorted(set(ids) - set(made_ready)))
     replayed: list[int] = []
     if rest:
@@ -42,10 +41,11 @@ def retry(pgq: PgQueue, job_ids: Sequence[int]) -> RetryResult:
 
 
 def _purge(dead: bool, queue: str | None, task: str | None, dry_run: bool) -> Plan[int]:
-    what = "dead_letters" if dead else "jobs"
-    name = f"count_purgeable_{what}" if dry_run else f"purge_{what}"
-    rows = yield Query(name, {"queue": queue, "task": task})
-    return int(rows[0][0])
+    if dead:
+        name = "count_purgeable_dead_letters" if dry_run else "purge_dead_letters"
+    else:
+        name = "count_purgeable_jobs" if dry_run else "purge_jobs"
+    return int((yield from fetch_value(name, {"queue": queue, "task": task})))
 
 
 def purge(

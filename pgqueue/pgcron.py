@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.conninfo import make_conninfo
+from psycopg.rows import class_row
 
 from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError
@@ -42,7 +43,8 @@ def default_schedule(version: str) -> str:
 
 def _cron_dsn(dsn: str) -> tuple[str, str, str]:
     """(DSN of pg_cron's database, pgqueue's database name, pg_cron version)."""
-    database, cron_database, version = _setup(dsn)
+    setup = _setup(dsn)
+    database, cron_database, version = setup.database, setup.cron_database, setup.version
     if not cron_database:
         raise ConfigurationError(
             "pg_cron is not loaded on this server: add it to shared_preload_libraries "
@@ -50,7 +52,7 @@ def _cron_dsn(dsn: str) -> tuple[str, str, str]:
         )
     if cron_database != database:
         dsn = make_conninfo(dsn, dbname=cron_database)
-        version = _setup(dsn)[2]
+        version = _setup(dsn).version
     if version is None:
         raise ConfigurationError(
             f"the pg_cron extension is not created in database {cron_database!r}: "
@@ -59,11 +61,20 @@ def _cron_dsn(dsn: str) -> tuple[str, str, str]:
     return dsn, str(database), str(version)
 
 
-def _setup(dsn: str) -> tuple[str, str | None, str | None]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(query("pg_cron_setup")).fetchone()
+class _Setup(NamedTuple):
+    database: str
+    cron_database: str | None  # NULL: pg_cron is not preloaded
+    version: str | None  # NULL: the extension is not created in this database
+
+
+def _setup(dsn: str) -> _Setup:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        conn.cursor(row_factory=class_row(_Setup)) as cur,
+    ):
+        row = cur.execute(query("pg_cron_setup")).fetchone()
     assert row is not None  # a SELECT without FROM returns one row
-    return row[0], row[1], row[2]
+    return row
 
 
 def reaper_job_name(database: str) -> str:
@@ -89,9 +100,10 @@ def install_reaper(dsn: str, schedule: str | None = None, name: str | None = Non
                 f"pg_cron {version} rejected the schedule {params['schedule']!r}: "
                 f"{exc.diag.message_primary}"
             ) from None
-        row = conn.execute(query("pg_cron_jobs"), {"name": name}).fetchone()
-    assert row is not None
-    return CronJob(*row)
+        with conn.cursor(row_factory=class_row(CronJob)) as cur:
+            job = cur.execute(query("pg_cron_jobs"), {"name": name}).fetchone()
+    assert job is not None  # scheduled just above
+    return job
 
 
 def uninstall_reaper(dsn: str, name: str | None = None) -> bool:

@@ -27,9 +27,11 @@ result expired and was pruned); only an id beyond the sequence is :class:`JobNot
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-from pgqueue.db.plan import Plan, Query, Wait
+from psycopg.rows import class_row
+
+from pgqueue.db.plan import Plan, Query, Wait, fetch_first
 from pgqueue.errors import (
     JobCancelledError,
     JobDeadError,
@@ -66,8 +68,8 @@ def wait_for_result(job_id: int, timeout: float | None) -> Plan[Any]:
 def read_outcome(job_id: int) -> Plan[tuple[bool, Any]]:
     """One look at the job: (True, result) once it succeeded, (False, None) while it is live;
     raises for every other ending (see :func:`outcome`)."""
-    rows = yield Query("job_outcome", {"job_id": job_id})
-    return outcome(job_id, rows)
+    row = yield from fetch_first("job_outcome", {"job_id": job_id}, row=class_row(Outcome))
+    return outcome(job_id, row)
 
 
 class Deadline:
@@ -93,13 +95,24 @@ def mentions(payload: str, job_id: int) -> bool:
     return str(job_id) in payload.split(",")
 
 
-def outcome(job_id: int, rows: list[tuple[Any, ...]]) -> tuple[bool, Any]:
+class Outcome(NamedTuple):
+    """A row of ``job_outcome``: where the job is and how it ended there."""
+
+    place: str  # live, history, dead, or gone (handed out, yet in no table)
+    state: str | None
+    keeps: bool  # it keeps its result
+    result: Any
+    error: str | None  # the last error's message
+    expired: bool  # its kept result has expired
+    rank: int  # gone ranks last: a job in a table is never reported gone
+
+
+def outcome(job_id: int, row: Outcome | None) -> tuple[bool, Any]:
     """(True, result) for a job that succeeded; (False, None) while it is live; raises for
     every other case, saying which."""
-    if not rows:
+    if row is None:
         raise JobNotFoundError(f"job {job_id} not found: pgqueue never handed out that id")
-    place, state, keeps, result, error, expired, _rank = rows[0]
-    if place == "gone":
+    if row.place == "gone":
         # Handed out, yet in no table: a succeeded job that kept nothing (its ack was a plain
         # DELETE), or one whose kept result expired and was pruned.
         raise ResultUnavailableError(
@@ -108,21 +121,21 @@ def outcome(job_id: int, rows: list[tuple[Any, ...]]) -> tuple[bool, Any]:
             "it; a kept result also goes once it expired and was pruned, and an id whose "
             "enqueue rolled back names no job"
         )
-    if place == "live":
-        if not keeps:
+    if row.place == "live":
+        if not row.keeps:
             raise ResultUnavailableError(
                 f"job {job_id} does not keep its result: enqueue it with result_ttl=... "
                 "(or declare the task with @pgq.task(result_ttl=...))"
             )
         return False, None
-    if place == "dead":
-        raise JobDeadError(job_id, "dead", error)
-    if state == "cancelled":
-        raise JobCancelledError(job_id, "cancelled", error)
-    if not keeps:
+    if row.place == "dead":
+        raise JobDeadError(job_id, "dead", row.error)
+    if row.state == "cancelled":
+        raise JobCancelledError(job_id, "cancelled", row.error)
+    if not row.keeps:
         raise ResultUnavailableError(
             f"job {job_id} succeeded but did not keep its result (enqueue it with result_ttl=...)"
         )
-    if expired:
+    if row.expired:
         raise ResultUnavailableError(f"the result of job {job_id} has expired")
-    return True, result
+    return True, row.result

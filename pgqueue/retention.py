@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgqueue.db.plan import Plan, Query
+from psycopg.rows import class_row
+
+from pgqueue.db.plan import Plan, Query, fetch_first, fetch_one
 from pgqueue.enqueue import to_timedelta
 from pgqueue.errors import InvalidJobError
 
@@ -68,11 +70,12 @@ KEEP_FOREVER = "never"
 
 
 def get_settings() -> Plan[RetentionSettings]:
-    rows = yield Query("get_retention")
-    if not rows:
+    settings = class_row(RetentionSettings)
+    row = yield from fetch_first("get_retention", row=settings)
+    if row is None:
         yield Query("ensure_retention")
-        rows = yield Query("get_retention")
-    return RetentionSettings(*rows[0])
+        row = yield from fetch_one("get_retention", row=settings)
+    return row
 
 
 def set_settings(
@@ -98,16 +101,13 @@ def set_settings(
         if dead_ttl <= timedelta(0):
             raise InvalidJobError(f"dead letter retention must be positive, got {dead_letters!r}")
     yield Query("ensure_retention")
-    rows = yield Query(
-        "set_retention",
-        {
-            "history": history_ttl,
-            "record_succeeded": record_succeeded,
-            "set_dead_letters": dead_letters is not None,
-            "dead_letters": dead_ttl,
-        },
-    )
-    return RetentionSettings(*rows[0])
+    params = {
+        "history": history_ttl,
+        "record_succeeded": record_succeeded,
+        "set_dead_letters": dead_letters is not None,
+        "dead_letters": dead_ttl,
+    }
+    return (yield from fetch_one("set_retention", params, row=class_row(RetentionSettings)))
 
 
 def prune(batch_size: int = PRUNE_BATCH, max_batches: int = MAX_BATCHES) -> Plan[PruneReport]:
@@ -118,6 +118,8 @@ def prune(batch_size: int = PRUNE_BATCH, max_batches: int = MAX_BATCHES) -> Plan
     report = PruneReport()
     for name in ("prune_history", "prune_dead_letters"):
         for _ in range(max_batches):
+            # The worker's pruner drives this plan on its own pool (tuples, in the columns'
+            # order: deleted, workflow_ids), so no row factory here.
             rows = yield Query(name, {"batch_size": batch_size})
             deleted, workflow_ids = rows[0]
             if name == "prune_history":
@@ -134,5 +136,6 @@ def prune(batch_size: int = PRUNE_BATCH, max_batches: int = MAX_BATCHES) -> Plan
 
 def settle_waiting(max_parents: int = 1000) -> Plan[int]:
     """The safety net for waiting jobs whose parent left without settling them."""
+    # Driven by the worker's pruner too (tuples): see prune.
     rows = yield Query("settle_waiting", {"max_parents": max_parents})
     return int(rows[0][0])

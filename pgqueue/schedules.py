@@ -22,12 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
+from psycopg.rows import class_row
 
-from pgqueue.db.plan import Plan, Query
+from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first, fetch_value
 from pgqueue.errors import ConfigurationError
 from pgqueue.payload import check_name, dumps
 
@@ -152,21 +153,32 @@ def plan_ticks(
 
 # -- plans -----------------------------------------------------------------------------------
 
-SCHEDULE_COLUMNS = (
-    "name",
-    "cron",
-    "timezone",
-    "task",
-    "queue",
-    "args",
-    "missed",
-    "paused",
-    "next_tick",
-    "last_tick",
-    "last_enqueued_at",
-    "ticks_enqueued",
-    "ticks_skipped",
-)
+
+class ScheduleRow(NamedTuple):
+    """A schedule as ``pgq cron list`` shows it (``pgqueue.schedules``)."""
+
+    name: str
+    cron: str
+    timezone: str
+    task: str
+    queue: str
+    args: dict[str, Any]
+    missed: str
+    paused: bool
+    next_tick: datetime
+    last_tick: datetime | None
+    last_enqueued_at: datetime | None
+    ticks_enqueued: int
+    ticks_skipped: int
+
+
+class _Definition(NamedTuple):
+    cron: str
+    timezone: str
+    now: datetime
+
+
+SCHEDULE_COLUMNS = ScheduleRow._fields
 
 
 def save(schedules: list[Schedule], *, from_code: bool) -> Plan[None]:
@@ -174,8 +186,7 @@ def save(schedules: list[Schedule], *, from_code: bool) -> Plan[None]:
     at its next tick from now; otherwise its position (and paused flag) is kept."""
     if not schedules:
         return
-    rows = yield Query("db_now")
-    now: datetime = rows[0][0]
+    now: datetime = yield from fetch_value("db_now")
     for schedule in sorted(schedules, key=lambda s: s.name):
         yield Query(
             "save_schedule",
@@ -188,21 +199,19 @@ def save(schedules: list[Schedule], *, from_code: bool) -> Plan[None]:
 
 
 def list_schedules() -> Plan[list[dict[str, Any]]]:
-    rows = yield Query("list_schedules")
-    return [dict(zip(SCHEDULE_COLUMNS, row, strict=True)) for row in rows]
+    rows = yield from fetch_all("list_schedules", row=class_row(ScheduleRow))
+    return [row._asdict() for row in rows]
 
 
 def set_paused(name: str, paused: bool) -> Plan[bool]:
     """Pause or resume; a resumed schedule continues at its next tick from now (ticks that
     fell while it was paused are not caught up)."""
-    rows = yield Query("schedule_definition", {"name": check_name(name, "schedule name")})
-    if not rows:
+    params = {"name": check_name(name, "schedule name")}
+    found = yield from fetch_first("schedule_definition", params, row=class_row(_Definition))
+    if found is None:
         return False
-    cron, tz, now = rows[0]
-    yield Query(
-        "set_schedule_paused",
-        {"name": name, "paused": paused, "next_tick": next_tick(cron, tz, now)},
-    )
+    tick = next_tick(found.cron, found.timezone, found.now)
+    yield Query("set_schedule_paused", {"name": name, "paused": paused, "next_tick": tick})
     return True
 
 

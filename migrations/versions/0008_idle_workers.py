@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from pgqueue.db.migrate import sql_script
+
 revision: str = "0008"
 down_revision: str | None = "0007"
 branch_labels: str | None = None
@@ -39,35 +41,18 @@ CREATE TABLE pgqueue.idle_workers (
     since     timestamptz NOT NULL DEFAULT now()
 );
 
--- The lock (1885827442, 1) is pgqueue's "producers reading idle_workers" lock: see above.
-CREATE OR REPLACE FUNCTION pgqueue.notify_new_jobs() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(1885827442, 1);
-    IF current_setting('transaction_isolation') <> 'read committed'
-       OR EXISTS (SELECT 1 FROM pgqueue.idle_workers) THEN
-        PERFORM pg_notify('pgqueue_jobs', q.queue) FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
-    END IF;
-    RETURN NULL;
-END
-$$;
+\i functions/notify_new_jobs/0008.sql
 """
 
 DOWNGRADE = r"""
-CREATE OR REPLACE FUNCTION pgqueue.notify_new_jobs() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('pgqueue_jobs', q.queue) FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
-    RETURN NULL;
-END
-$$;
+\i functions/notify_new_jobs/0001.sql
 DROP TABLE pgqueue.idle_workers;
 """
 
 
 def upgrade() -> None:
-    op.execute(UPGRADE)
+    op.execute(sql_script(UPGRADE))
 
 
 def downgrade() -> None:
-    op.execute(DOWNGRADE)
+    op.execute(sql_script(DOWNGRADE))

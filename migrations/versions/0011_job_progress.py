@@ -18,44 +18,31 @@ from __future__ import annotations
 
 from alembic import op
 
+from pgqueue.db.migrate import sql_script
+
 revision: str = "0011"
 down_revision: str | None = "0010"
 branch_labels: str | None = None
 depends_on: str | None = None
-
-RUNNING_JOBS = r"""
-CREATE OR REPLACE VIEW pgqueue.running_jobs AS
-SELECT j.id, j.queue, j.task, j.attempts AS attempt, j.max_attempts, j.worker_id,
-       w.host, w.pid, j.started_at,
-       now() - j.started_at         AS running_for,
-       j.lease_expires_at - now()   AS lease_left,
-       j.cancel_requested{extra}
-  FROM pgqueue.jobs AS j
-  LEFT JOIN pgqueue.workers AS w ON w.id = j.worker_id
- WHERE j.state = 'running';
-"""
-
-PROGRESS_COLUMNS = r""",
-       CASE WHEN j.progress_at >= j.started_at THEN j.progress END    AS progress,
-       CASE WHEN j.progress_at >= j.started_at THEN j.progress_at END AS progress_at"""
 
 UPGRADE = r"""
 ALTER TABLE pgqueue.jobs ADD COLUMN progress jsonb, ADD COLUMN progress_at timestamptz;
 COMMENT ON COLUMN pgqueue.jobs.progress IS
     'What the running attempt last reported (ctx.progress): a fraction or a JSON object; '
     'it belongs to the attempt that started before progress_at';
-""" + RUNNING_JOBS.format(extra=PROGRESS_COLUMNS)
+\i views/running_jobs/0011.sql
+"""
 
-DOWNGRADE = (
-    "DROP VIEW pgqueue.running_jobs;\n"
-    + RUNNING_JOBS.format(extra="").replace("CREATE OR REPLACE VIEW", "CREATE VIEW")
-    + "ALTER TABLE pgqueue.jobs DROP COLUMN progress, DROP COLUMN progress_at;\n"
-)
+DOWNGRADE = r"""
+DROP VIEW pgqueue.running_jobs;
+\i views/running_jobs/0006.sql
+ALTER TABLE pgqueue.jobs DROP COLUMN progress, DROP COLUMN progress_at;
+"""
 
 
 def upgrade() -> None:
-    op.execute(UPGRADE)
+    op.execute(sql_script(UPGRADE))
 
 
 def downgrade() -> None:
-    op.execute(DOWNGRADE)
+    op.execute(sql_script(DOWNGRADE))

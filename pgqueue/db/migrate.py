@@ -11,6 +11,12 @@ and all keeping pgqueue's version table current:
 - as SQL (:func:`upgrade_sql`), with BEGIN/COMMIT or without (to paste into a migration that has
   a transaction of its own).
 
+Function and view definitions are not written in the revisions: each version of each lives in a
+file of its own under ``migrations/sql/`` (``functions/claim/0010.sql``), which the revisions that
+create or restore it include with a ``\\i`` line (:func:`sql_script`). So a body is written once,
+however many revisions (and downgrades) load it, and the newest file of a function is its current
+body.
+
 alembic and SQLAlchemy are imported inside the functions that use them: only migrating needs them,
 so importing pgqueue does not have to.
 """
@@ -18,6 +24,7 @@ so importing pgqueue does not have to.
 from __future__ import annotations
 
 import io
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
+from psycopg.rows import scalar_row
 
 from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError, PgQueueError
@@ -50,6 +58,10 @@ _ALEMBIC_LOCK = threading.RLock()
 
 Direction = Literal["upgrade", "downgrade"]
 
+#: A line of a revision's SQL that stands for a file under ``migrations/sql/``, written as psql's
+#: include command: ``\\i functions/claim/0010.sql``.
+_INCLUDE = re.compile(r"^\\i (?P<path>[a-z0-9_]+(?:/[a-z0-9_]+)*\.sql)$", re.MULTILINE)
+
 
 def migrations_dir() -> Path:
     package_dir = Path(__file__).resolve().parent.parent
@@ -57,6 +69,22 @@ def migrations_dir() -> Path:
         if (candidate / "env.py").exists():
             return candidate
     raise ConfigurationError(f"pgqueue's migrations directory was not found next to {package_dir}")
+
+
+def sql_script(text: str) -> str:
+    """A revision's SQL with each ``\\i <path>`` line replaced by that file of ``migrations/sql/``
+    (a function's or a view's definition as of one revision), so online and offline (``--sql``)
+    migrations run the same statements."""
+    root = migrations_dir() / "sql"
+
+    def include(match: re.Match[str]) -> str:
+        path = root / match.group("path")
+        try:
+            return path.read_text(encoding="utf-8").rstrip("\n")
+        except FileNotFoundError:
+            raise ConfigurationError(f"a migration includes {path}, which does not exist") from None
+
+    return _INCLUDE.sub(include, text)
 
 
 def alembic_config(dsn: str | None = None, stdout: TextIO | None = None) -> Config:
@@ -122,12 +150,14 @@ def head_revision() -> str:
 
 def current_revision(dsn: str) -> str | None:
     """The revision the database is at, or None when pgqueue was never installed there."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        exists = conn.execute(query("schema_installed")).fetchone()
-        if not exists or not exists[0]:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        conn.cursor(row_factory=scalar_row) as cur,
+    ):
+        if not cur.execute(query("schema_installed")).fetchone():
             return None
-        row = conn.execute(query("schema_version")).fetchone()
-    return str(row[0]) if row else None
+        version = cur.execute(query("schema_version")).fetchone()
+    return None if version is None else str(version)
 
 
 def describe_error(exc: BaseException) -> str | None:

@@ -4,6 +4,12 @@ An operation is written once as a generator (a *plan*) that yields :class:`Query
 steps and receives each step's rows back. :func:`run` drives it on a ``psycopg.Connection`` and
 :func:`run_async` on a ``psycopg.AsyncConnection``, so the sync and async APIs share every line of
 query building and result handling and cannot drift apart.
+
+Rows come back by column name: :func:`fetch_all` / :func:`fetch_one` / :func:`fetch_first` build
+each row with a psycopg row factory (``class_row`` of a NamedTuple whose fields are the query's
+columns, or ``dict_row``); :func:`fetch_value` / :func:`fetch_values` take the values of a
+one-column result. A column renamed or missing in the SQL then fails at once instead of shifting
+every value after it.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.adapt import AdaptersMap
 from psycopg.pq import Format
+from psycopg.rows import BaseRowFactory, scalar_row
 
 from pgqueue.db.connections import atomic, atomic_async
 from pgqueue.db.queries import query
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,9 @@ class Query:
     #: statement with each call's values (optional filters written ``%(x)s IS NULL OR ...``
     #: need that to reach their indexes: a generic plan cannot tell which filters are set).
     prepare: bool | None = None
+    #: How each row is built (a psycopg row factory); None: a tuple. Plans pass one through
+    #: :func:`fetch_all` and its siblings, which type what they return.
+    row: BaseRowFactory[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +67,54 @@ class Wait:
 
 
 Step = Query | CopyIn | Wait
-Plan = Generator[Step, list[Row], T]
+# What a step sends back: rows as its Query's row factory built them.
+Plan = Generator[Step, list[Any], T]
+
+
+def fetch_all(
+    name: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    row: BaseRowFactory[R],
+    guarded: bool = False,
+    prepare: bool | None = None,
+) -> Plan[list[R]]:
+    """Run the named query; every row built by ``row`` (``class_row(SomeRow)``, ``dict_row``)."""
+    rows: list[R] = yield Query(name, params, guarded=guarded, prepare=prepare, row=row)
+    return rows
+
+
+def fetch_first(
+    name: str, params: Mapping[str, Any] | None = None, *, row: BaseRowFactory[R]
+) -> Plan[R | None]:
+    """The named query's first row (built by ``row``), None when it returned none."""
+    rows = yield from fetch_all(name, params, row=row)
+    return rows[0] if rows else None
+
+
+def fetch_one(
+    name: str, params: Mapping[str, Any] | None = None, *, row: BaseRowFactory[R]
+) -> Plan[R]:
+    """The one row (built by ``row``) of a query that always returns one (an upsert's
+    ``RETURNING``, an aggregate)."""
+    rows = yield from fetch_all(name, params, row=row)
+    if len(rows) != 1:
+        raise LookupError(f"query {name!r} returned {len(rows)} rows, not one")
+    return rows[0]
+
+
+def fetch_values(
+    name: str, params: Mapping[str, Any] | None = None, *, guarded: bool = False
+) -> Plan[list[Any]]:
+    """The values of a one-column result (ids, a function's result), one per row."""
+    return (yield from fetch_all(name, params, row=scalar_row, guarded=guarded))
+
+
+def fetch_value(name: str, params: Mapping[str, Any] | None = None) -> Plan[Any]:
+    """The value of a one-column, one-row result (``count(*)``, a function's result); None when
+    it returned no row."""
+    values = yield from fetch_values(name, params)
+    return values[0] if values else None
 
 
 def run(
@@ -77,7 +134,7 @@ def run(
                 notes = conn.notifies(timeout=max(0.0, step.timeout), stop_after=1)
                 step = plan.send([(note.payload,) for note in notes])
                 continue
-            with conn.cursor() as cur:
+            with _cursor(conn, step) as cur:
                 if foreign:
                     _standard_loaders(cur.adapters)
                 if isinstance(step, Query):
@@ -115,7 +172,7 @@ async def run_async(
                 notes = conn.notifies(timeout=max(0.0, step.timeout), stop_after=1)
                 step = plan.send([(note.payload,) async for note in notes])
                 continue
-            async with conn.cursor() as cur:
+            async with _cursor_async(conn, step) as cur:
                 if foreign:
                     _standard_loaders(cur.adapters)
                 if isinstance(step, Query):
@@ -135,6 +192,20 @@ async def run_async(
             step = plan.send(rows)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+def _cursor(conn: psycopg.Connection[Any], step: Query | CopyIn) -> psycopg.Cursor[Any]:
+    if isinstance(step, Query) and step.row is not None:
+        return conn.cursor(row_factory=step.row)
+    return conn.cursor()
+
+
+def _cursor_async(
+    conn: psycopg.AsyncConnection[Any], step: Query | CopyIn
+) -> psycopg.AsyncCursor[Any]:
+    if isinstance(step, Query) and step.row is not None:
+        return conn.cursor(row_factory=step.row)
+    return conn.cursor()
 
 
 def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

@@ -1,7 +1,8 @@
 """Named SQL queries, loaded from ``queries.sql``.
 
 Every DML statement the runtime runs lives in that one file under a ``-- name: <name>`` header,
-so the SQL can be read, reviewed and EXPLAINed as a whole. Parameters use psycopg's
+so the SQL can be read, reviewed and EXPLAINed as a whole. SQL that several statements share is
+written once, as a ``-- fragment: <name>`` they include with ``{{name}}``. Parameters use psycopg's
 ``%(name)s`` placeholders; values are always bound, never formatted into the text.
 """
 
@@ -11,24 +12,49 @@ import re
 from functools import cache
 from importlib import resources
 
-_HEADER = re.compile(r"^--\s*name:\s*(?P<name>[a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_HEADER = re.compile(
+    r"^--\s*(?P<kind>name|fragment):\s*(?P<name>[a-z_][a-z0-9_]*)\s*$", re.MULTILINE
+)
+_USE = re.compile(r"\{\{(?P<name>[a-z_][a-z0-9_]*)\}\}")
 
 
 def parse(text: str) -> dict[str, str]:
-    """Split a named-query file into ``{name: sql}``; names must be unique."""
-    queries: dict[str, str] = {}
+    """Split a named-query file into ``{name: sql}``; names must be unique.
+
+    A ``-- fragment: <name>`` section is a piece of SQL that several queries share (a statement
+    and its variant), written once: a query says ``{{name}}`` where it goes. Fragments are not
+    queries themselves, and one that no query uses is an error.
+    """
+    sections: dict[str, dict[str, str]] = {"name": {}, "fragment": {}}
     matches = list(_HEADER.finditer(text))
     for index, match in enumerate(matches):
         end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        body = text[match.end() : end].strip()
+        body = text[match.end() : end]
         lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
-        sql = "\n".join(lines).strip().rstrip(";").strip()
-        name = match.group("name")
-        if name in queries:
+        kind, name = match.group("kind"), match.group("name")
+        if name in sections["name"] or name in sections["fragment"]:
             raise ValueError(f"query {name!r} is defined twice")
+        # A fragment keeps its indentation: it may continue a statement in the middle.
+        sql = "\n".join(lines).strip("\n").rstrip()
+        if kind == "name":
+            sql = sql.strip().rstrip(";").strip()
         if not sql:
-            raise ValueError(f"query {name!r} is empty")
-        queries[name] = sql
+            raise ValueError(f"{kind} {name!r} is empty")
+        sections[kind][name] = sql
+    fragments = sections["fragment"]
+    used: set[str] = set()
+
+    def expand(use: re.Match[str]) -> str:
+        name = use.group("name")
+        if name not in fragments:
+            raise ValueError(f"{{{{{name}}}}} names no fragment")
+        used.add(name)
+        return fragments[name]
+
+    queries = {name: _USE.sub(expand, sql) for name, sql in sections["name"].items()}
+    unused = sorted(set(fragments) - used)
+    if unused:
+        raise ValueError(f"fragments no query uses: {', '.join(unused)}")
     return queries
 
 

@@ -37,7 +37,7 @@ RETURNING id
 -- name: allocate_job_ids
 -- Bulk enqueue reserves its ids up front (so COPY can write them) and reads the database clock
 -- once for every run_at/delay in the batch.
-SELECT now(), array_agg(nextval('pgqueue.jobs_id_seq'))
+SELECT now() AS now, array_agg(nextval('pgqueue.jobs_id_seq')) AS ids
   FROM generate_series(1, %(count)s)
 
 -- name: prepare_bulk
@@ -305,7 +305,7 @@ UPDATE pgqueue.jobs AS j
   FROM held AS h
  WHERE j.id = h.id
 
--- name: ack_jobs
+-- fragment: ack_done
 -- Success: the job leaves the hot table, but only if this worker still holds it (token match).
 -- Stale acks change nothing and are reported by their absence from the result. Most acks end
 -- there (one DELETE for the batch). A row goes to job_history only when it is wanted: the job
@@ -334,6 +334,11 @@ WITH done AS (
      WHERE d.cancel_requested OR d.result_ttl IS NOT NULL
         OR coalesce((SELECT r.record_succeeded FROM pgqueue.retention AS r), false)
 )
+
+-- name: ack_jobs
+-- A batch of successes (ack_done), the ids that were still held, and whether each was
+-- cancelled meanwhile.
+{{ack_done}}
 SELECT id, cancel_requested FROM done
 
 -- name: ack_jobs_waking
@@ -341,28 +346,7 @@ SELECT id, cancel_requested FROM done
 -- (claim_flow's wake_on_exit): the same statement, and it notifies those jobs' queues, so
 -- workers whose claims that limit held back look again the moment the places are free (the
 -- notifications are delivered at this commit). Other batches use ack_jobs, unchanged.
-WITH done AS (
-    DELETE FROM pgqueue.jobs AS j
-     USING unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(results)s::text[])
-           AS a(id, token, result)
-     WHERE j.id = a.id AND j.lease_token = a.token AND j.state = 'running'
-    RETURNING j.*, a.result AS result_json
-), recorded AS (
-    INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
-                                     max_attempts, created_at, started_at, errors, worker_id,
-                                     result, keep_until)
-    SELECT d.id, d.queue, d.task, d.args,
-           CASE WHEN d.cancel_requested THEN 'cancelled' ELSE 'succeeded' END, d.priority,
-           d.attempts, d.max_attempts, d.created_at, d.started_at, d.errors, d.worker_id,
-           CASE WHEN NOT d.cancel_requested THEN d.result_json::jsonb END,
-           CASE WHEN d.result_ttl IS NOT NULL
-                THEN now() + greatest(d.result_ttl, (SELECT r.history_retention
-                                                       FROM pgqueue.retention AS r)) END
-      FROM done AS d
-      -- (The settings subqueries run once per statement, not per row.)
-     WHERE d.cancel_requested OR d.result_ttl IS NOT NULL
-        OR coalesce((SELECT r.record_succeeded FROM pgqueue.retention AS r), false)
-), woken AS (
+{{ack_done}}, woken AS (
     SELECT pg_notify('pgqueue_jobs', w.queue) FROM unnest(%(wake)s::text[]) AS w(queue)
 )
 SELECT id, cancel_requested FROM done
@@ -552,9 +536,6 @@ UPDATE pgqueue.workers
 -- name: reap
 SELECT pgqueue.reap(%(max_jobs)s)
 
--- name: notify_queue
-SELECT pg_notify('pgqueue_jobs', %(queue)s)
-
 -- ---------------------------------------------------------------------------------------------
 -- Operator actions: cancel, dead letters
 -- ---------------------------------------------------------------------------------------------
@@ -562,9 +543,8 @@ SELECT pg_notify('pgqueue_jobs', %(queue)s)
 -- name: cancel_job
 SELECT pgqueue.cancel(%(job_id)s)
 
--- name: list_dead_letters
-SELECT id, queue, task, args, attempts, max_attempts, reason, last_error, errors, created_at,
-       dead_at
+-- fragment: matching_dead_letters
+-- The dead letters a filter (pgqueue.admin.DeadLetterFilter) selects.
   FROM pgqueue.dead_letters
  WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
    AND (%(task)s::text IS NULL OR task = %(task)s)
@@ -572,18 +552,17 @@ SELECT id, queue, task, args, attempts, max_attempts, reason, last_error, errors
    AND (%(error)s::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower(%(error)s)) > 0)
    AND (%(since)s::timestamptz IS NULL OR dead_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR dead_at < %(until)s)
+
+-- name: list_dead_letters
+SELECT id, queue, task, args, attempts, max_attempts, reason, last_error, errors, created_at,
+       dead_at
+{{matching_dead_letters}}
  ORDER BY dead_at DESC, id DESC
  LIMIT %(limit)s
 
 -- name: count_dead_letters
 SELECT count(*)
-  FROM pgqueue.dead_letters
- WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-   AND (%(task)s::text IS NULL OR task = %(task)s)
-   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-   AND (%(error)s::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower(%(error)s)) > 0)
-   AND (%(since)s::timestamptz IS NULL OR dead_at >= %(since)s)
-   AND (%(until)s::timestamptz IS NULL OR dead_at < %(until)s)
+{{matching_dead_letters}}
 
 -- name: replay_dead_letters
 -- Move one batch of matching dead letters back to the queue with fresh attempts (same id, errors
@@ -679,8 +658,8 @@ SELECT pg_catalog.set_config('statement_timeout', %(timeout_ms)s, true)
 -- Live jobs by id (the enqueue order): jobs has no index on created_at, and one would be paid
 -- by every claim.
 SELECT j.id, j.state, j.queue, j.task, j.priority, j.attempts, j.max_attempts, j.created_at,
-       j.run_at, NULL::timestamptz AS finished_at, j.errors -> -1 ->> 'error',
-       j.errors -> -1 ->> 'message'
+       j.run_at, NULL::timestamptz AS finished_at, j.errors -> -1 ->> 'error' AS error_class,
+       j.errors -> -1 ->> 'message' AS last_error
   FROM pgqueue.jobs AS j
  WHERE (%(after_id)s::bigint IS NULL OR j.id < %(after_id)s)
    AND (%(id)s::bigint IS NULL OR j.id = %(id)s)
@@ -699,8 +678,8 @@ SELECT j.id, j.state, j.queue, j.task, j.priority, j.attempts, j.max_attempts, j
 
 -- name: search_job_history
 SELECT h.id, h.state, h.queue, h.task, h.priority, h.attempts, h.max_attempts, h.created_at,
-       NULL::timestamptz AS run_at, h.finished_at, h.errors -> -1 ->> 'error',
-       h.errors -> -1 ->> 'message'
+       NULL::timestamptz AS run_at, h.finished_at, h.errors -> -1 ->> 'error' AS error_class,
+       h.errors -> -1 ->> 'message' AS last_error
   FROM pgqueue.job_history AS h
  WHERE (%(after_at)s::timestamptz IS NULL
         OR (h.finished_at, h.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
@@ -721,9 +700,9 @@ SELECT h.id, h.state, h.queue, h.task, h.priority, h.attempts, h.max_attempts, h
  LIMIT %(limit)s
 
 -- name: search_dead_letters
-SELECT d.id, 'dead', d.queue, d.task, d.priority, d.attempts, d.max_attempts, d.created_at,
-       NULL::timestamptz AS run_at, d.dead_at, d.errors -> -1 ->> 'error',
-       coalesce(d.last_error, d.reason)
+SELECT d.id, 'dead' AS state, d.queue, d.task, d.priority, d.attempts, d.max_attempts,
+       d.created_at, NULL::timestamptz AS run_at, d.dead_at AS finished_at,
+       d.errors -> -1 ->> 'error' AS error_class, coalesce(d.last_error, d.reason) AS last_error
   FROM pgqueue.dead_letters AS d
  WHERE (%(after_at)s::timestamptz IS NULL
         OR (d.dead_at, d.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
@@ -747,9 +726,9 @@ SELECT d.id, 'dead', d.queue, d.task, d.priority, d.attempts, d.max_attempts, d.
 -- name: workflow_of_job
 -- The workflow a job belongs to (if any) and its neighbours there: the parents it waits for
 -- and the dependents waiting for it, each with where it stands now.
-SELECT n.workflow_id, w.name, n.name, n.role, m.job_id,
-       CASE WHEN m.job_id = ANY(n.parents) THEN 'parent' ELSE 'dependent' END,
-       m.name, m.task, m.state
+SELECT n.workflow_id, w.name AS workflow_name, n.name AS node_name, n.role, m.job_id,
+       CASE WHEN m.job_id = ANY(n.parents) THEN 'parent' ELSE 'dependent' END AS relation,
+       m.name AS job_name, m.task, m.state
   FROM pgqueue.workflow_nodes AS n
   JOIN pgqueue.workflows AS w ON w.id = n.workflow_id
   LEFT JOIN pgqueue.workflow_jobs AS m
@@ -839,8 +818,9 @@ SELECT count(*) FROM gone
 -- name: pg_cron_setup
 -- Which database pg_cron runs its jobs from (NULL when pg_cron is not preloaded), and its
 -- version when the extension exists in the current database.
-SELECT current_database(), current_setting('cron.database_name', true),
-       (SELECT extversion FROM pg_extension WHERE extname = 'pg_cron')
+SELECT current_database() AS database,
+       current_setting('cron.database_name', true) AS cron_database,
+       (SELECT extversion FROM pg_extension WHERE extname = 'pg_cron') AS version
 
 -- name: pg_cron_schedule
 -- Creates the job, or updates the one with this name (pg_cron upserts named jobs).
@@ -850,7 +830,7 @@ SELECT cron.schedule_in_database(%(name)s, %(schedule)s, %(command)s, %(database
 SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %(name)s
 
 -- name: pg_cron_jobs
-SELECT jobid, jobname, schedule, command, database, active
+SELECT jobid AS id, jobname AS name, schedule, command, database, active
   FROM cron.job
  WHERE jobname = %(name)s
 -- Results, workflows and retention
@@ -936,8 +916,8 @@ LISTEN pgqueue_results
 -- when the id sequence has handed it out (a job that finished and left no record: it kept no
 -- result, or its record was pruned; or an enqueue that rolled back), and no row for an id never
 -- handed out. pg_sequence_last_value is NULL before the first nextval and needs only USAGE.
-SELECT 'live', j.state, j.result_ttl IS NOT NULL, NULL::jsonb, j.errors -> -1 ->> 'message',
-       false, 1 AS rank
+SELECT 'live' AS place, j.state, j.result_ttl IS NOT NULL AS keeps, NULL::jsonb AS result,
+       j.errors -> -1 ->> 'message' AS error, false AS expired, 1 AS rank
   FROM pgqueue.jobs AS j
  WHERE j.id = %(job_id)s
 UNION ALL
@@ -964,14 +944,14 @@ SELECT id, name, state, jobs, waiting, ready, running, succeeded, cancelled, dea
  LIMIT %(limit)s
 
 -- name: get_workflow
-SELECT o.id, o.name, o.state, o.created_at, o.last_finished_at, w.on_failure ->> 'task',
-       w.on_failure_job
+SELECT o.id, o.name, o.state, o.created_at, o.last_finished_at,
+       w.on_failure ->> 'task' AS on_failure_task, w.on_failure_job
   FROM pgqueue.workflow_overview AS o
   JOIN pgqueue.workflows AS w ON w.id = o.id
  WHERE o.id = %(workflow_id)s
 
 -- name: workflow_members
-SELECT job_id, role, name, task, queue, state, parents, dependents, attempts, result,
+SELECT job_id AS id, role, name, task, queue, state, parents, dependents, attempts, result,
        last_error, created_at, finished_at
   FROM pgqueue.workflow_jobs
  WHERE workflow_id = %(workflow_id)s
@@ -1024,7 +1004,8 @@ WITH doomed AS MATERIALIZED (
     DELETE FROM pgqueue.workflow_nodes AS n USING gone AS g WHERE n.job_id = g.id
     RETURNING n.workflow_id
 )
-SELECT (SELECT count(*) FROM gone), (SELECT array_agg(DISTINCT workflow_id) FROM nodes)
+SELECT (SELECT count(*) FROM gone) AS deleted,
+       (SELECT array_agg(DISTINCT workflow_id) FROM nodes) AS workflow_ids
 
 -- name: prune_dead_letters
 -- One small batch of dead letters older than dead_letter_retention (none when it is NULL).
@@ -1041,7 +1022,8 @@ WITH doomed AS MATERIALIZED (
     DELETE FROM pgqueue.workflow_nodes AS n USING gone AS g WHERE n.job_id = g.id
     RETURNING n.workflow_id
 )
-SELECT (SELECT count(*) FROM gone), (SELECT array_agg(DISTINCT workflow_id) FROM nodes)
+SELECT (SELECT count(*) FROM gone) AS deleted,
+       (SELECT array_agg(DISTINCT workflow_id) FROM nodes) AS workflow_ids
 
 -- name: prune_workflows
 -- Workflows whose every member has been pruned.
@@ -1074,11 +1056,11 @@ WITH upserted AS (
            tokens = CASE WHEN %(set_rate)s THEN NULL ELSE qs.tokens END,
            tokens_at = CASE WHEN %(set_rate)s THEN NULL ELSE qs.tokens_at END,
            updated_at = now()
-    RETURNING qs.name, qs.paused, qs.weight, qs.max_depth, qs.concurrency_limit, qs.rate_limit,
-              qs.rate_burst
+    RETURNING qs.name AS queue, qs.paused, qs.weight, qs.max_depth, qs.concurrency_limit,
+              qs.rate_limit, qs.rate_burst
 )
-SELECT u.*, pg_notify('pgqueue_jobs', u.name) AS notified
-  FROM upserted AS u
+SELECT u.*
+  FROM upserted AS u, LATERAL pg_notify('pgqueue_jobs', u.queue) AS notified
 
 -- name: configure_task
 WITH upserted AS (
@@ -1103,7 +1085,7 @@ WITH upserted AS (
 SELECT * FROM upserted
 
 -- name: list_queue_settings
-SELECT name, paused, weight, max_depth, concurrency_limit, rate_limit, rate_burst
+SELECT name AS queue, paused, weight, max_depth, concurrency_limit, rate_limit, rate_burst
   FROM pgqueue.queues
  ORDER BY name
 
@@ -1310,7 +1292,7 @@ SELECT name, cron, timezone, task, queue, args, missed, paused, next_tick, last_
  ORDER BY name
 
 -- name: schedule_definition
-SELECT cron, timezone, now() FROM pgqueue.schedules WHERE name = %(name)s
+SELECT cron, timezone, now() AS now FROM pgqueue.schedules WHERE name = %(name)s
 
 -- name: set_schedule_paused
 UPDATE pgqueue.schedules

@@ -5,7 +5,8 @@ Build with :func:`chain`, :func:`group`, :func:`chord` or :class:`DAG`, then ``.
 succeeded waits in ``pgqueue.jobs`` with state ``waiting``; the statement that records a
 parent's success (the worker's ack) settles its dependents in the same transaction, and a
 parent that ends dead or cancelled cancels everything below it (and enqueues the workflow's
-``on_failure`` step). See ``pgqueue.settle_finished`` in the 0005 migration.
+``on_failure`` step). See ``pgqueue.settle_finished``
+(``migrations/sql/functions/settle_finished/``, created by migration 0004).
 """
 
 from pgqueue.workflow.builders import DAG, Chain, Group, Node, Workflow, chain, chord, group

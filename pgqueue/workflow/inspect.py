@@ -3,41 +3,63 @@ shared by the Python API, the CLI and anything else that shows them."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
-from pgqueue.db.plan import Plan, Query
+from psycopg.rows import class_row
+
+from pgqueue.db.plan import Plan, fetch_all, fetch_first
 from pgqueue.enqueue import check_limit
 from pgqueue.errors import InvalidJobError, WorkflowNotFoundError
 
-WORKFLOW_COLUMNS = (
-    "id",
-    "name",
-    "state",
-    "jobs",
-    "waiting",
-    "ready",
-    "running",
-    "succeeded",
-    "cancelled",
-    "dead",
-    "created_at",
-    "last_finished_at",
-)
-MEMBER_COLUMNS = (
-    "id",
-    "role",
-    "name",
-    "task",
-    "queue",
-    "state",
-    "parents",
-    "dependents",
-    "attempts",
-    "result",
-    "last_error",
-    "created_at",
-    "finished_at",
-)
+
+class WorkflowRow(NamedTuple):
+    """A row of ``pgqueue.workflow_overview``, as ``pgq workflow list`` shows it."""
+
+    id: int
+    name: str | None
+    state: str
+    jobs: int
+    waiting: int
+    ready: int
+    running: int
+    succeeded: int
+    cancelled: int
+    dead: int
+    created_at: datetime
+    last_finished_at: datetime | None
+
+
+class MemberRow(NamedTuple):
+    """A member job of a workflow (``pgqueue.workflow_jobs``)."""
+
+    id: int
+    role: str
+    name: str | None
+    task: str | None
+    queue: str | None
+    state: str
+    parents: list[int]
+    dependents: list[int]
+    attempts: int | None
+    result: Any
+    last_error: str | None
+    created_at: datetime | None
+    finished_at: datetime | None
+
+
+class _Workflow(NamedTuple):
+    id: int
+    name: str | None
+    state: str
+    created_at: datetime
+    last_finished_at: datetime | None
+    on_failure_task: str | None
+    on_failure_job: int | None
+
+
+WORKFLOW_COLUMNS = WorkflowRow._fields
+MEMBER_COLUMNS = MemberRow._fields
 STATES = ("running", "failing", "failed", "succeeded")
 
 
@@ -49,25 +71,27 @@ def list_workflows(state: str | None = None, limit: int = 50) -> Plan[list[dict[
 
 
 def _list_workflows(state: str | None, limit: int) -> Plan[list[dict[str, Any]]]:
-    rows = yield Query("list_workflows", {"state": state, "limit": limit})
-    return [dict(zip(WORKFLOW_COLUMNS, row, strict=True)) for row in rows]
+    params = {"state": state, "limit": limit}
+    rows = yield from fetch_all("list_workflows", params, row=class_row(WorkflowRow))
+    return [row._asdict() for row in rows]
 
 
 def get_workflow(workflow_id: int) -> Plan[dict[str, Any]]:
     """One workflow with every member job (``jobs``, in id order) and its on_failure step."""
-    rows = yield Query("get_workflow", {"workflow_id": workflow_id})
-    if not rows:
+    params = {"workflow_id": workflow_id}
+    workflow = yield from fetch_first("get_workflow", params, row=class_row(_Workflow))
+    if workflow is None:
         raise WorkflowNotFoundError(f"workflow {workflow_id} not found (unknown, or pruned)")
-    wid, name, state, created_at, last_finished_at, on_failure, on_failure_job = rows[0]
-    members = yield Query("workflow_members", {"workflow_id": workflow_id})
+    members = yield from fetch_all("workflow_members", params, row=class_row(MemberRow))
+    failure, job = workflow.on_failure_task, workflow.on_failure_job
     return {
-        "id": wid,
-        "name": name,
-        "state": state,
-        "created_at": created_at,
-        "last_finished_at": last_finished_at,
+        "id": workflow.id,
+        "name": workflow.name,
+        "state": workflow.state,
+        "created_at": workflow.created_at,
+        "last_finished_at": workflow.last_finished_at,
         "on_failure": None
-        if on_failure is None
-        else {"task": on_failure, "job_id": on_failure_job, "fired": on_failure_job is not None},
-        "jobs": [dict(zip(MEMBER_COLUMNS, row, strict=True)) for row in members],
+        if failure is None
+        else {"task": failure, "job_id": job, "fired": job is not None},
+        "jobs": [member._asdict() for member in members],
     }

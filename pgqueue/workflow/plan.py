@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from pgqueue.db.plan import Plan, Query
+from pgqueue.db.plan import Plan, Query, fetch_all, fetch_one, fetch_value
 from pgqueue.enqueue import JOB_COLUMNS, JobId, JobSpec, _columns, due_at, job_row
 from pgqueue.errors import InvalidJobError, JobNotFoundError
 from pgqueue.workflow.builders import Compiled, FailureStep, NodeSpec
@@ -33,6 +34,27 @@ DEFAULT_RESULT_TTL = timedelta(days=1)
 class Written:
     workflow_id: int
     job_ids: list[int]
+
+
+class _Live(NamedTuple):
+    """A parent still in pgqueue.jobs (``lock_parent_jobs``)."""
+
+    id: int
+    workflow_id: int | None
+
+
+class _Finished(NamedTuple):
+    """A parent that left pgqueue.jobs with a record (``finished_parents``)."""
+
+    id: int
+    state: str
+    result: Any
+    workflow_id: int | None
+
+
+class _Allocated(NamedTuple):
+    now: datetime
+    ids: list[int]
 
 
 def enqueue_compiled(compiled: Compiled) -> Plan[Written]:
@@ -82,14 +104,16 @@ def _write(
     succeeded: dict[int, Any] = {}
     parent_workflows: dict[int, int] = {}
     if external:
-        rows = yield Query("lock_parent_jobs", {"ids": external})
-        for job_id, workflow_id in rows:
-            live.add(job_id)
-            if workflow_id is not None:
-                parent_workflows[job_id] = workflow_id
+        rows = yield from fetch_all("lock_parent_jobs", {"ids": external}, row=class_row(_Live))
+        for locked in rows:
+            live.add(locked.id)
+            if locked.workflow_id is not None:
+                parent_workflows[locked.id] = locked.workflow_id
         gone = [job_id for job_id in external if job_id not in live]
         if gone:
-            found = {row[0]: row for row in (yield Query("finished_parents", {"ids": gone}))}
+            params = {"ids": gone}
+            finished = yield from fetch_all("finished_parents", params, row=class_row(_Finished))
+            found = {row.id: row for row in finished}
             for job_id in gone:
                 if job_id not in found:
                     raise JobNotFoundError(
@@ -97,28 +121,29 @@ def _write(
                         "keeping a record; a finished job can only be depended on while its "
                         "result is kept)"
                     )
-                _, state, result, workflow_id = found[job_id]
-                if state != "succeeded":
+                record = found[job_id]
+                if record.state != "succeeded":
                     raise InvalidJobError(
-                        f"depends_on: job {job_id} already ended {state}, so its dependents "
-                        "could never run"
+                        f"depends_on: job {job_id} already ended {record.state}, so its "
+                        "dependents could never run"
                     )
-                succeeded[job_id] = result
-                if workflow_id is not None:
-                    parent_workflows[job_id] = workflow_id
+                succeeded[job_id] = record.result
+                if record.workflow_id is not None:
+                    parent_workflows[job_id] = record.workflow_id
 
     joined = [parent_workflows[p] for p in external if p in parent_workflows]
     if join_parents and joined:
         workflow_id = joined[0]
     else:
-        rows = yield Query(
+        workflow_id = yield from fetch_value(
             "insert_workflow",
             {"name": name, "on_failure": _failure_json(on_failure, result_ttl)},
         )
-        workflow_id = rows[0][0]
 
-    rows = yield Query("allocate_job_ids", {"count": len(nodes)})
-    db_now, ids = rows[0]
+    allocated = yield from fetch_one(
+        "allocate_job_ids", {"count": len(nodes)}, row=class_row(_Allocated)
+    )
+    db_now, ids = allocated.now, allocated.ids
     dependents: list[list[int]] = [[] for _ in nodes]
     for index, node in enumerate(nodes):
         for parent in node.parents:

@@ -14,6 +14,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgqueue.db import migrate
+from scripts import schema
 
 # The venv's pgq, also when the venv is not on PATH (pytest run as .venv/bin/pytest).
 PGQ = shutil.which("pgq") or str(Path(sys.executable).with_name("pgq"))
@@ -48,17 +49,23 @@ def test_upgrade_downgrade_upgrade(fresh_db):
 
 
 def test_every_revision_downgrades_and_upgrades_one_step_at_a_time(fresh_db):
-    migrate.upgrade(fresh_db)
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(migrate.alembic_config())
-    revisions = [r.revision for r in script.walk_revisions()]  # head first
-    for _ in revisions:
-        migrate.downgrade(fresh_db, "-1")
-    assert migrate.current_revision(fresh_db) is None
+    """Each downgrade gives back exactly the schema its revision's upgrade found (the same
+    pg_dump, function bodies included: a downgrade includes the very file the upgrade to that
+    revision did), and upgrading again gives the schema a fresh install gets."""
+    revisions = [r.revision for r in migrate.alembic_script().walk_revisions()]  # head first
+    upgraded = {}
     for rev in reversed(revisions):
         migrate.upgrade(fresh_db, "+1")
         assert migrate.current_revision(fresh_db) == rev
+        upgraded[rev] = schema.dump(fresh_db)
+    for rev in revisions[1:]:
+        migrate.downgrade(fresh_db, "-1")
+        assert schema.dump(fresh_db) == upgraded[rev], f"downgrade to {rev}"
+    migrate.downgrade(fresh_db, "-1")
+    assert migrate.current_revision(fresh_db) is None
+    assert tables(fresh_db) == {"pgqueue.pgqueue_alembic_version"}
+    migrate.upgrade(fresh_db)
+    assert schema.dump(fresh_db) == upgraded[revisions[0]]
 
 
 def test_coexists_with_the_applications_own_alembic_history(fresh_db):
@@ -100,6 +107,10 @@ def test_concurrent_migrations_from_threads(fresh_db):
 def test_offline_sql_applies_cleanly_with_psql_semantics(fresh_db):
     text = migrate.upgrade_sql()
     assert "CREATE TABLE pgqueue.jobs" in text and "pgqueue_alembic_version" in text
+    # The function and view files the revisions include are in the SQL, not their \i lines.
+    assert not re.search(r"^\\i ", text, re.MULTILINE)
+    claim = (migrate.migrations_dir() / "sql/functions/claim/0010.sql").read_text()
+    assert claim.strip() in text
     # Inside its transaction it takes the lock online migrations take, so they wait for it.
     assert text.startswith(f"BEGIN;\n\nSELECT pg_advisory_xact_lock({migrate.MIGRATION_LOCK_KEY});")
     with psycopg.connect(fresh_db, autocommit=True) as conn:

@@ -47,7 +47,7 @@ def test_every_cli_command_is_named() -> None:
 def test_every_sql_view_is_named() -> None:
     views = {
         m.group(1)
-        for path in (ROOT / "migrations").rglob("*.py")
+        for path in (ROOT / "migrations" / "sql" / "views").rglob("*.sql")
         for m in re.finditer(r"CREATE (?:OR REPLACE )?VIEW (pgqueue\.\w+)", path.read_text(), re.I)
     }
     assert len(views) >= 10

@@ -1,12 +1,10 @@
 from __future__ import annotations
 
 import random
-import re
-from pathlib import Path
 
 import pytest
 
-from pgqueue.db.queries import all_queries, parse
+from pgqueue.db.queries import parse
 from pgqueue.retry import ConstantBackoff, ExponentialBackoff
 
 
@@ -44,14 +42,3 @@ def test_named_queries_parse_and_are_unique():
     assert parsed == {"a": "SELECT 1", "b": "SELECT 2"}
     with pytest.raises(ValueError, match="twice"):
         parse("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
-
-
-def test_every_query_the_code_names_exists():
-    known = all_queries()
-    root = Path(__file__).resolve().parents[2] / "pgqueue"
-    used: set[str] = set()
-    pattern = re.compile(r"""(?:Query|CopyIn|query)\(\s*["']([a-z_]+)["']""")
-    for path in root.rglob("*.py"):
-        used.update(pattern.findall(path.read_text()))
-    assert used, "found no query references"
-    assert used <= set(known), f"unknown queries: {sorted(used - set(known))}"

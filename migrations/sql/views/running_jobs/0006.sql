@@ -1,0 +1,10 @@
+-- Jobs running now, with the worker holding each and how long its lease has left.
+CREATE OR REPLACE VIEW pgqueue.running_jobs AS
+SELECT j.id, j.queue, j.task, j.attempts AS attempt, j.max_attempts, j.worker_id,
+       w.host, w.pid, j.started_at,
+       now() - j.started_at         AS running_for,
+       j.lease_expires_at - now()   AS lease_left,
+       j.cancel_requested
+  FROM pgqueue.jobs AS j
+  LEFT JOIN pgqueue.workers AS w ON w.id = j.worker_id
+ WHERE j.state = 'running';
