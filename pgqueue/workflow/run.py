@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue.workflow.builders import Compiled, Node
 
 if TYPE_CHECKING:
-    from pgqueue.client_workflows import WorkflowMethods
+    from pgqueue.client.workflows import WorkflowMethods
 
 
 @dataclass(frozen=True)

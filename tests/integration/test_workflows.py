@@ -77,7 +77,7 @@ def test_chain_passes_each_result_to_the_next_step(app_dsn, pgq):
 @pytest.fixture
 def wf_app(app_dsn, monkeypatch):
     """The tasks' own PgQueue, pointed at this test's database (for workflow.enqueue())."""
-    monkeypatch.setattr(workflow_app.pgq, "_dsn", app_dsn)
+    monkeypatch.setattr(workflow_app.pgq._pools, "_dsn", app_dsn)
     yield workflow_app.pgq
     workflow_app.pgq.close()
 

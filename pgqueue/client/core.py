@@ -8,32 +8,23 @@ transaction and never commits; without it, it takes a pooled connection and comm
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
-from typing import Any, Literal, TypeAlias, TypeVar, cast, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import admin, config
-from pgqueue.client_flow import FlowControlMixin
-from pgqueue.client_workflows import WorkflowMethods
-from pgqueue.db import connections, refusals
+from pgqueue.client.flow import FlowControlMixin
+from pgqueue.client.pools import AsyncConnection, Connection, Pools
+from pgqueue.client.workflows import WorkflowMethods
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
-from pgqueue.errors import (
-    ConfigurationError,
-    InvalidJobError,
-    PgQueueError,
-    QueueFullError,
-    UnknownTaskError,
-)
+from pgqueue.errors import ConfigurationError, InvalidJobError, QueueFullError, UnknownTaskError
 from pgqueue.flow import CircuitBreaker, RateLimit
 from pgqueue.gc_pause import gc_paused
 from pgqueue.payload import check_name
@@ -43,13 +34,7 @@ from pgqueue.retry import BackoffLike
 from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, P, R, Task
 
-Connection: TypeAlias = psycopg.Connection[Any]
-AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
-
-#: How long an enqueue waits for a connection (psycopg_pool's default), also while PostgreSQL
-#: refuses new ones (max_connections or the role's CONNECTION LIMIT reached, starting up).
-CONNECT_TIMEOUT = 30.0
 
 
 class PgQueue(WorkflowMethods, FlowControlMixin):
@@ -71,53 +56,25 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
     ) -> None:
         if max_payload_bytes <= 0:
             raise ConfigurationError("max_payload_bytes must be positive")
-        if pool is not None and not isinstance(pool, ConnectionPool | AsyncConnectionPool):
-            raise ConfigurationError(
-                "pool must be a psycopg_pool ConnectionPool or AsyncConnectionPool, got "
-                f"{type(pool).__name__}"
-            )
-        # A shared pool's database is the queue's, unless a DSN says otherwise (workers, the
-        # results listener and the other kind of pool connect with the DSN).
-        shared_dsn = pool.conninfo if pool is not None else None
-        self._dsn = config.configured_dsn(
-            dsn or (shared_dsn if isinstance(shared_dsn, str) else None)
-        )
+        self._pools = Pools(dsn, pool_size=pool_size, prepare=prepare, pool=pool)
         self.max_payload_bytes = max_payload_bytes
-        self.pool_size = pool_size
-        # What the pools' connections last failed with (a pool timeout hides it).
-        self._connect_failures = refusals.ConnectFailures("client's connection pool")
-        # Server-side prepared statements break behind a transaction-pooling PgBouncer older
-        # than 1.21 (statements prepared on one server connection, run on another).
-        self._conn_kwargs: dict[str, Any] = {"autocommit": True}
-        if not prepare:
-            self._conn_kwargs["prepare_threshold"] = None
         self.tasks: dict[str, Task[..., Any]] = {}
         #: event name -> tasks subscribed with ``@pgq.task(on=...)`` (see :meth:`publish`)
         self.subscriptions: dict[str, list[Task[..., Any]]] = {}
         #: schedules declared with ``@pgq.periodic``; workers write them at start-up
         self.schedules: dict[str, Schedule] = {}
-        self._lock = threading.RLock()
-        # The application's own pools (PgQueue(pool=...)) are used, never closed, by pgqueue.
-        self._shared_pool = pool if isinstance(pool, ConnectionPool) else None
-        self._shared_async_pool = pool if isinstance(pool, AsyncConnectionPool) else None
-        self._pool: ConnectionPool | None = self._shared_pool
-        self._async_pools: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, AsyncConnectionPool
-        ] = weakref.WeakKeyDictionary()
-        self._listeners: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Task[ResultListener]
-        ] = weakref.WeakKeyDictionary()
 
     # -- configuration ---------------------------------------------------------------------
 
     @property
     def dsn(self) -> str:
         """The DSN in use (starts the embedded server when none is configured)."""
-        if self._dsn is None:
-            with self._lock:
-                if self._dsn is None:
-                    self._dsn = config.resolve_dsn(None)
-        return self._dsn
+        return self._pools.dsn
+
+    @property
+    def pool_size(self) -> int:
+        """The most connections each of the client's own pools opens."""
+        return self._pools.size
 
     @overload
     def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
@@ -301,95 +258,18 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
 
     # -- connections -----------------------------------------------------------------------
 
-    def _sync_pool(self) -> ConnectionPool:
-        if self._pool is None:
-            with self._lock:
-                if self._pool is None:
-                    # Fail fast with the server's own message (a pool would retry silently
-                    # until its timeout and then say only that it timed out); but wait out a
-                    # server refusing connections for now (all slots taken, starting up).
-                    dsn = self.dsn
-                    refusals.connect_when_accepted(
-                        lambda: psycopg.connect(dsn, connect_timeout=10).close(),
-                        CONNECT_TIMEOUT,
-                    )
-                    # Autocommit: a single-statement enqueue is one round trip (no BEGIN and
-                    # COMMIT around it); multi-statement plans open a transaction themselves.
-                    pool = ConnectionPool(
-                        self.dsn,
-                        min_size=1,
-                        max_size=self.pool_size,
-                        kwargs=self._conn_kwargs,
-                        open=False,
-                        name="pgqueue-client",
-                        connection_class=self._connect_failures.sync_connection_class(),
-                        timeout=CONNECT_TIMEOUT,
-                        # A connection the server dropped (a restart, a failover) is found
-                        # and replaced when handed out, not by the enqueue that uses it.
-                        check=ConnectionPool.check_connection,
-                    )
-                    pool.open(wait=True)
-                    self._pool = pool
-        return self._pool
-
-    async def _async_pool(self) -> AsyncConnectionPool:
-        if self._shared_async_pool is not None:
-            return self._shared_async_pool
-        loop = asyncio.get_running_loop()
-        pool = self._async_pools.get(loop)
-        if pool is None:
-            dsn = await asyncio.to_thread(lambda: self.dsn)
-
-            async def probe() -> None:
-                await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
-
-            await refusals.connect_when_accepted_async(probe, CONNECT_TIMEOUT)
-            pool = AsyncConnectionPool(
-                dsn,
-                min_size=1,
-                max_size=self.pool_size,
-                kwargs=self._conn_kwargs,
-                open=False,
-                name="pgqueue-client-async",
-                connection_class=self._connect_failures.async_connection_class(),
-                timeout=CONNECT_TIMEOUT,
-                check=AsyncConnectionPool.check_connection,  # as for the sync pool
-            )
-            self._async_pools[loop] = pool
-            await pool.open(wait=True)
-        return pool
-
     @contextmanager
     def connection(self, conn: object | None = None) -> Iterator[Connection]:
         """The psycopg connection behind ``conn`` (see :mod:`pgqueue.db.connections` for what
         is accepted), or a pooled autocommit connection (each statement commits)."""
-        if conn is not None:
-            yield connections.sync_driver(conn)
-            return
-        with _schema_hint(), self._explained(), self._sync_pool().connection() as pooled:
-            yield pooled
+        with self._pools.connection(conn) as c:
+            yield c
 
     @asynccontextmanager
     async def connection_async(self, conn: object | None = None) -> AsyncIterator[AsyncConnection]:
         """The async twin of :meth:`connection`."""
-        if conn is not None:
-            yield await connections.async_driver(conn)
-            return
-        pool = await self._async_pool()
-        with _schema_hint(), self._explained():
-            async with pool.connection() as pooled:
-                yield pooled
-
-    @contextmanager
-    def _explained(self) -> Iterator[None]:
-        """A pool timeout says why no connection came: the last failure to connect."""
-        try:
-            yield
-        except PoolTimeout as exc:
-            explained = self._connect_failures.explain(exc)
-            if explained == str(exc):
-                raise
-            raise PoolTimeout(explained) from exc
+        async with self._pools.connection_async(conn) as c:
+            yield c
 
     def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
         """Drive a plan on the caller's ``conn`` or a pooled connection.
@@ -400,65 +280,25 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         leaves the caller's transaction as it was, neither committed nor aborted. On a pooled
         connection an ``atomic`` plan gets a transaction of its own.
         """
-        with self.connection(conn) as c, _schema_hint():
-            foreign = conn is not None
-            if atomic and (foreign or c.autocommit):
-                with connections.atomic(c):
-                    return plans.run(plan, c, foreign=foreign, guard=False)
-            return plans.run(plan, c, foreign=foreign)
+        return self._pools.run(plan, conn, atomic=atomic)
 
     async def run_async(
         self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
     ) -> T:
         """The async twin of :meth:`run`."""
-        async with self.connection_async(conn) as c:
-            with _schema_hint():
-                foreign = conn is not None
-                if atomic and (foreign or c.autocommit):
-                    async with connections.atomic_async(c):
-                        return await plans.run_async(plan, c, foreign=foreign, guard=False)
-                return await plans.run_async(plan, c, foreign=foreign)
+        return await self._pools.run_async(plan, conn, atomic=atomic)
 
     async def _results_listener(self) -> ResultListener:
-        """The LISTEN connection shared by this loop's ``result_async`` calls (the first call
-        starts it; calls made meanwhile wait for the same one)."""
-        loop = asyncio.get_running_loop()
-        starting = self._listeners.get(loop)
-        if starting is None:
-            starting = loop.create_task(self._start_listener(), name="pgqueue-results-start")
-            self._listeners[loop] = starting
-        try:
-            return await asyncio.shield(starting)
-        except psycopg.Error:
-            if self._listeners.get(loop) is starting:
-                del self._listeners[loop]  # the next call tries again
-            raise
-
-    async def _start_listener(self) -> ResultListener:
-        dsn = await asyncio.to_thread(lambda: self.dsn)
-        listener = ResultListener(dsn, self._conn_kwargs)
-        await listener.start()
-        return listener
+        return await self._pools.results_listener()
 
     def close(self) -> None:
         """Close the client's connection pools (sync; async pools need :meth:`aclose`). A pool
         the application passed in (``pool=``) is left open: it is the application's."""
-        pool, self._pool = self._pool, self._shared_pool
-        if pool is not None and pool is not self._shared_pool:
-            pool.close()
+        self._pools.close()
 
     async def aclose(self) -> None:
         """Close the client's pools and this loop's results listener (``async with pgq:``)."""
-        self.close()
-        loop = asyncio.get_running_loop()
-        starting = self._listeners.pop(loop, None)
-        if starting is not None:
-            listener = await asyncio.gather(starting, return_exceptions=True)
-            if isinstance(listener[0], ResultListener):
-                await listener[0].close()
-        pool = self._async_pools.pop(loop, None)
-        if pool is not None:
-            await pool.close()
+        await self._pools.aclose()
 
     def __enter__(self) -> PgQueue:
         return self
@@ -660,30 +500,6 @@ def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:
     # each distinct (task, options) is validated once.
     templates: dict[Any, JobSpec] = {}
     return [job if isinstance(job, JobSpec) else job.spec(templates=templates) for job in jobs]
-
-
-@contextmanager
-def _schema_hint() -> Iterator[None]:
-    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do, and a
-    full queue (SQLSTATE PGQ01) into :class:`QueueFullError`."""
-    try:
-        yield
-    except (
-        psycopg.errors.UndefinedTable,
-        psycopg.errors.UndefinedFunction,
-        psycopg.errors.InvalidSchemaName,
-    ) as exc:
-        if "pgqueue" not in str(exc):
-            raise
-        raise PgQueueError(
-            f"pgqueue's schema is not installed in this database ({exc.diag.message_primary}); "
-            "run `pgq migrate` first"
-        ) from exc
-    except psycopg.DatabaseError as exc:
-        full = QueueFullError.from_database(exc)
-        if full is not None:
-            raise full from exc
-        raise
 
 
 class _RoomWaiter:
