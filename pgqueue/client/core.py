@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal, TypeVar, cast, overload
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -19,12 +20,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pgqueue import admin, config
 from pgqueue.client.flow import FlowControlMixin
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
+from pgqueue.client.room import Room
 from pgqueue.client.workflows import WorkflowMethods
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
-from pgqueue.errors import ConfigurationError, InvalidJobError, QueueFullError, UnknownTaskError
+from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
 from pgqueue.flow import CircuitBreaker, RateLimit
 from pgqueue.gc_pause import gc_paused
 from pgqueue.payload import check_name
@@ -357,23 +359,15 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
     def enqueue_spec(self, spec: JobSpec, conn: object | None = None) -> JobId:
         """Write one validated job (:meth:`spec`), waiting for room in a bounded queue up to its
         ``wait_if_full``; returns its id."""
-        # A full queue raises without touching the caller's transaction (the statement that
-        # finds it full runs in a savepoint there), so waiting for room is a plain retry.
-        waiter = _RoomWaiter(spec.wait_if_full or 0.0)
-        while True:
-            try:
-                return self.run(enqueue_one(spec), conn, atomic=spec.needs_transaction)
-            except QueueFullError as exc:
-                time.sleep(waiter.next_delay(exc))
+        return self._write(
+            partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
+        )
 
     async def enqueue_spec_async(self, spec: JobSpec, conn: object | None = None) -> JobId:
         """The async twin of :meth:`enqueue_spec`."""
-        waiter = _RoomWaiter(spec.wait_if_full or 0.0)
-        while True:
-            try:
-                return await self.run_async(enqueue_one(spec), conn, atomic=spec.needs_transaction)
-            except QueueFullError as exc:
-                await asyncio.sleep(waiter.next_delay(exc))
+        return await self._write_async(
+            partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
+        )
 
     def enqueue_many(
         self,
@@ -387,16 +381,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         A batch that would overflow a bounded queue (``max_depth``) raises
         :class:`~pgqueue.QueueFullError` before writing anything, or waits up to
         ``wait_if_full`` seconds for room."""
-        # (The collector is paused while jobs are built and written, not while waiting.)
-        with gc_paused():
-            specs = _specs(jobs)
-        waiter = _RoomWaiter(wait_if_full or 0.0)
-        while True:
-            try:
-                with gc_paused():
-                    return self.run(enqueue_many(specs), conn, atomic=True)
-            except QueueFullError as exc:
-                time.sleep(waiter.next_delay(exc))
+        plan = partial(enqueue_many, _specs(jobs))
+        return self._write(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
 
     async def enqueue_many_async(
         self,
@@ -406,15 +392,42 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         wait_if_full: float | None = None,
     ) -> list[JobId]:
         """The async twin of :meth:`enqueue_many`."""
-        with gc_paused():
-            specs = _specs(jobs)
-        waiter = _RoomWaiter(wait_if_full or 0.0)
+        plan = partial(enqueue_many, _specs(jobs))
+        return await self._write_async(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
+
+    def _write(
+        self,
+        plan: Callable[[], plans.Plan[T]],
+        conn: object | None,
+        *,
+        atomic: bool,
+        wait: float | None,
+        bulk: bool = False,
+    ) -> T:
+        """Run a write, again after a pause while a bounded queue refuses it, for ``wait``
+        seconds at most (:mod:`pgqueue.client.room`). ``bulk``: the garbage collector is paused
+        while the jobs are written (:mod:`pgqueue.gc_pause`), not while waiting."""
+        room = Room(wait)
         while True:
-            try:
-                with gc_paused():
-                    return await self.run_async(enqueue_many(specs), conn, atomic=True)
-            except QueueFullError as exc:
-                await asyncio.sleep(waiter.next_delay(exc))
+            with room.attempt(), gc_paused() if bulk else nullcontext():
+                return self.run(plan(), conn, atomic=atomic)
+            time.sleep(room.pause())
+
+    async def _write_async(
+        self,
+        plan: Callable[[], plans.Plan[T]],
+        conn: object | None,
+        *,
+        atomic: bool,
+        wait: float | None,
+        bulk: bool = False,
+    ) -> T:
+        """The async twin of :meth:`_write`."""
+        room = Room(wait)
+        while True:
+            with room.attempt(), gc_paused() if bulk else nullcontext():
+                return await self.run_async(plan(), conn, atomic=atomic)
+            await asyncio.sleep(room.pause())
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -499,19 +512,5 @@ def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:
     # Validate every job before the first write, so bad input leaves nothing half-written;
     # each distinct (task, options) is validated once.
     templates: dict[Any, JobSpec] = {}
-    return [job if isinstance(job, JobSpec) else job.spec(templates=templates) for job in jobs]
-
-
-class _RoomWaiter:
-    """Backoff while a bounded queue is full, up to ``seconds`` in total (then re-raise)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.monotonic() + seconds
-        self.delay = 0.01
-
-    def next_delay(self, error: QueueFullError) -> float:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise error
-        self.delay = min(self.delay * 2, 1.0)
-        return min(self.delay, remaining)
+    with gc_paused():
+        return [job if isinstance(job, JobSpec) else job.spec(templates=templates) for job in jobs]
