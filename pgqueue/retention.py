@@ -27,8 +27,8 @@ from typing import Any
 from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, Query, fetch_first, fetch_one
-from pgqueue.enqueue import to_timedelta
 from pgqueue.errors import InvalidJobError
+from pgqueue.options import to_timedelta
 
 #: Rows deleted per statement, and at most this many statements per pruning pass.
 PRUNE_BATCH = 500

@@ -11,9 +11,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
-from datetime import timedelta
 from functools import partial
-from typing import Any, Literal, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -27,14 +26,16 @@ from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.migrate import upgrade
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
 from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
-from pgqueue.flow import CircuitBreaker, RateLimit
 from pgqueue.gc_pause import gc_paused
+from pgqueue.options import JobOptions, TaskOptions
 from pgqueue.payload import check_name
 from pgqueue.progress import Progress
 from pgqueue.results_listener import ResultListener
-from pgqueue.retry import BackoffLike
 from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, P, R, Task
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 T = TypeVar("T")
 
@@ -88,20 +89,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         /,
         *,
         name: str | None = None,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-        timeout: float | timedelta | None = None,
-        backoff: BackoffLike | None = None,
         pass_context: Literal[False] = False,
-        result_ttl: float | timedelta | None = None,
-        retry_on: Any = None,
-        no_retry_on: Any = None,
-        concurrency_limit: int | None = None,
-        key_limit: int | None = None,
-        rate_limit: str | float | RateLimit | None = None,
-        circuit_breaker: CircuitBreaker | None = None,
-        on: str | tuple[str, ...] | list[str] | None = None,
+        **options: Unpack[TaskOptions],
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     # pass_context=True: the function's first parameter is the JobContext, which the worker
@@ -113,20 +102,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         /,
         *,
         name: str | None = None,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-        timeout: float | timedelta | None = None,
-        backoff: BackoffLike | None = None,
         pass_context: bool,
-        result_ttl: float | timedelta | None = None,
-        retry_on: Any = None,
-        no_retry_on: Any = None,
-        concurrency_limit: int | None = None,
-        key_limit: int | None = None,
-        rate_limit: str | float | RateLimit | None = None,
-        circuit_breaker: CircuitBreaker | None = None,
-        on: str | tuple[str, ...] | list[str] | None = None,
+        **options: Unpack[TaskOptions],
     ) -> Callable[[Callable[..., R]], Task[..., R]]: ...
 
     def task(
@@ -135,29 +112,19 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         /,
         *,
         name: str | None = None,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-        timeout: float | timedelta | None = None,
-        backoff: BackoffLike | None = None,
         pass_context: bool = False,
-        result_ttl: float | timedelta | None = None,
-        retry_on: Any = None,
-        no_retry_on: Any = None,
-        concurrency_limit: int | None = None,
-        key_limit: int | None = None,
-        rate_limit: str | float | RateLimit | None = None,
-        circuit_breaker: CircuitBreaker | None = None,
-        on: str | tuple[str, ...] | list[str] | None = None,
+        **options: Unpack[TaskOptions],
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task: ``@pgq.task`` or ``@pgq.task(queue=..., ...)``.
 
-        ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the attempt number (and
-        optionally the exception) to the retry delay (default: full-jitter exponential, 1 s
-        base, 1 h cap); ``retry_on`` / ``no_retry_on`` choose which exceptions are retried
-        (default: every ``Exception``; ``no_retry_on`` wins); ``pass_context`` passes a
-        :class:`~pgqueue.JobContext` as the first argument; ``result_ttl`` keeps each job's
-        return value that long (see :meth:`result`).
+        ``name`` defaults to ``module.qualname``; ``pass_context`` passes a
+        :class:`~pgqueue.JobContext` as the first argument. The options
+        (:class:`~pgqueue.options.TaskOptions`): the defaults of the task's jobs (``queue``,
+        ``priority``, ``max_attempts``, ``result_ttl``: keep each job's return value that long,
+        see :meth:`result`); ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the
+        attempt number (and optionally the exception) to the retry delay (default: full-jitter
+        exponential, 1 s base, 1 h cap); ``retry_on`` / ``no_retry_on`` choose which exceptions
+        are retried (default: every ``Exception``; ``no_retry_on`` wins).
 
         Flow control, enforced across all workers: ``concurrency_limit`` (jobs of this task
         running at once), ``key_limit`` (running jobs per ``concurrency_key``, default 1),
@@ -167,36 +134,22 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
-            task: Task[P, R] = Task(
-                self,
-                function,
-                name=name,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                timeout=timeout,
-                backoff=backoff,
-                pass_context=pass_context,
-                result_ttl=result_ttl,
-                retry_on=retry_on,
-                no_retry_on=no_retry_on,
-                concurrency_limit=concurrency_limit,
-                key_limit=key_limit,
-                rate_limit=rate_limit,
-                circuit_breaker=circuit_breaker,
-                on=on,
+            return self._register(
+                Task(self, function, name=name, pass_context=pass_context, **options)
             )
-            existing = self.tasks.get(task.name)
-            if existing is not None and existing.func is not function:
-                raise ConfigurationError(f"a different task is already named {task.name!r}")
-            self.tasks[task.name] = task
-            for event in task.events:
-                subscribers = self.subscriptions.setdefault(event, [])
-                if all(t.name != task.name for t in subscribers):
-                    subscribers.append(task)
-            return task
 
         return register(func) if func is not None else register
+
+    def _register(self, task: Task[P, R]) -> Task[P, R]:
+        existing = self.tasks.get(task.name)
+        if existing is not None and existing.func is not task.func:
+            raise ConfigurationError(f"a different task is already named {task.name!r}")
+        self.tasks[task.name] = task
+        for event in task.events:
+            subscribers = self.subscriptions.setdefault(event, [])
+            if all(t.name != task.name for t in subscribers):
+                subscribers.append(task)
+        return task
 
     def periodic(
         self,
@@ -208,7 +161,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         missed: str = "skip",
         grace: float = 60.0,
         max_catch_up: int = 100,
-        **task_options: Any,
+        pass_context: bool = False,
+        **task_options: Unpack[TaskOptions],
     ) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task that runs on a cron schedule: ``@pgq.periodic("*/5 * * * *")``.
 
@@ -220,9 +174,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
-            # Options in a dict match several overloads of task(): name the type they share.
-            make_task: Callable[[Callable[P, R]], Task[P, R]] = self.task(**task_options)
-            task = make_task(function)
+            task = self._register(Task(self, function, pass_context=pass_context, **task_options))
             schedule = Schedule(
                 name=name or task.name,
                 cron=cron_expression,
@@ -230,8 +182,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
                 args=dict(args or {}),
                 tz=tz,
                 queue=task.queue,
-                priority=int(task.defaults.get("priority") or 0),
-                max_attempts=int(task.defaults.get("max_attempts") or config.DEFAULT_MAX_ATTEMPTS),
+                priority=task.defaults["priority"],
+                max_attempts=task.defaults["max_attempts"],
                 missed=missed,
                 grace=grace,
                 max_catch_up=max_catch_up,
@@ -340,9 +292,11 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         args: Mapping[str, Any] | None = None,
         *,
         conn: ConnectionArg | None = None,
-        **options: Any,
+        **options: Unpack[JobOptions],
     ) -> JobId:
-        """Enqueue by task name with an args object (no need to import the task's code)."""
+        """Enqueue by task name with an args object (no need to import the task's code); the
+        options are a call's (:class:`~pgqueue.options.JobOptions`: ``queue``, ``delay``,
+        ``idempotency_key``, ...)."""
         return self.enqueue_spec(self.spec(task, args, options), conn=conn)
 
     async def enqueue_async(
@@ -351,7 +305,7 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         args: Mapping[str, Any] | None = None,
         *,
         conn: AsyncConnectionArg | None = None,
-        **options: Any,
+        **options: Unpack[JobOptions],
     ) -> JobId:
         """The async twin of :meth:`enqueue`; ``conn`` is an async connection or session."""
         return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
