@@ -7,6 +7,8 @@ checked and normalised at run time, and what leaving it out means. Everything el
 declarations: the option names enqueue tells apart from task arguments, the validation, the
 defaults a job gets, the options a task passes on to its jobs.
 
+* :class:`JobBasics` (queue, priority, max_attempts): what a task, a cron schedule and a call
+  may set;
 * :class:`JobDefaults`: what a task declares for its jobs (``@pgq.task(queue="emails")``) and
   one call may override;
 * :class:`JobOptions`: one call's options (``pgq.enqueue(..., delay=5)``, ``task.options(...)``);
@@ -183,9 +185,9 @@ def _events(value: object, _: str) -> tuple[str, ...]:
 # -- the declarations --------------------------------------------------------------------------
 
 
-class JobDefaults(TypedDict, total=False):
-    """What a task declares for its jobs and a call may override. ``None`` leaves an option
-    unset (the task's value, else the default)."""
+class JobBasics(TypedDict, total=False):
+    """Where a job waits, in which order, how many attempts: what a task, a cron schedule and
+    a call may set. ``None`` leaves an option unset (the task's value, else the default)."""
 
     queue: Annotated[str | None, Check(_queue, default="default")]
     """The queue the job waits in (default ``"default"``)."""
@@ -193,6 +195,11 @@ class JobDefaults(TypedDict, total=False):
     """Lower runs first, -32768 to 32767 (default 0)."""
     max_attempts: Annotated[int | None, Check(_max_attempts, default=config.DEFAULT_MAX_ATTEMPTS)]
     """Attempts before the job is dead-lettered (default 5)."""
+
+
+class JobDefaults(JobBasics, total=False):
+    """What a task declares for its jobs and a call may override."""
+
     result_ttl: Annotated[float | timedelta | None, Check(_positive_duration)]
     """Keep the job's return value this long (seconds or a timedelta; see ``pgq.result()``)."""
 

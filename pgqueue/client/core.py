@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import admin, config
-from pgqueue.client.flow import FlowControlMixin
+from pgqueue.client.cron import CronSchedules
+from pgqueue.client.flow import FlowControl
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
 from pgqueue.client.workflows import WorkflowMethods
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.migrate import upgrade
+from pgqueue.declarations import declarations
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
 from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
 from pgqueue.gc_pause import gc_paused
@@ -31,7 +33,7 @@ from pgqueue.options import JobOptions, TaskOptions
 from pgqueue.payload import check_name
 from pgqueue.progress import Progress
 from pgqueue.results_listener import ResultListener
-from pgqueue.schedules import Schedule
+from pgqueue.schedules import PeriodicOptions, Schedule, ScheduleTiming
 from pgqueue.tasks import JobCall, P, R, Task
 
 if TYPE_CHECKING:
@@ -40,13 +42,22 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class PgQueue(WorkflowMethods, FlowControlMixin):
+class PgQueue(WorkflowMethods):
     """A queue living in one PostgreSQL database.
 
     ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
     ``DATABASE_URL``, else the embedded server (started on first use). ``prepare=False``
     turns server-side prepared statements off (behind PgBouncer < 1.21 in transaction mode).
+
+    The client holds the task registry and what an application does with its jobs (enqueue,
+    publish, workflows, results, progress, cancel); the operators' side lives in its parts,
+    each an attribute: :attr:`flow`, :attr:`cron`.
     """
+
+    flow: FlowControl
+    """Flow control: queue settings, task limits, pausing queues, circuit breakers."""
+    cron: CronSchedules
+    """Cron schedules made at run time (``@pgq.periodic`` declares them in code)."""
 
     def __init__(
         self,
@@ -66,6 +77,8 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         self.subscriptions: dict[str, list[Task[..., Any]]] = {}
         #: schedules declared with ``@pgq.periodic``; workers write them at start-up
         self.schedules: dict[str, Schedule] = {}
+        self.flow = FlowControl(self)
+        self.cron = CronSchedules(self)
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -155,23 +168,25 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         self,
         cron_expression: str,
         *,
-        tz: str = "UTC",
         name: str | None = None,
         args: Mapping[str, Any] | None = None,
-        missed: str = "skip",
-        grace: float = 60.0,
-        max_catch_up: int = 100,
         pass_context: bool = False,
-        **task_options: Unpack[TaskOptions],
+        **options: Unpack[PeriodicOptions],
     ) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task that runs on a cron schedule: ``@pgq.periodic("*/5 * * * *")``.
 
         The schedule (named ``name``, default the task's name) is a row in
         ``pgqueue.schedules``, written by every worker at start-up; each tick is enqueued
-        exactly once however many workers run. ``missed`` is the policy for ticks missed
-        while no worker ran: ``"skip"`` or ``"catch_up"`` (see :mod:`pgqueue.schedules`).
-        Other keyword arguments are task options (queue, priority, max_attempts, ...).
+        exactly once however many workers run. The options
+        (:class:`~pgqueue.schedules.PeriodicOptions`) are the schedule's timing (``tz``;
+        ``missed``, the policy for ticks missed while no worker ran: ``"skip"`` or
+        ``"catch_up"``, see :mod:`pgqueue.schedules`; ``grace``; ``max_catch_up``) and the
+        task's options (queue, priority, max_attempts, ...).
         """
+        timing: dict[str, Any] = {
+            k: v for k, v in options.items() if k in ScheduleTiming.__optional_keys__
+        }
+        task_options = cast("TaskOptions", {k: v for k, v in options.items() if k not in timing})
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task = self._register(Task(self, function, pass_context=pass_context, **task_options))
@@ -180,13 +195,10 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
                 cron=cron_expression,
                 task=task.name,
                 args=dict(args or {}),
-                tz=tz,
                 queue=task.queue,
                 priority=task.defaults["priority"],
                 max_attempts=task.defaults["max_attempts"],
-                missed=missed,
-                grace=grace,
-                max_catch_up=max_catch_up,
+                **timing,
             )
             self.schedules[schedule.name] = schedule
             return task
@@ -205,6 +217,15 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
             return self.tasks[name]
         except KeyError:
             raise UnknownTaskError(f"no task named {name!r} is registered") from None
+
+    def sync_declarations(self, conn: ConnectionArg | None = None) -> None:
+        """Write what the code declares (task limits, breakers, ``@periodic`` schedules) to
+        the database. Workers do this at start-up."""
+        self.run(declarations(self), conn, atomic=True)
+
+    async def sync_declarations_async(self, conn: AsyncConnectionArg | None = None) -> None:
+        """The async twin of :meth:`sync_declarations`."""
+        await self.run_async(declarations(self), conn, atomic=True)
 
     def migrate(self) -> None:
         """Upgrade the database schema to the newest version (same as ``pgq migrate``)."""
@@ -349,6 +370,39 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
         plan = partial(enqueue_many, _specs(jobs))
         return await self._write_async(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
 
+    def publish(
+        self,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: ConnectionArg | None = None,
+    ) -> list[JobId]:
+        """Enqueue one job for every task subscribed to ``event`` (``@pgq.task(on=event)``),
+        with ``payload`` as its arguments, in one transaction (the caller's with ``conn``).
+        Every subscriber's arguments are checked before anything is written. Returns the job
+        ids in subscription order ([] when nothing subscribes)."""
+        specs = self._event_specs(event, payload)
+        return self.enqueue_many(specs, conn=conn) if specs else []
+
+    async def publish_async(
+        self,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: AsyncConnectionArg | None = None,
+    ) -> list[JobId]:
+        """The async twin of :meth:`publish`."""
+        specs = self._event_specs(event, payload)
+        return await self.enqueue_many_async(specs, conn=conn) if specs else []
+
+    def _event_specs(self, event: str, payload: Mapping[str, Any] | None) -> list[JobSpec]:
+        check_name(event, "event name")
+        if payload is not None and not isinstance(payload, Mapping):
+            raise InvalidJobError(
+                f"an event payload must be a JSON object (a mapping), got {type(payload).__name__}"
+            )
+        return [task.s(**dict(payload or {})).spec() for task in self.subscriptions.get(event, [])]
+
     def _write(
         self,
         plan: Callable[[], plans.Plan[T]],
@@ -436,14 +490,6 @@ class PgQueue(WorkflowMethods, FlowControlMixin):
             total += len(moved)
             if len(moved) < batch_size:
                 return total
-
-    def pause_queue(self, queue: str, *, conn: ConnectionArg | None = None) -> None:
-        """Stop workers claiming from ``queue`` (enqueue still works; running jobs finish)."""
-        self.run(admin.set_paused(check_name(queue, "queue name"), True), conn)
-
-    def resume_queue(self, queue: str, *, conn: ConnectionArg | None = None) -> None:
-        """Let workers claim from ``queue`` again (they are woken at once)."""
-        self.run(admin.set_paused(check_name(queue, "queue name"), False), conn)
 
     def reap(self, max_jobs: int = 1000) -> int:
         """Run the reaper once (what `pgq reaper` and pg_cron do); returns jobs recovered."""

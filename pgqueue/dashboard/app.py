@@ -272,7 +272,7 @@ def _retried(result: ops.RetryResult) -> dict[str, Any]:
 
 def _set_paused(pgq: PgQueue, queue: str, paused: bool) -> dict[str, Any]:
     if paused:
-        pgq.pause_queue(queue)
+        pgq.flow.pause_queue(queue)
     else:
-        pgq.resume_queue(queue)
+        pgq.flow.resume_queue(queue)
     return {"queue": queue, "paused": paused}

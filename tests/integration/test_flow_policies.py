@@ -80,7 +80,7 @@ def test_breaker_can_be_opened_and_reset_by_hand(app_dsn, pgq):
     app = flow_app_on(app_dsn)
     app.sync_declarations()  # what a worker does at start-up
     app.close()
-    assert pgq.trip_breaker("fragile", 60)
+    assert pgq.flow.trip_breaker("fragile", 60)
     assert breaker(app_dsn)[0] == "open"
     result = CliRunner().invoke(cli_app, ["breaker", "reset", "fragile", "--dsn", app_dsn])
     assert result.exit_code == 0, result.output
@@ -210,7 +210,7 @@ def test_kept_key_race_yields_exactly_one_job(app_dsn, pgq):
 
 
 def test_max_depth_refuses_then_waits_for_room(app_dsn, pgq, tmp_path):
-    pgq.configure_queue("bounded", max_depth=5)
+    pgq.flow.configure_queue("bounded", max_depth=5)
     ids = [pgq.enqueue("hold", {"seconds": 0.05}, queue="bounded") for _ in range(5)]
     with pytest.raises(QueueFullError, match="'bounded' is full"):
         pgq.enqueue("hold", {}, queue="bounded")
@@ -222,7 +222,7 @@ def test_max_depth_refuses_then_waits_for_room(app_dsn, pgq, tmp_path):
     assert info.value.sqlstate == "PGQ01"
     # An idempotency key matching a waiting job is still answered (nothing is added).
     keyed = pgq.enqueue("hold", {}, queue="other", idempotency_key="k")
-    pgq.configure_queue("other", max_depth=1)
+    pgq.flow.configure_queue("other", max_depth=1)
     assert int(pgq.enqueue("hold", {}, queue="other", idempotency_key="k")) == int(keyed)
     # Inside the caller's transaction, waiting uses a savepoint: the transaction survives.
     workers = fleet(app_dsn, tmp_path, 2, "--queue", "bounded")
