@@ -371,7 +371,7 @@ def reaper(
     with friendly_errors():
         pgq = PgQueue(dsn)
         if once:
-            typer.echo(pgq.reap())
+            typer.echo(pgq.admin.reap())
             pgq.close()
             return
     log.info("reaper started interval=%ss", interval)
@@ -379,7 +379,7 @@ def reaper(
     try:
         while True:
             try:
-                recovered = pgq.reap()
+                recovered = pgq.admin.reap()
                 failures = 0
                 if recovered:
                     log.warning("recovered jobs with expired leases count=%s", recovered)

@@ -8,20 +8,25 @@ transaction and never commits; without it, it takes a pooled connection and comm
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import admin, config
+from pgqueue import config
+from pgqueue.admin import CancelResult, job_progress
+from pgqueue.admin import cancel as cancel_job
+from pgqueue.client.admin import Admin
 from pgqueue.client.cron import CronSchedules
 from pgqueue.client.flow import FlowControl
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
+from pgqueue.client.retention import Retention
 from pgqueue.client.room import Room
-from pgqueue.client.workflows import WorkflowMethods
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.migrate import upgrade
@@ -32,9 +37,13 @@ from pgqueue.gc_pause import gc_paused
 from pgqueue.options import JobOptions, TaskOptions
 from pgqueue.payload import check_name
 from pgqueue.progress import Progress
-from pgqueue.results_listener import ResultListener
+from pgqueue.results import Deadline, read_outcome, wait_for_result
 from pgqueue.schedules import PeriodicOptions, Schedule, ScheduleTiming
 from pgqueue.tasks import JobCall, P, R, Task
+from pgqueue.workflow.builders import Compiled, Workflow
+from pgqueue.workflow.inspect import get_workflow, list_workflows
+from pgqueue.workflow.plan import enqueue_compiled
+from pgqueue.workflow.run import WorkflowRun
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -42,7 +51,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class PgQueue(WorkflowMethods):
+class PgQueue:
     """A queue living in one PostgreSQL database.
 
     ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
@@ -51,13 +60,17 @@ class PgQueue(WorkflowMethods):
 
     The client holds the task registry and what an application does with its jobs (enqueue,
     publish, workflows, results, progress, cancel); the operators' side lives in its parts,
-    each an attribute: :attr:`flow`, :attr:`cron`.
+    each an attribute: :attr:`flow`, :attr:`cron`, :attr:`admin`, :attr:`retention`.
     """
 
     flow: FlowControl
     """Flow control: queue settings, task limits, pausing queues, circuit breakers."""
     cron: CronSchedules
     """Cron schedules made at run time (``@pgq.periodic`` declares them in code)."""
+    admin: Admin
+    """Operators' actions: dead letters (list, replay) and the reaper."""
+    retention: Retention
+    """How long finished jobs, results and dead letters are kept, and pruning."""
 
     def __init__(
         self,
@@ -79,6 +92,8 @@ class PgQueue(WorkflowMethods):
         self.schedules: dict[str, Schedule] = {}
         self.flow = FlowControl(self)
         self.cron = CronSchedules(self)
+        self.admin = Admin(self)
+        self.retention = Retention(self)
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -231,6 +246,11 @@ class PgQueue(WorkflowMethods):
         """Upgrade the database schema to the newest version (same as ``pgq migrate``)."""
         upgrade(self.dsn)
 
+    async def migrate_async(self) -> None:
+        """The async twin of :meth:`migrate` (alembic has no async API: the same upgrade runs
+        in a thread, so the event loop goes on meanwhile)."""
+        await asyncio.to_thread(self.migrate)
+
     # -- connections -----------------------------------------------------------------------
 
     @contextmanager
@@ -262,9 +282,6 @@ class PgQueue(WorkflowMethods):
     ) -> T:
         """The async twin of :meth:`run`."""
         return await self._pools.run_async(plan, conn, atomic=atomic)
-
-    async def _results_listener(self) -> ResultListener:
-        return await self._pools.results_listener()
 
     def close(self) -> None:
         """Close the client's connection pools (sync; async pools need :meth:`aclose`). A pool
@@ -437,75 +454,114 @@ class PgQueue(WorkflowMethods):
                 return await self.run_async(plan(), conn, atomic=atomic)
             await asyncio.sleep(room.pause())
 
-    # -- operator actions --------------------------------------------------------------------
+    # -- workflows -------------------------------------------------------------------------
 
-    def cancel(self, job_id: int, *, conn: ConnectionArg | None = None) -> admin.CancelResult:
-        """Cancel a job: 'cancelled' (it was waiting and is gone), 'cancelling' (it is running;
-        its worker stops the handler and records it cancelled), or 'not_found'."""
-        return self.run(admin.cancel(job_id), conn)
+    def enqueue_workflow(
+        self, workflow: Workflow, *, conn: ConnectionArg | None = None
+    ) -> WorkflowRun:
+        """Write a chain, group, chord or DAG atomically (in ``conn``'s transaction if given)."""
+        return self.enqueue_compiled(workflow.compile(), conn=conn)
 
-    async def cancel_async(
-        self, job_id: int, *, conn: AsyncConnectionArg | None = None
-    ) -> admin.CancelResult:
-        """The async twin of :meth:`cancel`."""
-        return await self.run_async(admin.cancel(job_id), conn)
+    async def enqueue_workflow_async(
+        self, workflow: Workflow, *, conn: AsyncConnectionArg | None = None
+    ) -> WorkflowRun:
+        """The async twin of :meth:`enqueue_workflow`."""
+        return await self.enqueue_compiled_async(workflow.compile(), conn=conn)
+
+    def enqueue_compiled(
+        self, compiled: Compiled, *, conn: ConnectionArg | None = None
+    ) -> WorkflowRun:
+        """Write a compiled workflow (``workflow.compile()``) atomically; returns its
+        :class:`~pgqueue.WorkflowRun`."""
+        written = self.run(enqueue_compiled(compiled), conn, atomic=True)
+        return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
+
+    async def enqueue_compiled_async(
+        self, compiled: Compiled, *, conn: AsyncConnectionArg | None = None
+    ) -> WorkflowRun:
+        """The async twin of :meth:`enqueue_compiled`."""
+        written = await self.run_async(enqueue_compiled(compiled), conn, atomic=True)
+        return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
+
+    def workflow(self, workflow_id: int, *, conn: ConnectionArg | None = None) -> dict[str, Any]:
+        """A workflow with its state and every job's state (the ``pgqueue.workflow_jobs``
+        view); raises :class:`~pgqueue.WorkflowNotFoundError`."""
+        return self.run(get_workflow(int(workflow_id)), conn)
+
+    async def workflow_async(
+        self, workflow_id: int, *, conn: AsyncConnectionArg | None = None
+    ) -> dict[str, Any]:
+        """The async twin of :meth:`workflow`."""
+        return await self.run_async(get_workflow(int(workflow_id)), conn)
+
+    def workflows(
+        self, *, state: str | None = None, limit: int = 50, conn: ConnectionArg | None = None
+    ) -> list[dict[str, Any]]:
+        """Workflows, newest first (``pgqueue.workflow_overview``); ``state``: running,
+        failing, failed or succeeded."""
+        return self.run(list_workflows(state, limit), conn)
+
+    async def workflows_async(
+        self, *, state: str | None = None, limit: int = 50, conn: AsyncConnectionArg | None = None
+    ) -> list[dict[str, Any]]:
+        """The async twin of :meth:`workflows`."""
+        return await self.run_async(list_workflows(state, limit), conn)
+
+    # -- a job's results, progress and cancellation ----------------------------------------
+
+    def result(self, job_id: int, *, timeout: float | None = None) -> Any:
+        """Wait for a job's result (its handler's return value, stored as JSON).
+
+        Woken by NOTIFY when the job finishes. Raises :class:`~pgqueue.JobDeadError` or
+        :class:`~pgqueue.JobCancelledError` if it ended that way,
+        :class:`~pgqueue.ResultUnavailableError` if it does not keep its result (no
+        ``result_ttl``; also once such a job succeeded and left the queue) or the result
+        expired, :class:`~pgqueue.ResultTimeoutError` after ``timeout`` seconds (None: wait for
+        ever), :class:`~pgqueue.JobNotFoundError` for an id pgqueue never handed out.
+        """
+        # Its own connection: the plan LISTENs on it, which a pooled connection must not keep.
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return self.run(wait_for_result(int(job_id), timeout), conn)
+
+    async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any:
+        """The async twin of :meth:`result`. The calls on one event loop share one LISTEN
+        connection (:mod:`pgqueue.results_listener`) and read through the client's pool, so
+        awaiting results in many requests at once does not open a connection each."""
+        job_id = int(job_id)
+        deadline = Deadline(job_id, timeout)
+        listener = await self._pools.results_listener()
+        with listener.watch(job_id) as woken:
+            while True:
+                woken.clear()  # before the read: a notification after it still counts
+                finished, value = await self.run_async(read_outcome(job_id))
+                if finished:
+                    return value
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), deadline.next_wait())
 
     def progress(self, job_id: int, *, conn: ConnectionArg | None = None) -> Progress | None:
         """What the running job last reported with ``ctx.progress(...)`` (a fraction or a
         dict), as written by its worker's latest heartbeat; None while it has reported nothing
         in this attempt, or when it is not running (waiting, or finished: ask
         :meth:`result`)."""
-        return cast("Progress | None", self.run(admin.job_progress(job_id), conn))
+        return cast("Progress | None", self.run(job_progress(job_id), conn))
 
     async def progress_async(
         self, job_id: int, *, conn: AsyncConnectionArg | None = None
     ) -> Progress | None:
         """The async twin of :meth:`progress`."""
-        return cast("Progress | None", await self.run_async(admin.job_progress(job_id), conn))
+        return cast("Progress | None", await self.run_async(job_progress(job_id), conn))
 
-    def dead_letters(self, *, limit: int = 100, **filters: Any) -> list[dict[str, Any]]:
-        """Dead letters, newest first. Filters: ids, task, queue, error (substring of the last
-        error), since, until (timezone-aware datetimes, on the time the job died)."""
-        return self.run(admin.list_dead_letters(_filter(filters), limit))
+    def cancel(self, job_id: int, *, conn: ConnectionArg | None = None) -> CancelResult:
+        """Cancel a job: 'cancelled' (it was waiting and is gone), 'cancelling' (it is running;
+        its worker stops the handler and records it cancelled), or 'not_found'."""
+        return self.run(cancel_job(job_id), conn)
 
-    def replay_dead_letters(
-        self,
-        *,
-        batch_size: int = 500,
-        dry_run: bool = False,
-        conn: ConnectionArg | None = None,
-        **filters: Any,
-    ) -> int:
-        """Move matching dead letters back to the queue with fresh attempts, in batches of
-        ``batch_size`` (one transaction each unless ``conn`` is given). Returns how many were
-        (or, with ``dry_run``, would be) replayed."""
-        where = _filter(filters)
-        if batch_size < 1:
-            raise InvalidJobError("batch_size must be at least 1")
-        if dry_run:
-            return self.run(admin.count_dead_letters(where), conn)
-        total = 0
-        while True:
-            moved = self.run(admin.replay_batch(where, batch_size), conn)
-            total += len(moved)
-            if len(moved) < batch_size:
-                return total
-
-    def reap(self, max_jobs: int = 1000) -> int:
-        """Run the reaper once (what `pgq reaper` and pg_cron do); returns jobs recovered."""
-        return self.run(admin.reap(max_jobs))
-
-
-def _filter(filters: dict[str, Any]) -> admin.DeadLetterFilter:
-    if "ids" in filters and filters["ids"] is not None:
-        filters = {**filters, "ids": tuple(int(i) for i in filters["ids"])}
-    try:
-        return admin.DeadLetterFilter(**filters)
-    except TypeError:
-        known = ", ".join(admin.DeadLetterFilter.__dataclass_fields__)
-        raise InvalidJobError(
-            f"unknown dead-letter filter in {sorted(filters)} (known: {known})"
-        ) from None
+    async def cancel_async(
+        self, job_id: int, *, conn: AsyncConnectionArg | None = None
+    ) -> CancelResult:
+        """The async twin of :meth:`cancel`."""
+        return await self.run_async(cancel_job(job_id), conn)
 
 
 def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:

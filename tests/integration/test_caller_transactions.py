@@ -179,7 +179,8 @@ APIS = [
     ),
     Api(
         "replay_dead_letters",
-        lambda pgq, t, c: pgq.replay_dead_letters(ids=[t.state], conn=c),
+        lambda pgq, t, c: pgq.admin.replay_dead_letters(ids=[t.state], conn=c),
+        lambda pgq, t, c: pgq.admin.replay_dead_letters_async(ids=[t.state], conn=c),
         setup=lambda pgq, t: setattr(t, "state", _dead_letter(pgq, t)),
         applied=_has_jobs("calls.add"),
     ),

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from pgqueue import CircuitBreaker, PgQueue, RateLimit
+from pgqueue import CircuitBreaker, PgQueue, RateLimit, chain
 
 Call = Callable[..., Any]
 
@@ -89,3 +90,78 @@ def test_cron_schedules(pgq: PgQueue, call: Call) -> None:
     assert call(pgq.cron.delete, "nightly") is False
     assert call(pgq.cron.pause, "nightly") is False
     assert call(pgq.cron.schedules) == []
+
+
+def _dead_letters(pgq: PgQueue, queue: str, count: int) -> list[int]:
+    """Jobs moved straight to the dead letters (as a worker would after their last attempt)."""
+    ids = [int(pgq.enqueue("parts.failed", {"n": n}, queue=queue)) for n in range(count)]
+    with pgq.connection() as conn:
+        conn.execute(
+            "WITH gone AS (DELETE FROM pgqueue.jobs WHERE id = ANY(%s) RETURNING *) "
+            "INSERT INTO pgqueue.dead_letters (id, queue, task, args, priority, attempts, "
+            "max_attempts, lease_token, reason, errors, created_at) SELECT id, queue, task, args, "
+            "priority, 1, max_attempts, lease_token, 'failed', '[]'::jsonb, created_at FROM gone",
+            (ids,),
+        )
+    return ids
+
+
+def test_dead_letters_and_replay(pgq: PgQueue, call: Call) -> None:
+    first, *rest = _dead_letters(pgq, "mail", 3)
+    other = _dead_letters(pgq, "other", 1)
+    assert {d["id"] for d in call(pgq.admin.dead_letters)} == {first, *rest, *other}
+    assert [d["id"] for d in call(pgq.admin.dead_letters, queue="other")] == other
+    assert len(call(pgq.admin.dead_letters, limit=2)) == 2
+    assert call(pgq.admin.replay_dead_letters, queue="mail", dry_run=True) == 3
+    assert call(pgq.admin.replay_dead_letters, ids=[first]) == 1
+    assert call(pgq.admin.replay_dead_letters, queue="mail", batch_size=1) == 2
+    assert [d["id"] for d in call(pgq.admin.dead_letters)] == other
+
+
+def test_reap(pgq: PgQueue, call: Call) -> None:
+    job = pgq.enqueue("parts.stuck", {})
+    with pgq.connection() as conn:
+        conn.execute(
+            "UPDATE pgqueue.jobs SET state = 'running', attempts = 1, "
+            "worker_id = gen_random_uuid(), started_at = now() - interval '1 hour', "
+            "lease_expires_at = now() - interval '1 s' WHERE id = %s",
+            (job,),
+        )
+    assert call(pgq.admin.reap) == 1
+    assert call(pgq.admin.reap) == 0
+
+
+def test_retention(pgq: PgQueue, call: Call) -> None:
+    assert call(pgq.retention.settings).history_retention == timedelta(days=7)
+    changed = call(pgq.retention.set, history=3600, dead_letters="never")
+    assert (changed.history_retention, changed.dead_letter_retention) == (timedelta(hours=1), None)
+    assert call(pgq.retention.settings) == changed
+    _dead_letters(pgq, "old", 2)
+    with pgq.connection() as conn:
+        conn.execute("UPDATE pgqueue.dead_letters SET dead_at = now() - interval '2 days'")
+    assert call(pgq.retention.prune).dead_letters == 0  # kept: "never"
+    call(pgq.retention.set, dead_letters=timedelta(days=1))
+    assert call(pgq.retention.prune, batch_size=1).dead_letters == 2
+
+
+def test_workflows_progress_and_cancel(pgq: PgQueue, call: Call) -> None:
+    @pgq.task(name="parts.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    run = call(pgq.enqueue_workflow, chain(add.s(1, 2), add.s(b=3)))
+    assert call(pgq.workflow, run.id)["state"] == "running"
+    assert [w["id"] for w in call(pgq.workflows, state="running")] == [run.id]
+    assert call(pgq.progress, run.job_ids[0]) is None  # not running
+    assert call(pgq.cancel, run.job_ids[0]) == "cancelled"
+    assert call(pgq.cancel, run.job_ids[0]) == "not_found"
+
+
+def test_migrate_and_declarations(pgq: PgQueue, call: Call) -> None:
+    @pgq.task(name="parts.limited", concurrency_limit=3)
+    def limited() -> None: ...
+
+    call(pgq.migrate)  # already at the newest version: nothing to do
+    call(pgq.sync_declarations)
+    row = by_name(pgq.flow.task_limits(), "task", "parts.limited")
+    assert (row["concurrency_limit"], row["from_code"]) == (3, True)

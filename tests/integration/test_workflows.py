@@ -295,7 +295,7 @@ def test_waiting_jobs_are_never_claimed_or_reaped_and_are_visible(app_dsn, pgq):
         )
     with thread_worker(APP, app_dsn, burst=True) as w:
         w.join()
-    assert pgq.reap() == 0
+    assert pgq.admin.reap() == 0
     assert states(app_dsn, run.id) == {root_id: "scheduled", child_id: "waiting"}
     assert ledger(app_dsn) == []
     [stats] = [row for row in queue_stats(pgq) if row["queue"] == "default"]

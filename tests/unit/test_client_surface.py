@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pgqueue import PgQueue
 from tests.unit.test_docstrings import parts
 
 
@@ -26,15 +27,36 @@ def _shape(function: Any) -> list[tuple[str, Any, Any]]:
     return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
 
 
-@pytest.mark.parametrize("part", sorted(parts()))
-def test_every_operation_of_a_part_has_an_async_twin_of_the_same_shape(part: str) -> None:
-    operations = _operations(parts()[part])
+# What needs no database (the registry, validation) and the pair named after Python's own
+# convention (close / aclose).
+NO_IO = {"task", "periodic", "spec", "declared_queues", "get_task", "close", "aclose"}
+
+
+def _check_twins(operations: dict[str, Any], where: str) -> None:
     assert operations
     for name, function in operations.items():
+        if name in NO_IO:
+            continue
         if name.endswith("_async"):
-            assert name.removesuffix("_async") in operations, f"pgq.{part}.{name} has no sync form"
-            assert inspect.iscoroutinefunction(function), f"pgq.{part}.{name} is not async"
+            assert name.removesuffix("_async") in operations, f"{where}.{name} has no sync form"
+            assert inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(
+                getattr(function, "__wrapped__", function)
+            ), f"{where}.{name} is not async"
             continue
         twin = operations.get(f"{name}_async")
-        assert twin is not None, f"pgq.{part}.{name} has no async twin"
-        assert _shape(twin) == _shape(function), f"pgq.{part}.{name}_async differs"
+        assert twin is not None, f"{where}.{name} has no async twin"
+        assert _shape(twin) == _shape(function), f"{where}.{name}_async differs from {name}"
+
+
+@pytest.mark.parametrize("part", sorted(parts()))
+def test_every_operation_of_a_part_has_an_async_twin_of_the_same_shape(part: str) -> None:
+    assert not set(_operations(parts()[part])) & NO_IO
+    _check_twins(_operations(parts()[part]), f"pgq.{part}")
+
+
+def test_every_operation_of_the_client_has_an_async_twin_of_the_same_shape() -> None:
+    _check_twins(_operations(PgQueue), "pgq")
+
+
+def test_the_parts_are_the_ones_documented() -> None:
+    assert set(parts()) == {"flow", "cron", "admin", "retention"}
