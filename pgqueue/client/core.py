@@ -12,7 +12,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import psycopg
@@ -21,11 +21,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pgqueue import config
 from pgqueue.admin import CancelResult, job_progress
 from pgqueue.admin import cancel as cancel_job
-from pgqueue.client.admin import Admin
-from pgqueue.client.cron import CronSchedules
-from pgqueue.client.flow import FlowControl
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
-from pgqueue.client.retention import Retention
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
@@ -48,6 +44,11 @@ from pgqueue.workflow.run import WorkflowRun
 if TYPE_CHECKING:
     from typing import Unpack
 
+    from pgqueue.client.admin import Admin
+    from pgqueue.client.cron import CronSchedules
+    from pgqueue.client.flow import FlowControl
+    from pgqueue.client.retention import Retention
+
 T = TypeVar("T")
 
 
@@ -62,15 +63,6 @@ class PgQueue:
     publish, workflows, results, progress, cancel); the operators' side lives in its parts,
     each an attribute: :attr:`flow`, :attr:`cron`, :attr:`admin`, :attr:`retention`.
     """
-
-    flow: FlowControl
-    """Flow control: queue settings, task limits, pausing queues, circuit breakers."""
-    cron: CronSchedules
-    """Cron schedules made at run time (``@pgq.periodic`` declares them in code)."""
-    admin: Admin
-    """Operators' actions: dead letters (list, replay) and the reaper."""
-    retention: Retention
-    """How long finished jobs, results and dead letters are kept, and pruning."""
 
     def __init__(
         self,
@@ -90,10 +82,36 @@ class PgQueue:
         self.subscriptions: dict[str, list[Task[..., Any]]] = {}
         #: schedules declared with ``@pgq.periodic``; workers write them at start-up
         self.schedules: dict[str, Schedule] = {}
-        self.flow = FlowControl(self)
-        self.cron = CronSchedules(self)
-        self.admin = Admin(self)
-        self.retention = Retention(self)
+
+    # -- the parts (each module is imported on first use: enqueueing needs none of them) ----
+
+    @cached_property
+    def flow(self) -> FlowControl:
+        """Flow control: queue settings, task limits, pausing queues, circuit breakers."""
+        from pgqueue.client.flow import FlowControl
+
+        return FlowControl(self)
+
+    @cached_property
+    def cron(self) -> CronSchedules:
+        """Cron schedules made at run time (``@pgq.periodic`` declares them in code)."""
+        from pgqueue.client.cron import CronSchedules
+
+        return CronSchedules(self)
+
+    @cached_property
+    def admin(self) -> Admin:
+        """Operators' actions: dead letters (list, replay) and the reaper."""
+        from pgqueue.client.admin import Admin
+
+        return Admin(self)
+
+    @cached_property
+    def retention(self) -> Retention:
+        """How long finished jobs, results and dead letters are kept, and pruning."""
+        from pgqueue.client.retention import Retention
+
+        return Retention(self)
 
     # -- configuration ---------------------------------------------------------------------
 
