@@ -2,9 +2,10 @@
 
 ``@pgq.task(...)`` wraps a function in a :class:`Task`. Calling the task runs the function
 directly; ``task.enqueue(...)`` writes a job. Keyword arguments of ``enqueue`` whose names are
-options (``queue``, ``priority``, ``run_at``, ``delay``, ``max_attempts``, ``idempotency_key``,
-``conn``) are taken as options; everything else goes to the task. When the task's own parameters
-use one of those names, ``task.options(...).enqueue(...)`` passes every keyword to the task.
+options (:class:`~pgqueue.options.JobOptions`: ``queue``, ``priority``, ``run_at``, ``delay``,
+``idempotency_key``, ..., and ``conn``) are taken as options; everything else goes to the
+task. When the task's own parameters use one of those names, ``task.options(...).enqueue(...)``
+passes every keyword to the task.
 
 Typing: ``Task`` is generic in the function's parameters (a ``ParamSpec``) and return type.
 ``task.options(...).enqueue(...)`` is the enqueue a type checker checks against the function's

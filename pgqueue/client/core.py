@@ -1,4 +1,6 @@
-"""``PgQueue``: the application's handle on the queue (task registry, enqueue, inspection).
+"""``PgQueue``: the application's handle on the queue: the task registry, enqueue, workflows,
+results, progress and cancel; the operators' side is in its parts (``pgq.flow``, ``pgq.cron``,
+``pgq.admin``, ``pgq.retention``: one module each beside this one).
 
 Sync and async methods drive the same plans (:mod:`pgqueue.db.plan`), so they share every query
 and every line of result handling. With ``conn=`` a method runs in the caller's connection and
