@@ -206,6 +206,10 @@ class JobCall:
         """Write this job (in the caller's transaction with ``conn``) and return its id."""
         return self.task.app.enqueue_spec(self.spec(), conn=conn)
 
+    async def enqueue_async(self, conn: AsyncConnectionArg | None = None) -> JobId:
+        """The async twin of :meth:`enqueue`."""
+        return await self.task.app.enqueue_spec_async(self.spec(), conn=conn)
+
 
 def _template_key(task: Task[..., Any], options: Mapping[str, Any]) -> Any:
     """What identifies a job template: the task and its call options (None: not hashable, so

@@ -155,6 +155,8 @@ def test_workflows_progress_and_cancel(pgq: PgQueue, call: Call) -> None:
     assert call(pgq.progress, run.job_ids[0]) is None  # not running
     assert call(pgq.cancel, run.job_ids[0]) == "cancelled"
     assert call(pgq.cancel, run.job_ids[0]) == "not_found"
+    job = call(add.s(2, 2).enqueue)
+    assert call(pgq.cancel, job) == "cancelled"
 
 
 def test_migrate_and_declarations(pgq: PgQueue, call: Call) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pgqueue import PgQueue
+from pgqueue import DAG, Chain, Group, JobCall, PgQueue, Task, WorkflowRun
+from pgqueue.tasks import TaskCall
 from tests.unit.test_docstrings import parts
 
 
@@ -27,9 +28,10 @@ def _shape(function: Any) -> list[tuple[str, Any, Any]]:
     return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
 
 
-# What needs no database (the registry, validation) and the pair named after Python's own
-# convention (close / aclose).
-NO_IO = {"task", "periodic", "spec", "declared_queues", "get_task", "close", "aclose"}
+# What needs no database (the registry, validation, building jobs and workflows) and the pair
+# named after Python's own convention (close / aclose).
+NO_IO = {"task", "periodic", "spec", "declared_queues", "get_task", "close", "aclose",
+         "options", "s", "retry_delay", "result_arg", "compile", "add"}  # fmt: skip
 
 
 def _check_twins(operations: dict[str, Any], where: str) -> None:
@@ -56,6 +58,13 @@ def test_every_operation_of_a_part_has_an_async_twin_of_the_same_shape(part: str
 
 def test_every_operation_of_the_client_has_an_async_twin_of_the_same_shape() -> None:
     _check_twins(_operations(PgQueue), "pgq")
+
+
+@pytest.mark.parametrize(
+    "cls", [Task, TaskCall, JobCall, WorkflowRun, Chain, Group, DAG], ids=lambda c: c.__name__
+)
+def test_what_tasks_and_workflows_write_has_an_async_twin_too(cls: type) -> None:
+    _check_twins(_operations(cls), cls.__name__)
 
 
 def test_the_parts_are_the_ones_documented() -> None:
