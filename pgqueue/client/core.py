@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from pgqueue.client.retention import Retention
 
 T = TypeVar("T")
+# A single job is written with the garbage collector on (a context made once: it is reusable).
+_COLLECTING = nullcontext()
 
 
 class PgQueue:
@@ -454,7 +456,7 @@ class PgQueue:
         while the jobs are written (:mod:`pgqueue.gc_pause`), not while waiting."""
         room = Room(wait)
         while True:
-            with room.attempt(), gc_paused() if bulk else nullcontext():
+            with room.attempt(), gc_paused() if bulk else _COLLECTING:
                 return self.run(plan(), conn, atomic=atomic)
             time.sleep(room.pause())
 
@@ -470,7 +472,7 @@ class PgQueue:
         """The async twin of :meth:`_write`."""
         room = Room(wait)
         while True:
-            with room.attempt(), gc_paused() if bulk else nullcontext():
+            with room.attempt(), gc_paused() if bulk else _COLLECTING:
                 return await self.run_async(plan(), conn, atomic=atomic)
             await asyncio.sleep(room.pause())
 
