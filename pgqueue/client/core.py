@@ -27,7 +27,6 @@ from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
-from pgqueue.db.migrate import upgrade
 from pgqueue.declarations import declarations
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
 from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
@@ -266,6 +265,9 @@ class PgQueue:
 
     def migrate(self) -> None:
         """Upgrade the database schema to the newest version (same as ``pgq migrate``)."""
+        # The migration tooling loads when asked for: producers never need it.
+        from pgqueue.db.migrate import upgrade
+
         upgrade(self.dsn)
 
     async def migrate_async(self) -> None:
