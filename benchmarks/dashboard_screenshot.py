@@ -45,7 +45,7 @@ def main(output: Path) -> None:
             for _ in range(2)
         ]
         app = demo.pgq
-        app.pause_queue("reports")
+        app.flow.pause_queue("reports")
         for i in range(25):
             app.enqueue("reports.build", {"month": f"2026-{i % 12 + 1:02d}"}, queue="reports")
         for i in range(8):

@@ -155,8 +155,8 @@ def rate_limit(admin: str, workers: int) -> str:
 def fair_share(admin: str, workers: int) -> str:
     dsn = fresh(admin, "bench_flow_fair")
     app = PgQueue(dsn)
-    app.configure_queue("heavy", weight=80)
-    app.configure_queue("light", weight=20)
+    app.flow.configure_queue("heavy", weight=80)
+    app.flow.configure_queue("light", weight=20)
     app.enqueue_many([app.spec("flow.hold", {}, {"queue": "heavy"}) for _ in range(3000)])
     app.enqueue_many([app.spec("flow.hold", {}, {"queue": "light"}) for _ in range(1000)])
     app.close()
@@ -181,7 +181,9 @@ def cron(admin: str, workers: int, seconds: float = 30.0) -> str:
     dsn = fresh(admin, "bench_flow_cron")
     app = PgQueue(dsn)
     for i in range(5):
-        app.schedule(f"tick{i}", "* * * * * *", "flow.tick", {"schedule": f"tick{i}"}, queue="cron")
+        app.cron.schedule(
+            f"tick{i}", "* * * * * *", "flow.tick", {"schedule": f"tick{i}"}, queue="cron"
+        )
     app.close()
     fleet = start(dsn, workers, "--queue", "cron")
     time.sleep(seconds)
@@ -237,7 +239,7 @@ def delayed(admin: str, workers: int, jobs: int = 60) -> str:
 def backpressure(admin: str, jobs: int = 2000) -> str:
     dsn = fresh(admin, "bench_flow_depth")
     app = PgQueue(dsn)
-    app.configure_queue("bounded", max_depth=10_000)
+    app.flow.configure_queue("bounded", max_depth=10_000)
     app.enqueue_many([app.spec("flow.hold", {}, {"queue": q}) for q in ("bounded", "free")
                       for _ in range(5000)])  # fmt: skip
     rates: dict[str, float] = {}

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> None:
             f"{args.history:g}s, pruned every {args.prune_interval:g}s"
         )
         app = PgQueue(db)
-        app.set_retention(record_succeeded=True, history=args.history)
+        app.retention.set(record_succeeded=True, history=args.history)
         conn = psycopg.connect(db, autocommit=True)
         for table, options in args.autovacuum:
             conn.execute(f"ALTER TABLE pgqueue.{table} SET ({options})")  # trusted CLI input

@@ -7,7 +7,6 @@ Everything here is pure (no I/O): :func:`make_spec` validates a call and resolve
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,36 +14,9 @@ from typing import Any
 
 from pgqueue.db.plan import CopyIn, Plan, Query
 from pgqueue.errors import InvalidJobError, QueueFullError
-from pgqueue.payload import check_name, check_unicode, dumps
+from pgqueue.options import DEFAULTS, OPTION_NAMES, check_int, check_options
+from pgqueue.payload import check_name, dumps
 
-#: Keyword arguments of ``enqueue`` that are options, not task arguments.
-OPTION_NAMES = frozenset(
-    {
-        "queue",
-        "priority",
-        "run_at",
-        "delay",
-        "max_attempts",
-        "idempotency_key",
-        "concurrency_key",
-        "unique_for",
-        "unique_states",
-        "wait_if_full",
-        "result_ttl",
-        "depends_on",
-    }
-)
-#: Final states a job can keep its idempotency key in (with ``unique_for``).
-UNIQUE_STATES = ("succeeded", "dead", "cancelled")
-_SMALLINT = (-32768, 32767)
-#: The largest job id (ids are bigint).
-MAX_JOB_ID = 2**63 - 1
-#: The longest delay, TTL or key lifetime: far beyond any real use, and small enough that the
-#: database's ``now() + value`` is always a valid timestamp.
-_MAX_YEARS = 1000
-MAX_DURATION = timedelta(days=365 * _MAX_YEARS + _MAX_YEARS // 4)
-_MAX_SECONDS = MAX_DURATION.total_seconds()
-_MAX_KEY_LENGTH = 1000
 # Below this many jobs a multi-row INSERT beats setting up a COPY.
 _COPY_THRESHOLD = 64
 
@@ -114,113 +86,6 @@ class JobSpec:
         return self.result_ttl is not None or bool(self.depends_on)
 
 
-def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate option values (not defaults); raise :class:`InvalidJobError` naming the problem."""
-    unknown = sorted(set(options) - OPTION_NAMES)
-    if unknown:
-        raise InvalidJobError(
-            f"unknown enqueue option(s): {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(OPTION_NAMES))})"
-        )
-    checked = dict(options)
-    if options.get("queue") is not None:
-        check_name(options["queue"], "queue name")
-    if options.get("priority") is not None:
-        checked["priority"] = _check_int(options["priority"], "priority", *_SMALLINT)
-    if options.get("max_attempts") is not None:
-        checked["max_attempts"] = _check_int(options["max_attempts"], "max_attempts", 1, 1_000_000)
-    if options.get("run_at") is not None and options.get("delay") is not None:
-        raise InvalidJobError("pass either run_at or delay, not both")
-    if options.get("run_at") is not None:
-        run_at = options["run_at"]
-        if not isinstance(run_at, datetime):
-            raise InvalidJobError(f"run_at must be a datetime, got {type(run_at).__name__}")
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise InvalidJobError(
-                "run_at must be timezone-aware (naive datetimes are ambiguous); "
-                "use datetime.now(timezone.utc) + ... or pass delay="
-            )
-    if options.get("delay") is not None:
-        checked["delay"] = to_timedelta(options["delay"], "delay")
-    for name in ("idempotency_key", "concurrency_key"):
-        key = options.get(name)
-        if key is not None and (
-            not isinstance(key, str) or not key or len(key) > _MAX_KEY_LENGTH or "\x00" in key
-        ):
-            raise InvalidJobError(
-                f"{name} must be a non-empty string of at most {_MAX_KEY_LENGTH} "
-                f"characters without NUL, got {key!r:.80}"
-            )
-        if key is not None:
-            check_unicode(key, name)
-    if options.get("unique_for") is not None:
-        checked["unique_for"] = to_timedelta(options["unique_for"], "unique_for")
-        if checked["unique_for"] <= timedelta(0):
-            raise InvalidJobError("unique_for must be positive")
-    states = options.get("unique_states")
-    if states is not None:
-        if isinstance(states, str):
-            states = (states,)
-        checked["unique_states"] = tuple(states)
-        unknown_states = sorted(set(checked["unique_states"]) - set(UNIQUE_STATES))
-        if unknown_states or not checked["unique_states"]:
-            raise InvalidJobError(
-                f"unique_states must name final states among {', '.join(UNIQUE_STATES)} "
-                f"(waiting and running jobs always hold their key), got {states!r}"
-            )
-    if options.get("wait_if_full") is not None:
-        checked["wait_if_full"] = to_timedelta(options["wait_if_full"], "wait_if_full")
-    if options.get("result_ttl") is not None:
-        ttl = to_timedelta(options["result_ttl"], "result_ttl")
-        if ttl <= timedelta(0):
-            raise InvalidJobError(f"result_ttl must be positive, got {options['result_ttl']!r}")
-        checked["result_ttl"] = ttl
-    if options.get("depends_on") is not None:
-        checked["depends_on"] = check_job_ids(options["depends_on"], "depends_on")
-    return checked
-
-
-def check_job_ids(value: object, what: str) -> tuple[int, ...]:
-    """A list of job ids (ints), without repeats, in the order given."""
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise InvalidJobError(f"{what} must be a list of job ids, got {type(value).__name__}")
-    ids: dict[int, None] = {}
-    for item in value:
-        # Ids are bigints: a larger number would reach the database and fail there.
-        if not isinstance(item, int) or isinstance(item, bool) or not 1 <= item <= MAX_JOB_ID:
-            raise InvalidJobError(
-                f"{what} must contain job ids (integers between 1 and {MAX_JOB_ID}), "
-                f"got {item!r:.40}"
-            )
-        ids[int(item)] = None
-    return tuple(ids)
-
-
-def to_timedelta(value: object, what: str) -> timedelta:
-    """Seconds (int/float) or a timedelta, between 0 and :data:`MAX_DURATION`.
-
-    The bound keeps every ``now() + value`` the database computes (run_at, keep_until,
-    expires_at) a valid timestamp, and ``timedelta(seconds=...)`` from overflowing."""
-    accepted = f"{what} must be between 0 and {_MAX_YEARS} years"
-    if isinstance(value, timedelta):
-        delta = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InvalidJobError(f"{accepted} (must be finite), got {value!r}")
-        if value < 0:
-            raise InvalidJobError(f"{accepted} (must not be negative), got {value!r:.40}")
-        if value > _MAX_SECONDS:
-            raise InvalidJobError(f"{accepted} ({_MAX_SECONDS:.0f} seconds), got {value!r:.40}")
-        delta = timedelta(seconds=value)
-    else:
-        raise InvalidJobError(f"{what} must be seconds or a timedelta, got {type(value).__name__}")
-    if delta < timedelta(0):
-        raise InvalidJobError(f"{accepted} (must not be negative), got {value!r}")
-    if delta > MAX_DURATION:
-        raise InvalidJobError(f"{accepted} ({MAX_DURATION.days} days), got {value!r}")
-    return delta
-
-
 #: The most rows one listing returns (the CLI's --limit takes the same range).
 MAX_ROWS = 1_000_000
 
@@ -228,15 +93,7 @@ MAX_ROWS = 1_000_000
 def check_limit(value: object, what: str = "limit") -> int:
     """A row count for a listing: 1 to :data:`MAX_ROWS` (a negative LIMIT is a database error,
     and a huge one a way to read a whole table by accident)."""
-    return _check_int(value, what, 1, MAX_ROWS)
-
-
-def _check_int(value: object, what: str, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidJobError(f"{what} must be an integer, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise InvalidJobError(f"{what} must be between {low} and {high}, got {value}")
-    return value
+    return check_int(value, what, 1, MAX_ROWS)
 
 
 def make_spec(
@@ -264,29 +121,19 @@ def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[st
     validates each distinct (task, options) pair once, not once per job)."""
     check_name(task, "task name")
     given = {name: value for name, value in check_options(options).items() if value is not None}
-    merged = {**check_options(defaults), **given}
+    task_defaults = check_options(defaults)
+    merged = {**DEFAULTS, **{k: v for k, v in task_defaults.items() if v is not None}, **given}
     key = merged.get("idempotency_key")
     if key is None and (merged.get("unique_for") or merged.get("unique_states")):
         raise InvalidJobError("unique_for and unique_states need an idempotency_key")
     if merged.get("unique_states") and not merged.get("unique_for"):
         raise InvalidJobError("unique_states needs unique_for (how long to keep the key)")
-    wait = merged.get("wait_if_full")
-    return JobSpec(
-        task=task,
-        args_json="{}",
-        queue=check_name(merged.get("queue", "default"), "queue name"),
-        priority=merged.get("priority", 0),
-        max_attempts=merged.get("max_attempts", 5),
-        run_at=merged.get("run_at"),
-        delay=merged.get("delay"),
-        idempotency_key=key,
-        concurrency_key=merged.get("concurrency_key"),
-        unique_for=merged.get("unique_for"),
-        unique_states=merged.get("unique_states"),
-        wait_if_full=wait.total_seconds() if wait is not None else None,
-        result_ttl=merged.get("result_ttl"),
-        depends_on=given.get("depends_on", ()),
-    )
+    # Every option is a field of the job: its value, the task's, or the default.
+    fields: dict[str, Any] = {name: merged.get(name) for name in OPTION_NAMES}
+    wait = fields["wait_if_full"]
+    fields["wait_if_full"] = wait.total_seconds() if wait is not None else None
+    fields["depends_on"] = given.get("depends_on", ())  # a task's jobs depend on nothing
+    return JobSpec(task=task, args_json="{}", **fields)
 
 
 def enqueue_one(spec: JobSpec) -> Plan[JobId]:

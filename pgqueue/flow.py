@@ -3,8 +3,8 @@
 Every limit lives in PostgreSQL (``pgqueue.queues``, ``pgqueue.task_limits``,
 ``pgqueue.circuit_breakers``) and is enforced by the claim (``pgqueue.claim``), so it holds across
 every worker. Task limits and breakers can be declared on the task (``@pgq.task(...)``; workers
-write them at start-up) or set by operators (:meth:`PgQueue.configure_task`, ``pgq task set``).
-Queue settings are set by operators (:meth:`PgQueue.configure_queue`, ``pgq queue set``).
+write them at start-up) or set by operators (``pgq.flow.configure_task``, ``pgq task set``).
+Queue settings are set by operators (``pgq.flow.configure_queue``, ``pgq queue set``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypedDict
 
 from psycopg.rows import class_row
 
@@ -22,13 +22,18 @@ from pgqueue.db.plan import Plan, Query, fetch_all, fetch_one
 from pgqueue.errors import ConfigurationError
 from pgqueue.payload import check_name
 
+if TYPE_CHECKING:
+    from typing import Unpack
 
-class _Unset:
+
+class Unset:
+    """The type of :data:`UNSET`."""
+
     def __repr__(self) -> str:
         return "UNSET"
 
 
-UNSET: Final = _Unset()
+UNSET: Final = Unset()
 """The default of ``configure_queue``/``configure_task`` settings: "leave this setting as it is"
 (``None`` clears a setting)."""
 
@@ -188,15 +193,37 @@ def _rate_changes(rate_limit: Any) -> dict[str, Any]:
     }
 
 
-def configure_queue(
-    queue: str,
-    *,
-    weight: Any = UNSET,
-    max_depth: Any = UNSET,
-    concurrency_limit: Any = UNSET,
-    rate_limit: Any = UNSET,
-) -> Plan[dict[str, Any]]:
+class QueueChanges(TypedDict, total=False):
+    """A queue's flow-control settings, for ``pgq.flow.configure_queue``: a setting left out
+    (or :data:`UNSET`) stays as it is, ``None`` clears it."""
+
+    weight: int | Unset | None
+    """Its fair share of a worker's slots against the other queues'."""
+    max_depth: int | Unset | None
+    """Refuse enqueues beyond this many waiting jobs (backpressure)."""
+    concurrency_limit: int | Unset | None
+    """Its jobs running at once, fleet-wide."""
+    rate_limit: str | float | RateLimit | Unset | None
+    """Its jobs started per second, fleet-wide (``"20/s"``)."""
+
+
+class TaskLimitChanges(TypedDict, total=False):
+    """A task's limits, for ``pgq.flow.configure_task``: a limit left out (or :data:`UNSET`)
+    stays as it is, ``None`` clears it."""
+
+    concurrency_limit: int | Unset | None
+    """Its jobs running at once, fleet-wide."""
+    key_limit: int | Unset | None
+    """Its running jobs per ``concurrency_key`` (None: 1)."""
+    rate_limit: str | float | RateLimit | Unset | None
+    """Its jobs started per second, fleet-wide (``"20/s"``)."""
+
+
+def configure_queue(queue: str, **settings: Unpack[QueueChanges]) -> Plan[dict[str, Any]]:
     check_name(queue, "queue name")
+    weight = settings.get("weight", UNSET)
+    max_depth = settings.get("max_depth", UNSET)
+    concurrency_limit = settings.get("concurrency_limit", UNSET)
     if weight is not UNSET and weight is not None:
         check_limit(weight, "weight")
     for value, what in ((max_depth, "max_depth"), (concurrency_limit, "concurrency_limit")):
@@ -205,25 +232,21 @@ def configure_queue(
     params = _changes(
         {"weight": weight, "max_depth": max_depth, "concurrency_limit": concurrency_limit}
     )
-    params.update(queue=queue, **_rate_changes(rate_limit))
+    params.update(queue=queue, **_rate_changes(settings.get("rate_limit", UNSET)))
     row = yield from fetch_one("configure_queue", params, row=class_row(QueueSettings))
     return row._asdict()
 
 
-def configure_task(
-    task: str,
-    *,
-    concurrency_limit: Any = UNSET,
-    key_limit: Any = UNSET,
-    rate_limit: Any = UNSET,
-) -> Plan[dict[str, Any]]:
+def configure_task(task: str, **limits: Unpack[TaskLimitChanges]) -> Plan[dict[str, Any]]:
     check_name(task, "task name")
+    concurrency_limit = limits.get("concurrency_limit", UNSET)
+    key_limit = limits.get("key_limit", UNSET)
     if concurrency_limit is not UNSET:
         check_limit(concurrency_limit, "concurrency_limit")
     if key_limit is not UNSET:
         key_limit = check_limit(key_limit, "key_limit") or 1
     params = _changes({"concurrency_limit": concurrency_limit, "key_limit": key_limit})
-    params.update(task=task, **_rate_changes(rate_limit))
+    params.update(task=task, **_rate_changes(limits.get("rate_limit", UNSET)))
     row = yield from fetch_one("configure_task", params, row=class_row(TaskLimits))
     return row._asdict()
 

@@ -27,7 +27,7 @@ def _retry(ids: list[int]) -> Plan[RetryResult]:
     rest = tuple(sorted(set(ids) - set(made_ready)))
     replayed: list[int] = []
     if rest:
-        replayed = yield from admin.replay_batch(admin.DeadLetterFilter(ids=rest), len(rest))
+        replayed = yield from admin.replay_batch(admin.where({"ids": rest}), len(rest))
     return RetryResult(sorted(made_ready), sorted(replayed))
 
 

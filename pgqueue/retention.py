@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, Query, fetch_first, fetch_one
-from pgqueue.enqueue import to_timedelta
 from pgqueue.errors import InvalidJobError
+from pgqueue.options import to_timedelta
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 #: Rows deleted per statement, and at most this many statements per pruning pass.
 PRUNE_BATCH = 500
@@ -65,7 +68,7 @@ class PruneReport:
         }
 
 
-#: set_retention(dead_letters=KEEP_FOREVER) keeps dead letters until replayed or purged.
+#: pgq.retention.set(dead_letters=KEEP_FOREVER) keeps dead letters until replayed or purged.
 KEEP_FOREVER = "never"
 
 
@@ -78,14 +81,25 @@ def get_settings() -> Plan[RetentionSettings]:
     return row
 
 
-def set_settings(
-    *,
-    history: float | timedelta | None = None,
-    record_succeeded: bool | None = None,
-    dead_letters: float | timedelta | str | None = None,
-) -> Plan[RetentionSettings]:
+class RetentionChanges(TypedDict, total=False):
+    """Changes to the retention settings (``pgq.retention.set``); a setting left out (or None)
+    stays as it is."""
+
+    history: float | timedelta | None
+    """How long ``job_history`` rows are kept (seconds or a timedelta; 0: none)."""
+    record_succeeded: bool | None
+    """Record every succeeded job in ``job_history``."""
+    dead_letters: float | timedelta | str | None
+    """Purge dead letters older than this, or ``"never"``: keep them until replayed or purged
+    by hand."""
+
+
+def set_settings(**changes: Unpack[RetentionChanges]) -> Plan[RetentionSettings]:
     """Change the given settings (None leaves one as it is). ``dead_letters="never"`` keeps
     dead letters until replayed or purged by hand."""
+    history = changes.get("history")
+    record_succeeded = changes.get("record_succeeded")
+    dead_letters = changes.get("dead_letters")
     history_ttl = to_timedelta(history, "history retention") if history is not None else None
     if record_succeeded is not None and not isinstance(record_succeeded, bool):
         raise InvalidJobError("record_succeeded must be True or False")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -30,6 +30,7 @@ from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first, fetch_value
 from pgqueue.errors import ConfigurationError
+from pgqueue.options import JobBasics, TaskOptions
 from pgqueue.payload import check_name, dumps
 
 MISSED_POLICIES = ("skip", "catch_up")
@@ -52,9 +53,33 @@ def check_timezone(name: str) -> ZoneInfo:
         raise ConfigurationError(f"unknown time zone {name!r} (use an IANA name)") from None
 
 
+class ScheduleTiming(TypedDict, total=False):
+    """How a schedule's ticks are computed and what happens to missed ones (see the module
+    docstring); the defaults are :class:`Schedule`'s."""
+
+    tz: str
+    """The time zone its ticks are computed in (an IANA name; default ``"UTC"``)."""
+    missed: str
+    """``"skip"`` (default) or ``"catch_up"``: what becomes of ticks missed while no worker
+    ran."""
+    grace: float
+    """Seconds a tick may be late and still run with ``missed="skip"`` (default 60)."""
+    max_catch_up: int
+    """With ``missed="catch_up"``, the most missed ticks enqueued (default 100)."""
+
+
+class ScheduleOptions(ScheduleTiming, JobBasics, total=False):
+    """The options of ``pgq.cron.schedule``: the timing, and the queue, priority and
+    attempts of its ticks' jobs (default: the task's, when it is registered)."""
+
+
+class PeriodicOptions(ScheduleTiming, TaskOptions, total=False):
+    """The options of ``@pgq.periodic``: the schedule's timing and the task's options."""
+
+
 @dataclass(frozen=True)
 class Schedule:
-    """A schedule definition (what ``@pgq.periodic`` and ``pgq.schedule`` write)."""
+    """A schedule definition (what ``@pgq.periodic`` and ``pgq.cron.schedule`` write)."""
 
     name: str
     cron: str

@@ -40,8 +40,8 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first
-from pgqueue.enqueue import MAX_JOB_ID
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
+from pgqueue.options import MAX_JOB_ID
 
 LIVE_STATES = ("waiting", "scheduled", "ready", "running")
 HISTORY_STATES = ("succeeded", "cancelled")

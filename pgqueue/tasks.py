@@ -2,9 +2,10 @@
 
 ``@pgq.task(...)`` wraps a function in a :class:`Task`. Calling the task runs the function
 directly; ``task.enqueue(...)`` writes a job. Keyword arguments of ``enqueue`` whose names are
-options (``queue``, ``priority``, ``run_at``, ``delay``, ``max_attempts``, ``idempotency_key``,
-``conn``) are taken as options; everything else goes to the task. When the task's own parameters
-use one of those names, ``task.options(...).enqueue(...)`` passes every keyword to the task.
+options (:class:`~pgqueue.options.JobOptions`: ``queue``, ``priority``, ``run_at``, ``delay``,
+``idempotency_key``, ..., and ``conn``) are taken as options; everything else goes to the
+task. When the task's own parameters use one of those names, ``task.options(...).enqueue(...)``
+passes every keyword to the task.
 
 Typing: ``Task`` is generic in the function's parameters (a ``ParamSpec``) and return type.
 ``task.options(...).enqueue(...)`` is the enqueue a type checker checks against the function's
@@ -15,36 +16,31 @@ be combined with extra keyword options (``enqueue``), and ``s`` accepts partial 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from pgqueue.enqueue import (
-    OPTION_NAMES,
-    JobId,
-    JobSpec,
-    check_options,
-    spec_template,
-    to_timedelta,
-    with_args,
-)
+from pgqueue.enqueue import JobId, JobSpec, spec_template, with_args
 from pgqueue.errors import ConfigurationError, InvalidJobError
-from pgqueue.flow import CircuitBreaker, RateLimit, check_limit
-from pgqueue.payload import (
-    ArgBinder,
-    check_name,
-    free_parameter,
-    signature_of,
+from pgqueue.options import (
+    DEFAULTS,
+    JOB_DEFAULT_NAMES,
+    OPTION_NAMES,
+    JobOptions,
+    TaskOptions,
+    check_options,
+    check_task_options,
 )
-from pgqueue.retry import BackoffLike, RetryPolicy
+from pgqueue.payload import ArgBinder, check_name, free_parameter, signature_of
+from pgqueue.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from typing import Unpack
 
     from pgqueue.client import PgQueue
     from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
+    from pgqueue.flow import CircuitBreaker, RateLimit
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,22 +50,10 @@ _CALL_OPTIONS = OPTION_NAMES | {"conn"}
 _NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
 
 
-class EnqueueOptions(TypedDict, total=False):
-    """The keyword arguments of ``task.options(...)``, for type checkers (``check_options``
-    validates them at run time). ``None`` leaves an option unset, as it does at run time."""
+class EnqueueOptions(JobOptions, total=False):
+    """The keyword arguments of ``task.options(...)``: a call's options
+    (:class:`~pgqueue.options.JobOptions`) and the caller's connection."""
 
-    queue: str | None
-    priority: int | None
-    run_at: datetime | None
-    delay: float | timedelta | None
-    max_attempts: int | None
-    idempotency_key: str | None
-    concurrency_key: str | None
-    unique_for: float | timedelta | None
-    unique_states: str | Iterable[str] | None
-    wait_if_full: float | timedelta | None
-    result_ttl: float | timedelta | None
-    depends_on: Iterable[int] | None
     conn: ConnectionArg | AsyncConnectionArg | None
 
 
@@ -82,44 +66,30 @@ class Task(Generic[P, R]):
         func: Callable[P, R],
         *,
         name: str | None = None,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = 5,
-        timeout: float | timedelta | None = None,
-        backoff: BackoffLike | None = None,
         pass_context: bool = False,
-        result_ttl: float | timedelta | None = None,
-        retry_on: Any = None,
-        no_retry_on: Any = None,
-        concurrency_limit: int | None = None,
-        key_limit: int | None = None,
-        rate_limit: str | float | RateLimit | None = None,
-        circuit_breaker: CircuitBreaker | None = None,
-        on: str | tuple[str, ...] | list[str] | None = None,
+        **options: Unpack[TaskOptions],
     ) -> None:
         self.app = app
         self.func = func
         self.name = check_name(name or _default_name(func), "task name")
-        self.defaults = check_options(
-            {
-                "queue": queue,
-                "priority": priority,
-                "max_attempts": max_attempts,
-                "result_ttl": result_ttl,
-            }
+        checked = check_task_options(options)
+        #: the options its jobs get unless a call says otherwise (queue, priority, ...)
+        self.defaults: dict[str, Any] = {
+            name: DEFAULTS.get(name) if checked.get(name) is None else checked[name]
+            for name in JOB_DEFAULT_NAMES
+        }
+        #: seconds one attempt may run (None: no limit)
+        self.timeout: float | None = checked.get("timeout")
+        self.retry_policy = RetryPolicy.build(
+            checked.get("retry_on"), checked.get("no_retry_on"), checked.get("backoff")
         )
-        self.timeout = to_timedelta(timeout, "timeout").total_seconds() if timeout else None
-        self.retry_policy = RetryPolicy.build(retry_on, no_retry_on, backoff)
         self.backoff = self.retry_policy.backoff
         # Flow control declared in code; workers write it to pgqueue.task_limits at start-up.
-        self.concurrency_limit = check_limit(concurrency_limit, "concurrency_limit")
-        self.key_limit = check_limit(key_limit, "key_limit")
-        self.rate_limit = RateLimit.parse(rate_limit) if rate_limit is not None else None
-        if circuit_breaker is not None and not isinstance(circuit_breaker, CircuitBreaker):
-            raise ConfigurationError("circuit_breaker must be a pgqueue.CircuitBreaker")
-        self.circuit_breaker = circuit_breaker
-        events = (on,) if isinstance(on, str) else tuple(on or ())
-        self.events = tuple(check_name(event, "event name") for event in events)
+        self.concurrency_limit: int | None = checked.get("concurrency_limit")
+        self.key_limit: int | None = checked.get("key_limit")
+        self.rate_limit: RateLimit | None = checked.get("rate_limit")
+        self.circuit_breaker: CircuitBreaker | None = checked.get("circuit_breaker")
+        self.events: tuple[str, ...] = checked.get("on") or ()
         self.pass_context = pass_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = signature_of(func, skip_first=pass_context)
@@ -235,6 +205,10 @@ class JobCall:
     def enqueue(self, conn: ConnectionArg | None = None) -> JobId:
         """Write this job (in the caller's transaction with ``conn``) and return its id."""
         return self.task.app.enqueue_spec(self.spec(), conn=conn)
+
+    async def enqueue_async(self, conn: AsyncConnectionArg | None = None) -> JobId:
+        """The async twin of :meth:`enqueue`."""
+        return await self.task.app.enqueue_spec_async(self.spec(), conn=conn)
 
 
 def _template_key(task: Task[..., Any], options: Mapping[str, Any]) -> Any:

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from pgqueue import config, enqueue
+from pgqueue import config, enqueue, options
 from pgqueue.client import PgQueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
@@ -52,7 +52,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 # option and the range, not a database error (LIMIT -1) or an overflow (an id past bigint).
 MAX_ROWS = enqueue.MAX_ROWS  # what the API accepts too
 MAX_BATCH = 100_000
-MAX_JOB_ID = enqueue.MAX_JOB_ID
+MAX_JOB_ID = options.MAX_JOB_ID
 
 
 def example(*commands: str) -> str:

@@ -34,13 +34,13 @@ _COLUMNS = ["name", "cron", "timezone", "task", "missed", "paused", "next_tick",
 @cron_app.command("list", epilog=example("pgq cron list --json"))
 def list_schedules(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every schedule: expression, next and last tick, ticks enqueued and skipped."""
-    rows = with_app(dsn, lambda pgq: pgq.list_schedules())
+    rows = with_app(dsn, lambda pgq: pgq.cron.schedules())
     print_rows(rows, _COLUMNS, as_json=as_json, title="schedules")
 
 
 def _change(name: str, dsn: str | None, action: str) -> None:
-    methods = {"pause": "pause_schedule", "resume": "resume_schedule", "delete": "unschedule"}
-    done = with_app(dsn, lambda pgq: getattr(pgq, methods[action])(name))
+    # pgq.cron's methods are named after the commands: pause, resume, delete.
+    done = with_app(dsn, lambda pgq: getattr(pgq.cron, action)(name))
     if not done:
         typer.echo(f"no schedule named {name!r}", err=True)
         raise typer.Exit(1)

@@ -81,7 +81,7 @@ def list_(
     with friendly_errors():
         pgq = PgQueue(dsn)
         try:
-            rows = pgq.dead_letters(limit=limit, **_filters(task, queue, error, since, until))
+            rows = pgq.admin.dead_letters(limit=limit, **_filters(task, queue, error, since, until))
         finally:
             pgq.close()
     if as_json:
@@ -135,7 +135,7 @@ def replay(
             )
         pgq = PgQueue(dsn)
         try:
-            count = pgq.replay_dead_letters(batch_size=batch_size, dry_run=dry_run, **filters)
+            count = pgq.admin.replay_dead_letters(batch_size=batch_size, dry_run=dry_run, **filters)
         finally:
             pgq.close()
     if as_json:

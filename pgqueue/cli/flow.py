@@ -79,7 +79,7 @@ def queue_set(
     """Change a queue's settings (workers apply them at their next claim)."""
     row = with_app(
         dsn,
-        lambda pgq: pgq.configure_queue(
+        lambda pgq: pgq.flow.configure_queue(
             queue,
             weight=_int(weight, "weight"),
             max_depth=_int(max_depth, "max-depth"),
@@ -93,7 +93,7 @@ def queue_set(
 @queue_app.command("list", epilog=example("pgq queue list --json"))
 def queue_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every configured queue's settings (depth: `pgq stats` or view pgqueue.queue_depth)."""
-    rows = with_app(dsn, lambda pgq: pgq.queue_settings())
+    rows = with_app(dsn, lambda pgq: pgq.flow.queue_settings())
     print_rows(rows, QUEUE_COLUMNS, as_json=as_json, title="queues")
 
 
@@ -111,7 +111,7 @@ def task_set(
     """Change a task's limits (a worker start re-applies what the code declares)."""
     row = with_app(
         dsn,
-        lambda pgq: pgq.configure_task(
+        lambda pgq: pgq.flow.configure_task(
             task,
             concurrency_limit=_int(concurrency, "concurrency"),
             key_limit=_int(key_limit, "key-limit"),
@@ -124,14 +124,14 @@ def task_set(
 @task_app.command("list", epilog=example("pgq task list --json"))
 def task_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every task with limits (table pgqueue.task_limits)."""
-    rows = with_app(dsn, lambda pgq: pgq.task_limits())
+    rows = with_app(dsn, lambda pgq: pgq.flow.task_limits())
     print_rows(rows, TASK_COLUMNS, as_json=as_json, title="task limits")
 
 
 @breaker_app.command("list", epilog=example("pgq breaker list --json"))
 def breaker_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Every circuit breaker (view pgqueue.circuit_breaker_status)."""
-    rows = with_app(dsn, lambda pgq: pgq.circuit_breakers())
+    rows = with_app(dsn, lambda pgq: pgq.flow.circuit_breakers())
     print_rows(rows, BREAKER_COLUMNS, as_json=as_json, title="circuit breakers")
 
 
@@ -158,10 +158,10 @@ def breaker_open(
 
 def _set_breaker(task: str, dsn: str | None, open_for: float | None) -> None:
     if open_for is None:
-        found = with_app(dsn, lambda pgq: pgq.reset_breaker(task))
+        found = with_app(dsn, lambda pgq: pgq.flow.reset_breaker(task))
     else:
         found = with_app(
-            dsn, lambda pgq: pgq.trip_breaker(task, open_for if open_for >= 0 else None)
+            dsn, lambda pgq: pgq.flow.trip_breaker(task, open_for if open_for >= 0 else None)
         )
     if not found:
         typer.echo(f"task {task!r} has no circuit breaker", err=True)

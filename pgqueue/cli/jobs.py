@@ -45,7 +45,7 @@ def pause(
     with friendly_errors():
         pgq = PgQueue(dsn)
         try:
-            pgq.pause_queue(queue)
+            pgq.flow.pause_queue(queue)
         finally:
             pgq.close()
     typer.echo(f"queue {queue!r} paused")
@@ -59,7 +59,7 @@ def resume(
     with friendly_errors():
         pgq = PgQueue(dsn)
         try:
-            pgq.resume_queue(queue)
+            pgq.flow.resume_queue(queue)
         finally:
             pgq.close()
     typer.echo(f"queue {queue!r} resumed")

@@ -37,7 +37,7 @@ def _show(settings: dict[str, Any], as_json: bool) -> None:
 def show(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """The settings every worker's ack and pruner use (the pgqueue.retention row)."""
     with open_queue(dsn) as pgq:
-        settings = pgq.retention()
+        settings = pgq.retention.settings()
     _show(settings.as_dict(), as_json)
 
 
@@ -71,7 +71,7 @@ def set_(
     if dead_letters is not None and dead_letters != KEEP_FOREVER:
         dead = duration(dead_letters)
     with open_queue(dsn) as pgq:
-        settings = pgq.set_retention(
+        settings = pgq.retention.set(
             history=history, record_succeeded=record_succeeded, dead_letters=dead
         )
     _show(settings.as_dict(), as_json)
@@ -87,7 +87,7 @@ def prune(
 ) -> None:
     """Run one pruning pass now (workers do this every --prune-interval)."""
     with open_queue(dsn) as pgq:
-        report = pgq.prune(batch_size=batch_size)
+        report = pgq.retention.prune(batch_size=batch_size)
     if as_json:
         typer.echo(json.dumps(report.as_dict()))
     else:

@@ -8,15 +8,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from pgqueue import config, log_queue, logs
 from pgqueue.cli.common import DsnOption, duration, friendly_errors, in_range
+from pgqueue.cli.work_options import settings_from_options, with_setting_options
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
-from pgqueue.worker import Worker, WorkerSettings
+from pgqueue.worker import Worker
 from pgqueue.worker.metrics import MetricsServer
 
 
@@ -129,143 +130,9 @@ def _setup_django() -> None:
         ) from None
 
 
-def parse_concurrency(value: str) -> tuple[int, int]:
-    """``"16"`` -> (16, 16); ``"4:64"`` -> (4, 64)."""
-    low, sep, high = value.partition(":")
-    try:
-        lo = int(low)
-        hi = int(high) if sep else lo
-    except ValueError:
-        raise ConfigurationError(
-            f"--concurrency must be N or MIN:MAX (e.g. 16 or 4:64), got {value!r}"
-        ) from None
-    if not 1 <= lo <= hi:
-        raise ConfigurationError(f"--concurrency {value}: need 1 <= MIN <= MAX")
-    return lo, hi
-
-
-def parse_prefetch(value: str) -> int | None:
-    """``auto`` -> None; otherwise a non-negative number of jobs."""
-    if value.strip().lower() == "auto":
-        return None
-    try:
-        count = int(value)
-    except ValueError:
-        raise typer.BadParameter(f"--prefetch must be a number or auto, got {value!r}") from None
-    if count < 0:
-        raise typer.BadParameter(f"--prefetch must not be negative, got {count}")
-    return count
-
-
-def _pool_kind(value: str) -> str:
-    kind = value.strip().lower()
-    if kind not in ("thread", "process"):
-        raise typer.BadParameter(f"--pool must be thread or process, got {value!r}")
-    return kind
-
-
 def work(
     app: Annotated[str, typer.Argument(help="Where your PgQueue lives: 'myapp.tasks:pgq'.")],
-    queue: Annotated[
-        str | None,
-        typer.Option(
-            "--queue",
-            "-q",
-            help="Comma-separated queues. Default: every queue the app's tasks declare.",
-            show_default=False,
-        ),
-    ] = None,
-    concurrency: Annotated[
-        str,
-        typer.Option(
-            help="Jobs run at once in this process: N, or MIN:MAX to autoscale the slots.",
-            metavar="N|MIN:MAX",
-        ),
-    ] = "10",
-    scale_cooldown: Annotated[
-        float,
-        typer.Option(
-            parser=duration,
-            metavar="DURATION",
-            help="With MIN:MAX: how long slots must sit idle before shrinking.",
-        ),
-    ] = 10.0,
-    prefetch: Annotated[
-        str,
-        typer.Option(
-            help="Jobs claimed ahead of free slots: N, or auto (up to 8x --concurrency, at most "
-            "1,000, while jobs are short; none for long jobs).",
-            metavar="N|auto",
-        ),
-    ] = "auto",
-    pool: Annotated[
-        str,
-        typer.Option(
-            parser=_pool_kind,
-            metavar="thread|process",
-            help="Where sync handlers run: thread (a thread pool here) or process (child "
-            "processes: a timeout kills the handler, a crash fails only its job).",
-        ),
-    ] = "thread",
-    max_jobs_per_child: Annotated[
-        int | None,
-        typer.Option(min=1, metavar="N", help="With --pool process: replace a child after N jobs."),
-    ] = None,
-    max_memory_per_child: Annotated[
-        float | None,
-        typer.Option(
-            min=1,
-            metavar="MB",
-            help="With --pool process: replace a child whose memory (RSS) after a job is "
-            "above MB megabytes.",
-        ),
-    ] = None,
-    scheduler: Annotated[
-        bool, typer.Option(help="Enqueue due cron ticks (safe in every worker).")
-    ] = True,
-    burst: Annotated[bool, typer.Option(help="Exit 0 once nothing is ready or running.")] = False,
-    lease: Annotated[
-        float,
-        typer.Option(
-            parser=duration, metavar="DURATION", help="Lease length; heartbeats every lease/3."
-        ),
-    ] = 30.0,
-    shutdown_grace: Annotated[
-        float,
-        typer.Option(
-            parser=duration,
-            metavar="DURATION",
-            help="On SIGTERM, how long running jobs may finish before they are handed back.",
-        ),
-    ] = 30.0,
-    poll_interval: Annotated[
-        float,
-        typer.Option(
-            parser=duration,
-            metavar="DURATION",
-            help="Fallback polling when no notification arrives.",
-        ),
-    ] = 5.0,
-    reaper_interval: Annotated[
-        float,
-        typer.Option(
-            parser=duration, metavar="DURATION", help="How often this worker runs the reaper."
-        ),
-    ] = 5.0,
-    reaper: Annotated[bool, typer.Option(help="Run the reaper inside this worker.")] = True,
-    prune_interval: Annotated[
-        float,
-        typer.Option(
-            parser=duration, metavar="DURATION", help="How often this worker prunes (retention)."
-        ),
-    ] = 60.0,
-    pruner: Annotated[bool, typer.Option(help="Prune history and dead letters here.")] = True,
-    listen: Annotated[bool, typer.Option(help="LISTEN for wake-ups (else poll only).")] = True,
-    listen_dsn: Annotated[
-        str | None,
-        typer.Option(help="Direct DSN for LISTEN when --dsn goes through a transaction pooler."),
-    ] = None,
-    prepare: Annotated[bool, typer.Option(help="Use server-side prepared statements.")] = True,
+    *,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -292,35 +159,14 @@ def work(
     log_level: LogLevel = None,
     log_format: LogFormat = None,
     log_config: LogConfig = None,
+    **settings: Any,
 ) -> None:
     """Run jobs: claim with SKIP LOCKED, hold leases with heartbeats, retry, dead-letter."""
     app_logging = logging_setup(log_level, log_format, log_config)
     with friendly_errors():
         with app_logging.importing_app():  # pgq's own handler only if the app set up none
             pgq = load_app(app)
-        low, high = parse_concurrency(concurrency)
-        settings = WorkerSettings(
-            # Empty: the worker serves the queues the app's tasks declare.
-            queues=[q.strip() for q in (queue or "").split(",") if q.strip()],
-            concurrency=high,
-            min_concurrency=low if low != high else None,
-            scale_cooldown=scale_cooldown,
-            prefetch=parse_prefetch(prefetch),
-            pool=pool,
-            max_jobs_per_child=max_jobs_per_child,
-            max_memory_per_child=max_memory_per_child,
-            app_spec=app,  # what --pool process children import
-            scheduler=scheduler,
-            lease=lease,
-            poll_interval=poll_interval,
-            shutdown_grace=shutdown_grace,
-            burst=burst,
-            reaper_interval=reaper_interval if reaper else None,
-            prune_interval=prune_interval if pruner else None,
-            listen=listen,
-            listen_dsn=listen_dsn,
-            prepare=prepare,
-        )
+        worker_settings = settings_from_options(settings, app_spec=app)
         worker_dsn = dsn or config.configured_dsn(None) or pgq.dsn
         # Only the scrape's queue depth query reads: jobs are claimed and written on --dsn.
         depths_dsn = config.configured_read_dsn(read_dsn) or worker_dsn
@@ -328,7 +174,7 @@ def work(
             None if metrics_port is None else MetricsServer(depths_dsn, metrics_port, metrics_host)
         )
         worker = Worker(
-            pgq, settings, dsn=worker_dsn, observers=[metrics.metrics] if metrics else None
+            pgq, worker_settings, dsn=worker_dsn, observers=[metrics.metrics] if metrics else None
         )
     # While the event loop runs, every handler writes from a thread behind a bounded queue:
     # a log output that blocks must not stop heartbeats, claims and acks (pgqueue.log_queue).
@@ -356,6 +202,9 @@ def work(
         os._exit(0)
 
 
+with_setting_options(work)
+
+
 def reaper(
     interval: Annotated[
         float, typer.Option(parser=duration, metavar="DURATION", help="Time between runs.")
@@ -371,7 +220,7 @@ def reaper(
     with friendly_errors():
         pgq = PgQueue(dsn)
         if once:
-            typer.echo(pgq.reap())
+            typer.echo(pgq.admin.reap())
             pgq.close()
             return
     log.info("reaper started interval=%ss", interval)
@@ -379,7 +228,7 @@ def reaper(
     try:
         while True:
             try:
-                recovered = pgq.reap()
+                recovered = pgq.admin.reap()
                 failures = 0
                 if recovered:
                     log.warning("recovered jobs with expired leases count=%s", recovered)

@@ -94,7 +94,7 @@ def create_app(
         )
 
     def read_state() -> dict[str, Any]:
-        dead = reads.dead_letters(limit=settings.limit)
+        dead = reads.admin.dead_letters(limit=settings.limit)
         for row in dead:
             last = row.pop("errors")[-1:] or [{}]
             row["error_class"] = last[0].get("error")
@@ -142,7 +142,7 @@ def create_app(
         return _Json(detail, headers=NO_STORE)
 
     actions: dict[str, Callable[[dict[str, Any]], Any]] = {
-        "replay": lambda body: {"replayed": pgq.replay_dead_letters(ids=[_id(body)])},
+        "replay": lambda body: {"replayed": pgq.admin.replay_dead_letters(ids=[_id(body)])},
         "cancel": lambda body: {"result": pgq.cancel(_id(body))},
         "retry": lambda body: _retried(ops.retry(pgq, [_id(body)])),
         "pause": lambda body: _set_paused(pgq, _queue(body), True),
@@ -272,7 +272,7 @@ def _retried(result: ops.RetryResult) -> dict[str, Any]:
 
 def _set_paused(pgq: PgQueue, queue: str, paused: bool) -> dict[str, Any]:
     if paused:
-        pgq.pause_queue(queue)
+        pgq.flow.pause_queue(queue)
     else:
-        pgq.resume_queue(queue)
+        pgq.flow.resume_queue(queue)
     return {"queue": queue, "paused": paused}

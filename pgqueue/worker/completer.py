@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgqueue.enqueue import MAX_DURATION
+from pgqueue.options import MAX_DURATION
 from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, int_array
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.outcome import Outcome

@@ -86,32 +86,142 @@ log = logging.getLogger("pgqueue.worker")
 _FINAL_WRITE_TIMEOUT = 10.0
 
 
+@dataclass(frozen=True)
+class Flag:
+    """How ``pgq work`` spells a setting (the command's options are made from these, so a
+    setting and its option are declared once: pgqueue/cli/worker_cmds.py).
+
+    ``kind`` is how the value is written: ``"value"`` (as the field's type), ``"duration"``
+    (``30s``, ``5m``), ``"queues"`` (comma-separated), ``"concurrency"`` (``N`` or
+    ``MIN:MAX``, which also sets ``min_concurrency``), ``"prefetch"`` (``N`` or ``auto``),
+    ``"pool"`` (``thread`` or ``process``). ``switch`` is the ``--NAME/--no-NAME`` option and
+    its help for a setting that can be switched off (None)."""
+
+    help: str
+    kind: str = "value"
+    metavar: str | None = None
+    names: tuple[str, ...] = ()  # the option's names, when not --<field-name>
+    min: float | None = None
+    switch: tuple[str, str] | None = None
+
+
+def option(help: str, **flag: Any) -> dict[str, Flag]:
+    """The metadata of a setting that ``pgq work`` takes as an option (see :class:`Flag`)."""
+    return {"flag": Flag(help, **flag)}
+
+
 @dataclass
 class WorkerSettings:
-    """Everything ``pgq work`` can set. Durations are in seconds."""
+    """Everything ``pgq work`` can set (a field's :class:`Flag` is its option). Durations are
+    in seconds."""
 
     #: The queues to claim from; empty: every queue the app's tasks declare.
-    queues: list[str] = field(default_factory=list)
-    concurrency: int = 10  # the slots, or the most slots when min_concurrency is set
-    min_concurrency: int | None = None  # autoscale between this and concurrency
-    scale_cooldown: float = 10.0  # seconds between shrinking steps (and after any change)
-    prefetch: int | None = None  # jobs claimed ahead of free slots; None: auto (short jobs)
-    scheduler: bool = True  # enqueue due cron ticks (safe in every worker)
-    scheduler_interval: float = 2.0  # longest sleep between looks at the schedules
-    lease: float = 30.0
-    poll_interval: float = 5.0
-    shutdown_grace: float = 30.0
-    burst: bool = False
-    reaper_interval: float | None = 5.0  # None: this worker does not run the reaper
-    prune_interval: float | None = 60.0  # None: this worker does not prune (retention)
-    listen: bool = True
-    listen_dsn: str | None = None
-    prepare: bool = True  # server-side prepared statements (off behind old PgBouncers)
+    queues: list[str] = field(
+        default_factory=list,
+        metadata=option(
+            kind="queues",
+            names=("--queue", "-q"),
+            help="Comma-separated queues. Default: every queue the app's tasks declare.",
+        ),
+    )
+    concurrency: int = field(  # the slots, or the most slots when min_concurrency is set
+        default=10,
+        metadata=option(
+            kind="concurrency",
+            metavar="N|MIN:MAX",
+            help="Jobs run at once in this process: N, or MIN:MAX to autoscale the slots.",
+        ),
+    )
+    min_concurrency: int | None = None  # autoscale between this and concurrency (MIN:MAX)
+    scale_cooldown: float = field(  # seconds between shrinking steps (and after any change)
+        default=10.0,
+        metadata=option(
+            kind="duration", help="With MIN:MAX: how long slots must sit idle before shrinking."
+        ),
+    )
+    prefetch: int | None = field(  # jobs claimed ahead of free slots; None: auto (short jobs)
+        default=None,
+        metadata=option(
+            kind="prefetch",
+            metavar="N|auto",
+            help="Jobs claimed ahead of free slots: N, or auto (up to 8x --concurrency, at most "
+            "1,000, while jobs are short; none for long jobs).",
+        ),
+    )
     #: Where sync handlers run: "thread" (a thread pool in the worker) or "process" (child
     #: processes: a timeout kills the handler, a crash fails only its job, children recycle).
-    pool: str = "thread"
-    max_jobs_per_child: int | None = None  # pool="process": replace a child after N jobs
-    max_memory_per_child: float | None = None  # pool="process": ... whose RSS after a job > MB
+    pool: str = field(
+        default="thread",
+        metadata=option(
+            kind="pool",
+            metavar="thread|process",
+            help="Where sync handlers run: thread (a thread pool here) or process (child "
+            "processes: a timeout kills the handler, a crash fails only its job).",
+        ),
+    )
+    max_jobs_per_child: int | None = field(  # pool="process": replace a child after N jobs
+        default=None,
+        metadata=option(
+            min=1, metavar="N", help="With --pool process: replace a child after N jobs."
+        ),
+    )
+    max_memory_per_child: float | None = field(  # pool="process": ... whose RSS after a job > MB
+        default=None,
+        metadata=option(
+            min=1,
+            metavar="MB",
+            help="With --pool process: replace a child whose memory (RSS) after a job is "
+            "above MB megabytes.",
+        ),
+    )
+    scheduler: bool = field(
+        default=True, metadata=option(help="Enqueue due cron ticks (safe in every worker).")
+    )
+    scheduler_interval: float = 2.0  # longest sleep between looks at the schedules
+    burst: bool = field(
+        default=False, metadata=option(help="Exit 0 once nothing is ready or running.")
+    )
+    lease: float = field(
+        default=30.0,
+        metadata=option(kind="duration", help="Lease length; heartbeats every lease/3."),
+    )
+    shutdown_grace: float = field(
+        default=30.0,
+        metadata=option(
+            kind="duration",
+            help="On SIGTERM, how long running jobs may finish before they are handed back.",
+        ),
+    )
+    poll_interval: float = field(
+        default=5.0,
+        metadata=option(kind="duration", help="Fallback polling when no notification arrives."),
+    )
+    reaper_interval: float | None = field(  # None: this worker does not run the reaper
+        default=5.0,
+        metadata=option(
+            kind="duration",
+            help="How often this worker runs the reaper.",
+            switch=("reaper", "Run the reaper inside this worker."),
+        ),
+    )
+    prune_interval: float | None = field(  # None: this worker does not prune (retention)
+        default=60.0,
+        metadata=option(
+            kind="duration",
+            help="How often this worker prunes (retention).",
+            switch=("pruner", "Prune history and dead letters here."),
+        ),
+    )
+    listen: bool = field(
+        default=True, metadata=option(help="LISTEN for wake-ups (else poll only).")
+    )
+    listen_dsn: str | None = field(
+        default=None,
+        metadata=option(help="Direct DSN for LISTEN when --dsn goes through a transaction pooler."),
+    )
+    prepare: bool = field(
+        default=True, metadata=option(help="Use server-side prepared statements.")
+    )
     #: pool="process": "module:attribute" the children import the app from (pgq work passes
     #: its APP); None: found from the modules loaded here (see process_pool.app_spec_for).
     app_spec: str | None = None

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pgqueue.enqueue import JobSpec, to_timedelta
+from pgqueue.enqueue import JobSpec
 from pgqueue.errors import InvalidJobError
+from pgqueue.options import to_timedelta
 from pgqueue.tasks import JobCall
 
 if TYPE_CHECKING:

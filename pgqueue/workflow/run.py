@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue.workflow.builders import Compiled, Node
 
 if TYPE_CHECKING:
-    from pgqueue.client_workflows import WorkflowMethods
+    from pgqueue.client import PgQueue
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class WorkflowRun:
     the workflow was built; ``run[node]`` (a DAG node or its name) is one node's job id.
     """
 
-    app: WorkflowMethods = field(repr=False)
+    app: PgQueue = field(repr=False)
     id: int
     job_ids: list[int]
     output_ids: list[int]
@@ -29,7 +29,7 @@ class WorkflowRun:
 
     @classmethod
     def of(
-        cls, app: WorkflowMethods, workflow_id: int, job_ids: list[int], compiled: Compiled
+        cls, app: PgQueue, workflow_id: int, job_ids: list[int], compiled: Compiled
     ) -> WorkflowRun:
         """The run of a workflow just written: its id, its jobs' ids (in build order) and which of
         them give the workflow's result."""

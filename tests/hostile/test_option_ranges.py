@@ -110,6 +110,6 @@ def test_api_listing_limits_are_checked_before_any_query():
     from pgqueue import PgQueue
 
     pgq = PgQueue("host=/nonexistent")  # never reached: the limit is refused first
-    for call in (lambda: pgq.dead_letters(limit=-1), lambda: pgq.workflows(limit=0)):
+    for call in (lambda: pgq.admin.dead_letters(limit=-1), lambda: pgq.workflows(limit=0)):
         with pytest.raises(InvalidJobError, match="limit must be between 1 and 1000000"):
             call()

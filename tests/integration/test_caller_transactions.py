@@ -74,7 +74,7 @@ def _has_jobs(task: str, n: int = 1) -> Callable[[psycopg.Connection[Any], Any],
 
 
 def _bounded(pgq: PgQueue, _tasks: Any) -> None:
-    pgq.configure_queue("bounded", max_depth=100)
+    pgq.flow.configure_queue("bounded", max_depth=100)
 
 
 def _dead_letter(pgq: PgQueue, tasks: Any) -> int:
@@ -160,7 +160,12 @@ APIS = [
     ),
     Api(
         "schedule",
-        lambda pgq, t, c: pgq.schedule("nightly", "0 3 * * *", t.add, {"a": 1, "b": 2}, conn=c),
+        lambda pgq, t, c: pgq.cron.schedule(
+            "nightly", "0 3 * * *", t.add, {"a": 1, "b": 2}, conn=c
+        ),
+        lambda pgq, t, c: pgq.cron.schedule_async(
+            "nightly", "0 3 * * *", t.add, {"a": 1, "b": 2}, conn=c
+        ),
         applied=lambda admin, _s: (
             admin.execute("SELECT count(*) FROM pgqueue.schedules").fetchone()[0] == 1
         ),
@@ -174,13 +179,15 @@ APIS = [
     ),
     Api(
         "replay_dead_letters",
-        lambda pgq, t, c: pgq.replay_dead_letters(ids=[t.state], conn=c),
+        lambda pgq, t, c: pgq.admin.replay_dead_letters(ids=[t.state], conn=c),
+        lambda pgq, t, c: pgq.admin.replay_dead_letters_async(ids=[t.state], conn=c),
         setup=lambda pgq, t: setattr(t, "state", _dead_letter(pgq, t)),
         applied=_has_jobs("calls.add"),
     ),
     Api(
         "configure_queue",
-        lambda pgq, t, c: pgq.configure_queue("emails", max_depth=5, conn=c),
+        lambda pgq, t, c: pgq.flow.configure_queue("emails", max_depth=5, conn=c),
+        lambda pgq, t, c: pgq.flow.configure_queue_async("emails", max_depth=5, conn=c),
         applied=lambda admin, _s: (
             admin.execute(
                 "SELECT count(*) FROM pgqueue.queues WHERE name = 'emails' AND max_depth = 5"
@@ -482,7 +489,7 @@ def test_a_full_queue_leaves_the_callers_transaction_usable(caller_db, session):
     """QueueFullError (with and without waiting) neither commits nor aborts the caller's
     transaction: the caller can go on and commit its own writes."""
     pgq, tasks, admin = caller_db
-    pgq.configure_queue("tiny", max_depth=1)
+    pgq.flow.configure_queue("tiny", max_depth=1)
     tasks.add.enqueue(0, 0, queue="tiny")
     with SYNC_SESSIONS[session](pgq.dsn, True) as (conn, note):
         with pytest.raises(QueueFullError):
@@ -502,7 +509,7 @@ def test_waiting_for_room_in_the_callers_transaction(caller_db):
     """wait_if_full inside Django-style "first statement" transactions: room appears while the
     call waits; the job then commits (or rolls back) with the caller."""
     pgq, tasks, admin = caller_db
-    pgq.configure_queue("tiny", max_depth=1)
+    pgq.flow.configure_queue("tiny", max_depth=1)
     first = tasks.add.enqueue(0, 0, queue="tiny")
 
     def make_room() -> None:

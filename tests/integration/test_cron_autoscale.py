@@ -63,7 +63,7 @@ def test_cron_cli_list_pause_resume(app_dsn, tmp_path):
     app = PgQueue(app_dsn)
     app.schedules = cron_app.pgq.schedules
     app.sync_declarations()
-    app.schedule("adhoc", "*/5 * * * *", "hold", {"seconds": 1}, tz="America/New_York")
+    app.cron.schedule("adhoc", "*/5 * * * *", "hold", {"seconds": 1}, tz="America/New_York")
     app.close()
     runner = CliRunner()
     result = runner.invoke(cli_app, ["cron", "list", "--json", "--dsn", app_dsn])
@@ -100,7 +100,7 @@ def test_cron_cli_list_pause_resume(app_dsn, tmp_path):
 @pytest.mark.parametrize("policy", ["skip", "catch_up"])
 def test_missed_ticks_follow_the_schedules_policy(app_dsn, tmp_path, policy):
     app = PgQueue(app_dsn)
-    app.schedule("missed", "* * * * *", "hold", {}, missed=policy, max_catch_up=3)
+    app.cron.schedule("missed", "* * * * *", "hold", {}, missed=policy, max_catch_up=3)
     app.close()
     # Pretend no worker ran for ten minutes.
     with psycopg.connect(app_dsn) as conn:

@@ -354,7 +354,7 @@ def test_plain_insert_and_enqueue_job_write_the_same_row(pgq, conn):
 
 
 def test_a_bounded_queue_goes_through_the_room_check(pgq, conn):
-    pgq.configure_queue("small", max_depth=1)
+    pgq.flow.configure_queue("small", max_depth=1)
     first = pgq.enqueue("t", {}, queue="small")
     assert first.created
     with pytest.raises(PgQueueError, match="full"):

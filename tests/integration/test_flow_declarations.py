@@ -36,7 +36,7 @@ def test_code_declarations_are_written_and_withdrawn(dsn):
     assert limits(dsn) == [("report", 3, 1, 0.5, True)]
     assert scalar(dsn, "SELECT min_calls FROM pgqueue.circuit_breakers WHERE task = 'charge'") == 4
     first_tick = scalar(dsn, "SELECT next_tick FROM pgqueue.schedules WHERE name = 'hourly'")
-    v1.pause_schedule("hourly")
+    v1.cron.pause("hourly")
     v1.sync_declarations()  # a restart keeps the schedule's position and the operator's pause
     assert scalar(dsn, "SELECT next_tick FROM pgqueue.schedules") == first_tick
     assert scalar(dsn, "SELECT paused FROM pgqueue.schedules")
@@ -52,7 +52,7 @@ def test_code_declarations_are_written_and_withdrawn(dsn):
     @v2.task(name="charge")
     def charge2() -> None: ...
 
-    v2.configure_task("other", concurrency_limit=7)
+    v2.flow.configure_task("other", concurrency_limit=7)
     v2.sync_declarations()
     assert limits(dsn) == [("other", 7, 1, None, False), ("report", None, 1, None, False)]
     assert scalar(dsn, "SELECT count(*) FROM pgqueue.circuit_breakers") == 0
@@ -74,7 +74,7 @@ def test_async_publish_and_backpressure(dsn):
         finally:
             await conn.close()
         assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs") == 0
-        await asyncio.to_thread(app.configure_queue, "default", max_depth=1)
+        await app.flow.configure_queue_async("default", max_depth=1)
         await app.publish_async("signed_up", {"user": 2})
         with pytest.raises(QueueFullError):
             await app.enqueue_async("welcome", {"user": 3}, wait_if_full=0.3)

@@ -81,7 +81,7 @@ def test_task_concurrency_limit_holds_across_worker_processes(app_dsn, pgq, tmp_
 
 
 def test_queue_concurrency_limit_and_jobs_over_it_stay_ready(app_dsn, pgq, tmp_path):
-    pgq.configure_queue("reports", concurrency_limit=2)
+    pgq.flow.configure_queue("reports", concurrency_limit=2)
     pgq.enqueue_many([pgq.spec("hold", {"seconds": 0.2}, {"queue": "reports"}) for _ in range(12)])
     sql = (
         "SELECT queue || ':' || state, count(*) FROM pgqueue.jobs"
@@ -95,7 +95,7 @@ def test_queue_concurrency_limit_and_jobs_over_it_stay_ready(app_dsn, pgq, tmp_p
             stop_workers(fleet)
     assert sampler.peak["reports:running"] == 2
     assert max_overlap(app_dsn) <= 2
-    assert not pgq.dead_letters()  # held back, never failed
+    assert not pgq.admin.dead_letters()  # held back, never failed
 
 
 def test_concurrency_key_limits_running_jobs_per_key(app_dsn, pgq, tmp_path):
@@ -124,7 +124,7 @@ def test_concurrency_key_limits_running_jobs_per_key(app_dsn, pgq, tmp_path):
 
 def test_rate_limit_is_a_fleet_wide_token_bucket(app_dsn, pgq, tmp_path):
     # rated: 10/s, burst 5. 40 jobs: ~5 at once, then ~10 per second => about 3.5 s.
-    pgq.set_retention(record_succeeded=True)  # the claims' times, from job_history
+    pgq.retention.set(record_succeeded=True)  # the claims' times, from job_history
     pgq.enqueue_many([pgq.spec("rated", {}, {}) for _ in range(40)])
     fleet = workers(app_dsn, tmp_path, 3)
     try:
@@ -153,12 +153,12 @@ def test_rate_limit_is_a_fleet_wide_token_bucket(app_dsn, pgq, tmp_path):
             assert j - i + 1 <= 5 + 10 * window + 1, (i, j, window)
     assert float(offsets[-1]) >= (40 - 5) / 10 * 0.8
     assert len({r[2] for r in ledger(app_dsn, "start")}) >= 2  # several processes took part
-    assert not pgq.dead_letters()
+    assert not pgq.admin.dead_letters()
 
 
 def test_weighted_fair_share_low_priority_progresses_under_a_flood(app_dsn, pgq, tmp_path):
-    pgq.configure_queue("urgent", weight=80)
-    pgq.configure_queue("bulk", weight=20)
+    pgq.flow.configure_queue("urgent", weight=80)
+    pgq.flow.configure_queue("bulk", weight=20)
     pgq.enqueue_many([pgq.spec("hold", {"seconds": 0.05}, {"queue": "urgent"}) for _ in range(400)])
     pgq.enqueue_many([pgq.spec("hold", {"seconds": 0.05}, {"queue": "bulk"}) for _ in range(100)])
     fleet = workers(app_dsn, tmp_path, 2, "--queue", "urgent,bulk")
@@ -188,7 +188,7 @@ def test_workers_follow_flow_control_being_switched_on_and_off(app_dsn, pgq, tmp
     fleet = workers(app_dsn, tmp_path, 2)
     try:
         for step, limit in enumerate((1, None)):
-            pgq.configure_queue("default", concurrency_limit=limit)
+            pgq.flow.configure_queue("default", concurrency_limit=limit)
             pgq.enqueue_many([pgq.spec("hold", {"seconds": 0.05}, {}) for _ in range(10)])
             expected = 10 * (step + 1)
             wait_for(
@@ -205,8 +205,8 @@ def test_workers_follow_flow_control_being_switched_on_and_off(app_dsn, pgq, tmp
 
 
 def test_queue_rate_limit(app_dsn, pgq, tmp_path):
-    pgq.configure_queue("api", rate_limit=RateLimit(5, burst=2))
-    pgq.set_retention(record_succeeded=True)  # the claims' times, from job_history
+    pgq.flow.configure_queue("api", rate_limit=RateLimit(5, burst=2))
+    pgq.retention.set(record_succeeded=True)  # the claims' times, from job_history
     pgq.enqueue_many([pgq.spec("hold", {}, {"queue": "api"}) for _ in range(12)])
     fleet = workers(app_dsn, tmp_path, 2, "--queue", "api")
     try:

@@ -49,17 +49,19 @@ def test_circuit_breaker_opens_jobs_wait_then_a_probe_closes_it(app_dsn, pgq, tm
     workers = fleet(app_dsn, tmp_path, 2)
     try:
         wait_for(lambda: breaker(app_dsn) and breaker(app_dsn)[1] >= 1, message="breaker trips")
-        failed_at_trip = len(pgq.dead_letters())
+        failed_at_trip = len(pgq.admin.dead_letters())
         # Open: the remaining jobs wait (not failed) while the cooldown runs.
         time.sleep(0.5)
-        assert len(pgq.dead_letters()) <= failed_at_trip + 8  # in-flight ones may still finish
+        assert (
+            len(pgq.admin.dead_letters()) <= failed_at_trip + 8
+        )  # in-flight ones may still finish
         waiting = scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE state = 'ready'")
         assert waiting >= 5
         result = CliRunner().invoke(cli_app, ["breaker", "list", "--json", "--dsn", app_dsn])
         assert result.exit_code == 0 and '"task": "fragile"' in result.output
         # After the cooldown one probe runs (still failing): open again, one more trip.
         wait_for(lambda: breaker(app_dsn)[1] >= 2, timeout=30, message="probe failed")
-        dead_after_probe = len(pgq.dead_letters())
+        dead_after_probe = len(pgq.admin.dead_letters())
         assert dead_after_probe <= failed_at_trip + 9
         # The dependency is fixed: the next probe succeeds and the breaker closes.
         with psycopg.connect(app_dsn) as conn:
@@ -72,7 +74,7 @@ def test_circuit_breaker_opens_jobs_wait_then_a_probe_closes_it(app_dsn, pgq, tm
     finally:
         stop_workers(workers)
     assert breaker(app_dsn)[0] == "closed"
-    assert len(ledger(app_dsn, "end")) == 20 - len(pgq.dead_letters())
+    assert len(ledger(app_dsn, "end")) == 20 - len(pgq.admin.dead_letters())
     assert len(ledger(app_dsn, "end")) >= 5
 
 
@@ -80,7 +82,7 @@ def test_breaker_can_be_opened_and_reset_by_hand(app_dsn, pgq):
     app = flow_app_on(app_dsn)
     app.sync_declarations()  # what a worker does at start-up
     app.close()
-    assert pgq.trip_breaker("fragile", 60)
+    assert pgq.flow.trip_breaker("fragile", 60)
     assert breaker(app_dsn)[0] == "open"
     result = CliRunner().invoke(cli_app, ["breaker", "reset", "fragile", "--dsn", app_dsn])
     assert result.exit_code == 0, result.output
@@ -100,10 +102,10 @@ def test_retry_on_no_retry_on_and_custom_backoff(app_dsn, pgq, tmp_path):
     app.close()
     workers = fleet(app_dsn, tmp_path, 2)
     try:
-        wait_for(lambda: len(pgq.dead_letters()) == 3, timeout=60, message="all dead")
+        wait_for(lambda: len(pgq.admin.dead_letters()) == 3, timeout=60, message="all dead")
     finally:
         stop_workers(workers)
-    dead = {d["id"]: d for d in pgq.dead_letters()}
+    dead = {d["id"]: d for d in pgq.admin.dead_letters()}
     assert dead[retried]["attempts"] == 4 and dead[retried]["reason"] == "max attempts reached"
     assert dead[final]["attempts"] == 1
     assert dead[final]["reason"] == "not retried: the task's retry policy excludes PermissionError"
@@ -163,7 +165,7 @@ def test_unique_states_choose_which_final_states_keep_the_key(app_dsn, pgq, tmp_
     dead_free = pgq.enqueue("picky", {"error": "value"}, idempotency_key="k-free", unique_for=60)
     workers = fleet(app_dsn, tmp_path, 2)
     try:
-        wait_for(lambda: len(pgq.dead_letters()) == 2, message="both dead")
+        wait_for(lambda: len(pgq.admin.dead_letters()) == 2, message="both dead")
     finally:
         stop_workers(workers)
     again = pgq.enqueue("picky", {"error": "value"}, idempotency_key="k-dead")
@@ -210,7 +212,7 @@ def test_kept_key_race_yields_exactly_one_job(app_dsn, pgq):
 
 
 def test_max_depth_refuses_then_waits_for_room(app_dsn, pgq, tmp_path):
-    pgq.configure_queue("bounded", max_depth=5)
+    pgq.flow.configure_queue("bounded", max_depth=5)
     ids = [pgq.enqueue("hold", {"seconds": 0.05}, queue="bounded") for _ in range(5)]
     with pytest.raises(QueueFullError, match="'bounded' is full"):
         pgq.enqueue("hold", {}, queue="bounded")
@@ -222,7 +224,7 @@ def test_max_depth_refuses_then_waits_for_room(app_dsn, pgq, tmp_path):
     assert info.value.sqlstate == "PGQ01"
     # An idempotency key matching a waiting job is still answered (nothing is added).
     keyed = pgq.enqueue("hold", {}, queue="other", idempotency_key="k")
-    pgq.configure_queue("other", max_depth=1)
+    pgq.flow.configure_queue("other", max_depth=1)
     assert int(pgq.enqueue("hold", {}, queue="other", idempotency_key="k")) == int(keyed)
     # Inside the caller's transaction, waiting uses a savepoint: the transaction survives.
     workers = fleet(app_dsn, tmp_path, 2, "--queue", "bounded")

@@ -99,7 +99,7 @@ def test_place_freed_under_a_key_limit_is_taken_at_once_across_the_fleet(app_dsn
 
 def test_claim_held_back_by_a_rate_limit_says_when_the_next_token_is_due(app_dsn, pgq, conn):
     # 5 per second with a burst of 1: once the token is spent, the next is due in 0.2 s.
-    pgq.configure_task("rated_exact", rate_limit=RateLimit(5, burst=1))
+    pgq.flow.configure_task("rated_exact", rate_limit=RateLimit(5, burst=1))
     pgq.enqueue_many([pgq.spec("rated_exact", {}, {}) for _ in range(5)])
     claimed = conn.execute(
         "SELECT id, throttled FROM pgqueue.claim(ARRAY['default'], ARRAY['rated_exact'], 8,"

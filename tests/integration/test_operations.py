@@ -202,7 +202,7 @@ def test_dead_workers_show_as_lost_then_are_pruned_by_the_reaper(dsn, pgq, conn)
     ).fetchall() == [("a", "running"), ("b", "lost"), ("c", "lost")]
     status = cli_json("status", "--dsn", dsn)
     assert status["workers"]["running"] == 1 and status["workers"]["lost"] == 2
-    pgq.reap()  # forgets workers not seen for an hour
+    pgq.admin.reap()  # forgets workers not seen for an hour
     assert conn.execute("SELECT host FROM pgqueue.workers ORDER BY host").fetchall() == [
         ("a",),
         ("b",),

@@ -110,7 +110,7 @@ def test_bad_progress_fails_the_job_with_a_clear_error(worker, app_dsn, kind, me
         job = pgq.enqueue("progress.bad", {"kind": kind})
 
         def dead() -> list[dict[str, object]]:
-            return [d for d in pgq.dead_letters() if d["id"] == job]
+            return [d for d in pgq.admin.dead_letters() if d["id"] == job]
 
         rows = wait_for(dead, timeout=30, message="the job to be dead-lettered")
         assert message in str(rows[0]["last_error"])

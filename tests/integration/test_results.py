@@ -96,7 +96,7 @@ def test_result_after_the_kept_result_was_pruned(app_dsn, pgq):
         )
     with pytest.raises(ResultUnavailableError, match="expired"):
         pgq.result(job, timeout=1)
-    assert pgq.prune().history >= 1
+    assert pgq.retention.prune().history >= 1
     assert history_rows(app_dsn) == 0
     with pytest.raises(ResultUnavailableError, match="expired"):
         pgq.result(job, timeout=1)
@@ -176,7 +176,7 @@ def test_unserialisable_result_fails_the_job_with_a_clear_error(app_dsn, pgq):
 
 
 def test_history_of_every_succeeded_job_when_switched_on(app_dsn, pgq):
-    pgq.set_retention(record_succeeded=True)
+    pgq.retention.set(record_succeeded=True)
     ids = pgq.enqueue_many([plain.s(i) for i in range(20)])
     with thread_worker(APP, app_dsn, burst=True) as w:
         w.join()

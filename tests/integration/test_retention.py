@@ -33,35 +33,35 @@ def execute(dsn: str, statement: str, params: Any = None) -> None:
 
 
 def test_settings_defaults_changes_and_validation(pgq):
-    settings = pgq.retention()
+    settings = pgq.retention.settings()
     assert settings.history_retention == timedelta(days=7)
     assert settings.record_succeeded is False and settings.dead_letter_retention is None
-    changed = pgq.set_retention(history=3600, dead_letters=timedelta(days=30))
+    changed = pgq.retention.set(history=3600, dead_letters=timedelta(days=30))
     assert changed.history_retention == timedelta(hours=1)
     assert changed.dead_letter_retention == timedelta(days=30)
     assert changed.record_succeeded is False  # untouched
-    assert pgq.set_retention(dead_letters="never").dead_letter_retention is None
+    assert pgq.retention.set(dead_letters="never").dead_letter_retention is None
     with pytest.raises(InvalidJobError, match="must be a duration or 'never'"):
-        pgq.set_retention(dead_letters="sometimes")
+        pgq.retention.set(dead_letters="sometimes")
     with pytest.raises(InvalidJobError, match="must not be negative"):
-        pgq.set_retention(history=-1)
+        pgq.retention.set(history=-1)
     # an operator who deleted the row gets the defaults back
     execute(pgq.dsn, "DELETE FROM pgqueue.retention")
-    assert pgq.retention().history_retention == timedelta(days=7)
+    assert pgq.retention.settings().history_retention == timedelta(days=7)
 
 
 def test_history_is_pruned_in_batches_and_kept_results_stay_until_they_expire(app_dsn, pgq):
-    pgq.set_retention(record_succeeded=True, history=0)
+    pgq.retention.set(record_succeeded=True, history=0)
     kept = pgq.enqueue(add, {"x": 1})  # result_ttl 1 h on the task
     pgq.enqueue_many([plain.s(i) for i in range(95)])
     with thread_worker(APP, app_dsn, burst=True) as w:
         w.join()
     assert count(app_dsn, "job_history") == 96
-    report = pgq.prune(batch_size=10)  # ten statements or so, each its own transaction
+    report = pgq.retention.prune(batch_size=10)  # ten statements or so, each its own transaction
     assert report.history == 95
     assert pgq.result(kept, timeout=1) == 1  # still within its result_ttl
     execute(app_dsn, "UPDATE pgqueue.job_history SET keep_until = now() - interval '1 s'")
-    assert pgq.prune().history == 1
+    assert pgq.retention.prune().history == 1
     assert count(app_dsn, "job_history") == 0
 
 
@@ -69,9 +69,9 @@ def test_pruning_a_workflow_removes_its_nodes_and_the_workflow(app_dsn, pgq):
     run = pgq.enqueue_workflow(chain(add.s(1), add.s()))
     with thread_worker(APP, app_dsn):
         assert run.result(timeout=60) == 1
-    assert pgq.prune().history == 0  # results kept for the workflow's result_ttl (1 day)
+    assert pgq.retention.prune().history == 0  # results kept for the workflow's result_ttl (1 day)
     execute(app_dsn, "UPDATE pgqueue.job_history SET keep_until = now() - interval '1 s'")
-    report = pgq.prune()
+    report = pgq.retention.prune()
     assert (report.history, report.workflows) == (2, 1)
     assert count(app_dsn, "workflow_nodes") == 0 and count(app_dsn, "workflows") == 0
 
@@ -85,14 +85,14 @@ def test_dead_letters_are_kept_until_replayed_or_purged_by_age(app_dsn, pgq):
         "UPDATE pgqueue.dead_letters SET dead_at = now() - interval '40 days' WHERE id = ANY(%s)",
         (ids[:3],),
     )
-    assert pgq.prune().dead_letters == 0  # default: kept until replayed
-    pgq.set_retention(dead_letters=timedelta(days=30))
-    assert pgq.prune(batch_size=2).dead_letters == 3
-    assert [d["id"] for d in pgq.dead_letters()] == [ids[3]]
+    assert pgq.retention.prune().dead_letters == 0  # default: kept until replayed
+    pgq.retention.set(dead_letters=timedelta(days=30))
+    assert pgq.retention.prune(batch_size=2).dead_letters == 3
+    assert [d["id"] for d in pgq.admin.dead_letters()] == [ids[3]]
 
 
 def test_workers_prune_in_their_maintenance_loop(app_dsn, pgq):
-    pgq.set_retention(record_succeeded=True, history=0, dead_letters=1)
+    pgq.retention.set(record_succeeded=True, history=0, dead_letters=1)
     pgq.enqueue_many([plain.s(i) for i in range(30)])
     pgq.enqueue(fail, {"label": "x"})
     with thread_worker(APP, app_dsn, prune_interval=0.3):

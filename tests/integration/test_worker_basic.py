@@ -80,8 +80,8 @@ def test_retries_with_backoff_until_success(app_dsn, pgq):
 def test_errors_are_recorded_and_the_job_dead_letters_after_max_attempts(app_dsn, pgq):
     job = pgq.enqueue(worker_app.always_fails, {})
     with thread_worker(APP, app_dsn, poll_interval=0.2):
-        wait_for(pgq.dead_letters, message="dead letter")
-    [dead] = pgq.dead_letters()
+        wait_for(pgq.admin.dead_letters, message="dead letter")
+    [dead] = pgq.admin.dead_letters()
     assert dead["id"] == job and dead["attempts"] == 3 and dead["reason"] == "max attempts reached"
     assert dead["last_error"] == "this job is broken"
     assert [e["attempt"] for e in dead["errors"]] == [1, 2, 3]
@@ -96,7 +96,7 @@ def test_fail_dead_letters_at_once(app_dsn, pgq):
     pgq.enqueue(worker_app.fails_for_good, {})
     with thread_worker(APP, app_dsn, burst=True) as w:
         w.join()
-    [dead] = pgq.dead_letters()
+    [dead] = pgq.admin.dead_letters()
     assert dead["attempts"] == 1 and "Fail raised" in dead["reason"]
     assert dead["errors"][-1]["error"] == "pgqueue.errors.Fail"
 
@@ -113,8 +113,8 @@ def test_retry_reschedules_without_burning_an_attempt(app_dsn, pgq):
 def test_timeout_is_a_failed_attempt(app_dsn, pgq, task):
     pgq.enqueue(task, {})
     with thread_worker(APP, app_dsn, poll_interval=0.2):
-        wait_for(pgq.dead_letters, message="timed-out job dead-lettered")
-    [dead] = pgq.dead_letters()
+        wait_for(pgq.admin.dead_letters, message="timed-out job dead-lettered")
+    [dead] = pgq.admin.dead_letters()
     assert dead["errors"][-1]["error"] == "pgqueue.errors.JobTimeout"
     assert "timed out after 0.3s" in dead["last_error"]
     if task.is_async:
@@ -122,14 +122,14 @@ def test_timeout_is_a_failed_attempt(app_dsn, pgq, task):
     else:
         time.sleep(1.5)  # the abandoned thread finishes; its result changes nothing
         assert len(ledger(app_dsn, "end")) == 1
-        assert len(pgq.dead_letters()) == 1 and live_jobs(app_dsn) == 0
+        assert len(pgq.admin.dead_letters()) == 1 and live_jobs(app_dsn) == 0
 
 
 def test_args_that_do_not_fit_the_handler_dead_letter_with_a_clear_error(app_dsn, pgq):
     pgq.enqueue("noop", {"unexpected": 1})
     with thread_worker(APP, app_dsn, burst=True) as w:
         w.join()
-    [dead] = pgq.dead_letters()
+    [dead] = pgq.admin.dead_letters()
     assert "has no parameter(s) named unexpected" in dead["last_error"]
     assert dead["attempts"] == 1
 
@@ -179,7 +179,7 @@ def test_cancel_a_running_job(app_dsn, pgq, task):
         wait_for(lambda: w.worker.stats.cancelled == 1, message="cancel counted")
     assert [r[5] for r in ledger(app_dsn, "cancelled")] == ["cancelled"]
     assert not ledger(app_dsn, "end")
-    assert live_jobs(app_dsn) == 0 and not pgq.dead_letters()
+    assert live_jobs(app_dsn) == 0 and not pgq.admin.dead_letters()
 
 
 def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, pgq):
@@ -257,36 +257,36 @@ def test_dead_letters_filters_replay_and_dry_run(app_dsn, pgq):
     pgq.enqueue(worker_app.fails_for_good, {}, queue="other")
     with thread_worker(APP, app_dsn, queues=["default", "other"], burst=True) as w:
         w.join()
-    assert len(pgq.dead_letters()) == 4
-    assert len(pgq.dead_letters(queue="other")) == 1
-    assert len(pgq.dead_letters(error="CANNOT BE RETRIED")) == 4
-    assert pgq.dead_letters(error="no such text") == []
-    assert pgq.dead_letters(task="noop") == []
-    assert pgq.replay_dead_letters(queue="default", dry_run=True) == 3
-    assert len(pgq.dead_letters()) == 4
-    assert pgq.replay_dead_letters(queue="default", batch_size=2) == 3
+    assert len(pgq.admin.dead_letters()) == 4
+    assert len(pgq.admin.dead_letters(queue="other")) == 1
+    assert len(pgq.admin.dead_letters(error="CANNOT BE RETRIED")) == 4
+    assert pgq.admin.dead_letters(error="no such text") == []
+    assert pgq.admin.dead_letters(task="noop") == []
+    assert pgq.admin.replay_dead_letters(queue="default", dry_run=True) == 3
+    assert len(pgq.admin.dead_letters()) == 4
+    assert pgq.admin.replay_dead_letters(queue="default", batch_size=2) == 3
     with psycopg.connect(app_dsn) as conn:
         rows = conn.execute(
             "SELECT state, attempts, jsonb_array_length(errors) FROM pgqueue.jobs"
         ).fetchall()
     assert rows == [("ready", 0, 1)] * 3  # fresh attempts, history of errors kept
-    [left] = pgq.dead_letters()
-    assert pgq.replay_dead_letters(ids=[left["id"]]) == 1
-    assert pgq.dead_letters() == []
+    [left] = pgq.admin.dead_letters()
+    assert pgq.admin.replay_dead_letters(ids=[left["id"]]) == 1
+    assert pgq.admin.dead_letters() == []
 
 
 def test_replayed_job_runs_again_and_can_succeed(app_dsn, pgq):
     job = pgq.enqueue(worker_app.broken_until_fixed, {})
     with thread_worker(APP, app_dsn, burst=True) as w:
         w.join()
-    assert [d["id"] for d in pgq.dead_letters()] == [job]
+    assert [d["id"] for d in pgq.admin.dead_letters()] == [job]
     with psycopg.connect(app_dsn) as conn:
         conn.execute("INSERT INTO ledger (event) VALUES ('fixed')")
-    pgq.replay_dead_letters(ids=[job])
+    pgq.admin.replay_dead_letters(ids=[job])
     with thread_worker(APP, app_dsn, burst=True) as w:
         w.join()
     assert [row[0] for row in ledger(app_dsn, "end")] == [job]
-    assert pgq.dead_letters() == [] and live_jobs(app_dsn) == 0
+    assert pgq.admin.dead_letters() == [] and live_jobs(app_dsn) == 0
 
 
 def test_worker_registers_and_reports_totals(app_dsn, pgq):

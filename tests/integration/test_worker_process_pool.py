@@ -91,8 +91,8 @@ def test_timeout_kills_the_child_and_the_late_write_never_happens(app_dsn, pgq, 
     pgq.enqueue(process_app.noop, {"n": 1})
     worker = start(app_dsn, tmp_path / "w.log", "--concurrency", "2")
     try:
-        wait_for(pgq.dead_letters, timeout=60, message="timed-out job dead-lettered")
-        [dead] = pgq.dead_letters()
+        wait_for(pgq.admin.dead_letters, timeout=60, message="timed-out job dead-lettered")
+        [dead] = pgq.admin.dead_letters()
         assert dead["id"] == job and dead["attempts"] == 2
         assert [e["error"] for e in dead["errors"]] == ["pgqueue.errors.JobTimeout"] * 2
         assert "timed out after 1s (child process killed)" in dead["last_error"]
@@ -121,8 +121,8 @@ def test_a_child_that_dies_fails_only_its_job(app_dsn, pgq, tmp_path, how, error
     try:
         wait_for(lambda: rows(app_dsn, "start"), timeout=60, message="the long job started")
         crashed = pgq.enqueue(process_app.crash, {"how": how})  # max_attempts=1
-        wait_for(pgq.dead_letters, timeout=60, message="the crashed job dead-lettered")
-        [dead] = pgq.dead_letters()
+        wait_for(pgq.admin.dead_letters, timeout=60, message="the crashed job dead-lettered")
+        [dead] = pgq.admin.dead_letters()
         assert dead["id"] == crashed and dead["attempts"] == 1
         assert dead["errors"][-1]["error"] == "pgqueue.worker.process_pool.ChildProcessDied"
         assert dead["last_error"].startswith(error)
@@ -275,9 +275,11 @@ def test_retry_fail_and_retry_policies_cross_the_process_boundary(app_dsn, pgq):
     by_error = pgq.enqueue(process_app.backoff_by_error, {})  # 0.1s only for a KeyError
     bad_args = pgq.enqueue("proc.noop", {"unexpected": 1})
     with thread_worker(process_app.pgq, app_dsn, pool="process", concurrency=2):
-        wait_for(lambda: len(pgq.dead_letters()) == 4, timeout=60, message="four dead letters")
+        wait_for(
+            lambda: len(pgq.admin.dead_letters()) == 4, timeout=60, message="four dead letters"
+        )
         wait_for(lambda: rows(app_dsn, "end"), timeout=30, message="the retried job")
-    dead = {d["id"]: d for d in pgq.dead_letters()}
+    dead = {d["id"]: d for d in pgq.admin.dead_letters()}
     assert dead[failed]["attempts"] == 1 and "Fail raised" in dead[failed]["reason"]
     assert dead[failed]["errors"][-1]["error"] == "pgqueue.errors.Fail"
     assert dead[final]["attempts"] == 1
@@ -302,8 +304,8 @@ def test_a_spec_that_does_not_import_fails_the_attempt_clearly(app_dsn, pgq):
     job = pgq.enqueue(process_app.noop, {}, max_attempts=1)
     app = process_app.pgq
     with thread_worker(app, app_dsn, pool="process", app_spec="tests.integration.nowhere:pgq"):
-        wait_for(pgq.dead_letters, timeout=60, message="dead letter")
-    [dead] = pgq.dead_letters()
+        wait_for(pgq.admin.dead_letters, timeout=60, message="dead letter")
+    [dead] = pgq.admin.dead_letters()
     assert dead["id"] == job
     assert dead["errors"][-1]["error"] == "pgqueue.worker.process_pool.ChildStartFailed"
     assert "No module named 'tests.integration.nowhere'" in dead["last_error"]

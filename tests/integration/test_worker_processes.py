@@ -73,7 +73,7 @@ def test_poison_pill_that_kills_its_worker_ends_in_dead_letters_and_replays(app_
     job = pgq.enqueue(worker_app.crash, {})  # max_attempts=2
     pgq.enqueue("noop", {})
     spawns = 0
-    while not pgq.dead_letters() and spawns < 6:
+    while not pgq.admin.dead_letters() and spawns < 6:
         spawns += 1
         worker = spawn_worker(
             app_dsn, "--lease", "1s", "--reaper-interval", "0.3s", log=tmp_path / "poison.log"
@@ -83,7 +83,7 @@ def test_poison_pill_that_kills_its_worker_ends_in_dead_letters_and_replays(app_
         except subprocess.TimeoutExpired:
             worker.send_signal(signal.SIGTERM)
             wait_exit(worker)
-    [dead] = pgq.dead_letters()
+    [dead] = pgq.admin.dead_letters()
     assert dead["id"] == job and dead["attempts"] == 2
     assert dead["reason"] == "lease expired with no attempts left"
     assert dead["errors"][-1]["error"] == "LeaseExpired"
@@ -144,7 +144,7 @@ def test_cli_cancel_and_dlq_list(app_dsn, pgq, tmp_path):
     pgq.enqueue(worker_app.fails_for_good, {})
     worker = spawn_worker(app_dsn, "--shutdown-grace", "1s", log=tmp_path / "cli.log")
     try:
-        wait_for(lambda: pgq.dead_letters() and ledger(app_dsn, "start"), message="setup")
+        wait_for(lambda: pgq.admin.dead_letters() and ledger(app_dsn, "start"), message="setup")
         result = runner.invoke(cli_app, ["cancel", str(waiting), str(running), "--dsn", app_dsn])
         assert result.exit_code == 0, result.output
         assert f"job {waiting} cancelled" in result.output

@@ -45,13 +45,13 @@ def test_the_slot_of_an_abandoned_sync_handler_runs_the_next_jobs(app_dsn, pgq):
         with thread_worker(APP, app_dsn, concurrency=1, poll_interval=600) as w:
             wait_for(lambda: len(ledger(app_dsn, "end")) == len(after), message="jobs after it ran")
             assert sorted(r[0] for r in ledger(app_dsn, "end")) == sorted(after)
-            [dead] = wait_for(pgq.dead_letters, message="the timeout written")
+            [dead] = wait_for(pgq.admin.dead_letters, message="the timeout written")
             assert dead["id"] == stuck and "thread abandoned" in dead["errors"][0]["message"]
             assert w.worker.executor is not None and w.worker.executor.abandoned == 1
             worker_app.STUCK_GATE.set()
             wait_for(lambda: w.worker.executor.abandoned == 0, message="abandoned one finished")
         assert [r[0] for r in ledger(app_dsn, "end")][-1] == stuck  # it did finish, late
-        assert len(pgq.dead_letters()) == 1 and w.worker.stats.succeeded == len(after)
+        assert len(pgq.admin.dead_letters()) == 1 and w.worker.stats.succeeded == len(after)
     finally:
         worker_app.STUCK_GATE.set()
 
@@ -74,7 +74,7 @@ def test_batched_sync_jobs_keep_their_own_outcomes(app_dsn, pgq, concurrency):
     assert sorted(r[0] for r in ends if r[0] in set(noops)) == sorted(noops)
     notes = {r[0]: r[5] for r in ends if r[0] in labels}
     assert notes == {job: f"{label}:with_context:default:1/2" for job, label in labels.items()}
-    dead = {d["id"]: d for d in pgq.dead_letters(limit=100)}
+    dead = {d["id"]: d for d in pgq.admin.dead_letters(limit=100)}
     assert set(dead) == {*broken, *refused}
     assert {e["error"] for j in broken for e in dead[j]["errors"]} == {"ValueError"}
     assert {dead[j]["reason"] for j in broken} == {"max attempts reached"}

@@ -77,7 +77,7 @@ def test_chain_passes_each_result_to_the_next_step(app_dsn, pgq):
 @pytest.fixture
 def wf_app(app_dsn, monkeypatch):
     """The tasks' own PgQueue, pointed at this test's database (for workflow.enqueue())."""
-    monkeypatch.setattr(workflow_app.pgq, "_dsn", app_dsn)
+    monkeypatch.setattr(workflow_app.pgq._pools, "_dsn", app_dsn)
     yield workflow_app.pgq
     workflow_app.pgq.close()
 
@@ -295,7 +295,7 @@ def test_waiting_jobs_are_never_claimed_or_reaped_and_are_visible(app_dsn, pgq):
         )
     with thread_worker(APP, app_dsn, burst=True) as w:
         w.join()
-    assert pgq.reap() == 0
+    assert pgq.admin.reap() == 0
     assert states(app_dsn, run.id) == {root_id: "scheduled", child_id: "waiting"}
     assert ledger(app_dsn) == []
     [stats] = [row for row in queue_stats(pgq) if row["queue"] == "default"]

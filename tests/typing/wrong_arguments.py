@@ -35,6 +35,14 @@ def wrong(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     print(total)
 
 
+def wrong_options() -> None:
+    pgq.task(queu="math")  # error: call-overload
+    pgq.task(max_attempts="5")  # error: call-overload
+    pgq.periodic("* * * * *", prority=1)  # error: call-arg
+    pgq.enqueue("add", {"a": 1}, priorty=1)  # error: call-arg
+    pgq.enqueue("add", {"a": 1}, delay="soon")  # error: arg-type
+
+
 async def wrong_async() -> None:
     await greet.options().enqueue_async("Ann", loud="yes")  # error: arg-type
     await greet.options().enqueue_async(name=1)  # error: arg-type

@@ -3,12 +3,14 @@ generated from them, so a name without one would be a blank entry.
 
 Public: the names in ``pgqueue.__all__``, ``pgqueue.contrib.django.__all__`` and
 ``pgqueue.alembic.__all__`` (dunders such as ``__version__`` aside), and the public methods and
-properties of the public classes, inherited ones included when pgqueue defines them. Constants
+properties of the public classes, inherited ones included when pgqueue defines them, and of the
+client's parts (``pgq.flow``, ``pgq.cron``, ...). Constants
 are documented by a string literal right after the assignment (what mkdocstrings reads).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from pathlib import Path
@@ -20,6 +22,7 @@ import griffe
 import pgqueue
 import pgqueue.alembic
 import pgqueue.contrib.django
+from pgqueue.client.part import Part
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = [pgqueue, pgqueue.contrib.django, pgqueue.alembic]
@@ -45,24 +48,45 @@ def missing_docstrings(module: ModuleType, loaded: griffe.Object | griffe.Alias)
         elif not (loaded[name].docstring and loaded[name].docstring.value.strip()):
             missing.append(f"{where} (a constant: a string literal after its assignment)")
         if inspect.isclass(obj):
-            for attr in dir(obj):
-                if attr.startswith("_"):
-                    continue
-                member = inspect.getattr_static(obj, attr)
-                if _own(member):
-                    doc = member.__doc__ if isinstance(member, property) else None
-                    doc = doc or getattr(getattr(member, "__func__", member), "__doc__", None)
-                    if not (doc or "").strip():
-                        missing.append(f"{where}.{attr}")
+            missing += _undocumented_members(obj, where)
     return missing
 
 
-def test_every_public_name_has_a_docstring() -> None:
+def _undocumented_members(cls: type, where: str) -> list[str]:
     missing = []
-    for module in MODULES:
-        loaded = griffe.load(module.__name__, search_paths=[str(ROOT)])
-        missing += missing_docstrings(module, loaded)
-    assert not missing, "public names without a docstring:\n" + "\n".join(missing)
+    for attr in dir(cls):
+        if attr.startswith("_"):
+            continue
+        member = inspect.getattr_static(cls, attr)
+        if _own(member):
+            doc = member.__doc__ if isinstance(member, property) else None
+            doc = doc or getattr(getattr(member, "__func__", member), "__doc__", None)
+            if not (doc or "").strip():
+                missing.append(f"{where}.{attr}")
+    return missing
+
+
+def parts() -> dict[str, type[Part]]:
+    """The client's parts by attribute name (``flow``: ``FlowControl``, ...)."""
+    client = pgqueue.PgQueue("postgresql://nobody@localhost/nothing")  # connects to nothing
+    found = {}
+    for name in dir(pgqueue.PgQueue):
+        if isinstance(inspect.getattr_static(pgqueue.PgQueue, name), functools.cached_property):
+            part = type(getattr(client, name))
+            if issubclass(part, Part):
+                found[name] = part
+    return found
+
+
+def test_every_part_of_the_client_is_documented() -> None:
+    found = parts()
+    assert {"flow", "cron"} <= set(found)
+    missing = []
+    for name, part in found.items():
+        if not (part.__doc__ or "").strip():
+            missing.append(part.__qualname__)
+        missing += _undocumented_members(part, f"pgq.{name}")
+    assert not missing, "parts of the client without a docstring:\n" + "\n".join(missing)
 
 
 def test_the_check_finds_a_missing_docstring(tmp_path: Path, monkeypatch: Any) -> None:
@@ -102,6 +126,11 @@ def test_the_api_reference_lists_every_public_name() -> None:
     reference = ROOT / "docs" / "reference"
     api = (reference / "api.md").read_text()
     missing = [n for n in pgqueue.__all__ if f"::: pgqueue.{n}\n" not in api]
+    missing += [
+        f"{part.__module__}.{part.__qualname__}"
+        for part in parts().values()
+        if f"::: {part.__module__}.{part.__qualname__}\n" not in api
+    ]
     for module, page in [(pgqueue.contrib.django, "django.md"), (pgqueue.alembic, "alembic.md")]:
         text = (reference / page).read_text()
         listed = text.split("members: [", 1)[1].split("]", 1)[0].split(", ")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pgqueue import CircuitBreaker, ConfigurationError, InvalidJobError, RateLimit, RetryPolicy
-from pgqueue.cli.worker_cmds import parse_concurrency
+from pgqueue.cli.work_options import parse_concurrency
 from pgqueue.enqueue import make_spec
 from pgqueue.job_context import ClaimedJob
 from pgqueue.schedules import Schedule, next_tick, plan_ticks

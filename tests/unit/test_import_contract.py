@@ -67,8 +67,6 @@ RULES = [
     ("pgqueue", "pgqueue.cli"),  # only the CLI itself
     ("pgqueue", "pgqueue.dashboard"),  # only the dashboard and its CLI command
     ("pgqueue.worker", "pgqueue.client"),  # the worker drives plans, not the client
-    ("pgqueue.worker", "pgqueue.client_flow"),
-    ("pgqueue.worker", "pgqueue.client_workflows"),
     ("pgqueue.dashboard", "pgqueue.cli"),
     ("pgqueue.db", "pgqueue.client"),
     ("pgqueue.db", "pgqueue.worker"),

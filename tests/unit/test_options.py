@@ -6,8 +6,9 @@ from typing import Any
 import pytest
 
 from pgqueue.durations import format_duration, parse_duration
-from pgqueue.enqueue import JobId, check_options, make_spec
+from pgqueue.enqueue import JobId, make_spec
 from pgqueue.errors import InvalidJobError
+from pgqueue.options import check_options
 
 
 def spec(options, defaults=None, args=None):
@@ -95,3 +96,30 @@ def test_with_args_json_copies_every_other_field():
     values: list[Any] = [object() for _ in fields(JobSpec)]  # distinct, so any mix-up shows
     template = JobSpec(*values)
     assert template.with_args_json("{}") == replace(template, args_json="{}")
+
+
+def test_every_job_option_is_a_field_of_the_job() -> None:
+    """An option is declared once (pgqueue/options.py) and reaches the job by its name."""
+    from dataclasses import fields
+
+    from pgqueue.enqueue import JobSpec
+    from pgqueue.options import OPTION_NAMES, JobOptions
+
+    assert JobOptions.__optional_keys__ == OPTION_NAMES
+    assert {f.name for f in fields(JobSpec)} >= OPTION_NAMES
+    job = spec({"priority": 3, "delay": 5, "wait_if_full": 2, "idempotency_key": "k"})
+    assert (job.priority, job.delay, job.wait_if_full, job.idempotency_key) == (
+        3,
+        timedelta(seconds=5),
+        2.0,
+        "k",
+    )
+
+
+def test_unknown_task_options_are_named() -> None:
+    from pgqueue import ConfigurationError, PgQueue
+
+    pgq = PgQueue("postgresql://nobody@localhost/nothing")
+    options: dict[str, Any] = {"queu": "math"}
+    with pytest.raises(ConfigurationError, match=r"unknown task option\(s\): queu \(known: "):
+        pgq.task(**options)(lambda: None)

@@ -62,7 +62,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         ids = [int(i) for i in queryset.values_list("id", flat=True)]
         pgq = queue(alias)
         try:
-            replayed = pgq.replay_dead_letters(ids=ids, conn=connections[alias])
+            replayed = pgq.admin.replay_dead_letters(ids=ids, conn=connections[alias])
         finally:
             pgq.close()
         self.message_user(request, f"replayed {replayed} dead letter(s)", messages.SUCCESS)

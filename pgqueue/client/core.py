@@ -1,0 +1,596 @@
+"""``PgQueue``: the application's handle on the queue: the task registry, enqueue, workflows,
+results, progress and cancel; the operators' side is in its parts (``pgq.flow``, ``pgq.cron``,
+``pgq.admin``, ``pgq.retention``: one module each beside this one).
+
+Sync and async methods drive the same plans (:mod:`pgqueue.db.plan`), so they share every query
+and every line of result handling. With ``conn=`` a method runs in the caller's connection and
+transaction and never commits; without it, it takes a pooled connection and commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, nullcontext
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pgqueue import config
+from pgqueue.admin import CancelResult, job_progress
+from pgqueue.admin import cancel as cancel_job
+from pgqueue.client.pools import AsyncConnection, Connection, Pools
+from pgqueue.client.room import Room
+from pgqueue.db import plan as plans
+from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
+from pgqueue.declarations import declarations
+from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
+from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
+from pgqueue.gc_pause import gc_paused
+from pgqueue.options import JobOptions, TaskOptions
+from pgqueue.payload import check_name
+from pgqueue.progress import Progress
+from pgqueue.results import Deadline, read_outcome, wait_for_result
+from pgqueue.schedules import PeriodicOptions, Schedule, ScheduleTiming
+from pgqueue.tasks import JobCall, P, R, Task
+from pgqueue.workflow.builders import Compiled, Workflow
+from pgqueue.workflow.inspect import get_workflow, list_workflows
+from pgqueue.workflow.plan import enqueue_compiled
+from pgqueue.workflow.run import WorkflowRun
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from pgqueue.client.admin import Admin
+    from pgqueue.client.cron import CronSchedules
+    from pgqueue.client.flow import FlowControl
+    from pgqueue.client.retention import Retention
+
+T = TypeVar("T")
+# A single job is written with the garbage collector on (a context made once: it is reusable).
+_COLLECTING = nullcontext()
+
+
+class PgQueue:
+    """A queue living in one PostgreSQL database.
+
+    ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
+    ``DATABASE_URL``, else the embedded server (started on first use). ``prepare=False``
+    turns server-side prepared statements off (behind PgBouncer < 1.21 in transaction mode).
+
+    The client holds the task registry and what an application does with its jobs (enqueue,
+    publish, workflows, results, progress, cancel); the operators' side lives in its parts,
+    each an attribute: :attr:`flow`, :attr:`cron`, :attr:`admin`, :attr:`retention`.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
+        pool_size: int = 10,
+        prepare: bool = True,
+        pool: ConnectionPool | AsyncConnectionPool | None = None,
+    ) -> None:
+        if max_payload_bytes <= 0:
+            raise ConfigurationError("max_payload_bytes must be positive")
+        self._pools = Pools(dsn, pool_size=pool_size, prepare=prepare, pool=pool)
+        self.max_payload_bytes = max_payload_bytes
+        self.tasks: dict[str, Task[..., Any]] = {}
+        #: event name -> tasks subscribed with ``@pgq.task(on=...)`` (see :meth:`publish`)
+        self.subscriptions: dict[str, list[Task[..., Any]]] = {}
+        #: schedules declared with ``@pgq.periodic``; workers write them at start-up
+        self.schedules: dict[str, Schedule] = {}
+
+    # -- the parts (each module is imported on first use: enqueueing needs none of them) ----
+
+    @cached_property
+    def flow(self) -> FlowControl:
+        """Flow control: queue settings, task limits, pausing queues, circuit breakers."""
+        from pgqueue.client.flow import FlowControl
+
+        return FlowControl(self)
+
+    @cached_property
+    def cron(self) -> CronSchedules:
+        """Cron schedules made at run time (``@pgq.periodic`` declares them in code)."""
+        from pgqueue.client.cron import CronSchedules
+
+        return CronSchedules(self)
+
+    @cached_property
+    def admin(self) -> Admin:
+        """Operators' actions: dead letters (list, replay) and the reaper."""
+        from pgqueue.client.admin import Admin
+
+        return Admin(self)
+
+    @cached_property
+    def retention(self) -> Retention:
+        """How long finished jobs, results and dead letters are kept, and pruning."""
+        from pgqueue.client.retention import Retention
+
+        return Retention(self)
+
+    # -- configuration ---------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The DSN in use (starts the embedded server when none is configured)."""
+        return self._pools.dsn
+
+    @property
+    def pool_size(self) -> int:
+        """The most connections each of the client's own pools opens."""
+        return self._pools.size
+
+    @overload
+    def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        pass_context: Literal[False] = False,
+        **options: Unpack[TaskOptions],
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    # pass_context=True: the function's first parameter is the JobContext, which the worker
+    # passes and enqueue does not, so its signature says nothing about enqueue's arguments.
+    @overload
+    def task(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        pass_context: bool,
+        **options: Unpack[TaskOptions],
+    ) -> Callable[[Callable[..., R]], Task[..., R]]: ...
+
+    def task(
+        self,
+        func: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        pass_context: bool = False,
+        **options: Unpack[TaskOptions],
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function as a task: ``@pgq.task`` or ``@pgq.task(queue=..., ...)``.
+
+        ``name`` defaults to ``module.qualname``; ``pass_context`` passes a
+        :class:`~pgqueue.JobContext` as the first argument. The options
+        (:class:`~pgqueue.options.TaskOptions`): the defaults of the task's jobs (``queue``,
+        ``priority``, ``max_attempts``, ``result_ttl``: keep each job's return value that long,
+        see :meth:`result`); ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the
+        attempt number (and optionally the exception) to the retry delay (default: full-jitter
+        exponential, 1 s base, 1 h cap); ``retry_on`` / ``no_retry_on`` choose which exceptions
+        are retried (default: every ``Exception``; ``no_retry_on`` wins).
+
+        Flow control, enforced across all workers: ``concurrency_limit`` (jobs of this task
+        running at once), ``key_limit`` (running jobs per ``concurrency_key``, default 1),
+        ``rate_limit`` (``"20/s"`` or a :class:`~pgqueue.RateLimit`), ``circuit_breaker``
+        (a :class:`~pgqueue.CircuitBreaker`). ``on`` subscribes the task to events (see
+        :meth:`publish`).
+        """
+
+        def register(function: Callable[P, R]) -> Task[P, R]:
+            return self._register(
+                Task(self, function, name=name, pass_context=pass_context, **options)
+            )
+
+        return register(func) if func is not None else register
+
+    def _register(self, task: Task[P, R]) -> Task[P, R]:
+        existing = self.tasks.get(task.name)
+        if existing is not None and existing.func is not task.func:
+            raise ConfigurationError(f"a different task is already named {task.name!r}")
+        self.tasks[task.name] = task
+        for event in task.events:
+            subscribers = self.subscriptions.setdefault(event, [])
+            if all(t.name != task.name for t in subscribers):
+                subscribers.append(task)
+        return task
+
+    def periodic(
+        self,
+        cron_expression: str,
+        *,
+        name: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        pass_context: bool = False,
+        **options: Unpack[PeriodicOptions],
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a task that runs on a cron schedule: ``@pgq.periodic("*/5 * * * *")``.
+
+        The schedule (named ``name``, default the task's name) is a row in
+        ``pgqueue.schedules``, written by every worker at start-up; each tick is enqueued
+        exactly once however many workers run. The options
+        (:class:`~pgqueue.schedules.PeriodicOptions`) are the schedule's timing (``tz``;
+        ``missed``, the policy for ticks missed while no worker ran: ``"skip"`` or
+        ``"catch_up"``, see :mod:`pgqueue.schedules`; ``grace``; ``max_catch_up``) and the
+        task's options (queue, priority, max_attempts, ...).
+        """
+        timing: dict[str, Any] = {
+            k: v for k, v in options.items() if k in ScheduleTiming.__optional_keys__
+        }
+        task_options = cast("TaskOptions", {k: v for k, v in options.items() if k not in timing})
+
+        def register(function: Callable[P, R]) -> Task[P, R]:
+            task = self._register(Task(self, function, pass_context=pass_context, **task_options))
+            schedule = Schedule(
+                name=name or task.name,
+                cron=cron_expression,
+                task=task.name,
+                args=dict(args or {}),
+                queue=task.queue,
+                priority=task.defaults["priority"],
+                max_attempts=task.defaults["max_attempts"],
+                **timing,
+            )
+            self.schedules[schedule.name] = schedule
+            return task
+
+        return register
+
+    def declared_queues(self) -> list[str]:
+        """The queues this app's tasks run on (what ``pgq work`` serves without ``--queue``),
+        in order of first declaration; ``["default"]`` when no task is declared."""
+        return list(dict.fromkeys(task.queue for task in self.tasks.values())) or ["default"]
+
+    def get_task(self, name: str) -> Task[..., Any]:
+        """The registered task called ``name``; raises :class:`~pgqueue.UnknownTaskError` if there
+        is none."""
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise UnknownTaskError(f"no task named {name!r} is registered") from None
+
+    def sync_declarations(self, conn: ConnectionArg | None = None) -> None:
+        """Write what the code declares (task limits, breakers, ``@periodic`` schedules) to
+        the database. Workers do this at start-up."""
+        self.run(declarations(self), conn, atomic=True)
+
+    async def sync_declarations_async(self, conn: AsyncConnectionArg | None = None) -> None:
+        """The async twin of :meth:`sync_declarations`."""
+        await self.run_async(declarations(self), conn, atomic=True)
+
+    def migrate(self) -> None:
+        """Upgrade the database schema to the newest version (same as ``pgq migrate``)."""
+        # The migration tooling loads when asked for: producers never need it.
+        from pgqueue.db.migrate import upgrade
+
+        upgrade(self.dsn)
+
+    async def migrate_async(self) -> None:
+        """The async twin of :meth:`migrate` (alembic has no async API: the same upgrade runs
+        in a thread, so the event loop goes on meanwhile)."""
+        await asyncio.to_thread(self.migrate)
+
+    # -- connections -----------------------------------------------------------------------
+
+    @contextmanager
+    def connection(self, conn: object | None = None) -> Iterator[Connection]:
+        """The psycopg connection behind ``conn`` (see :mod:`pgqueue.db.connections` for what
+        is accepted), or a pooled autocommit connection (each statement commits)."""
+        with self._pools.connection(conn) as c:
+            yield c
+
+    @asynccontextmanager
+    async def connection_async(self, conn: object | None = None) -> AsyncIterator[AsyncConnection]:
+        """The async twin of :meth:`connection`."""
+        async with self._pools.connection_async(conn) as c:
+            yield c
+
+    def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
+        """Drive a plan on the caller's ``conn`` or a pooled connection.
+
+        On the caller's connection pgqueue never begins or commits a transaction: statements
+        join the caller's, and an ``atomic`` plan (several statements that must be all or
+        nothing) runs in a savepoint inside it, so an error (a full queue, a bad parent)
+        leaves the caller's transaction as it was, neither committed nor aborted. On a pooled
+        connection an ``atomic`` plan gets a transaction of its own.
+        """
+        return self._pools.run(plan, conn, atomic=atomic)
+
+    async def run_async(
+        self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
+    ) -> T:
+        """The async twin of :meth:`run`."""
+        return await self._pools.run_async(plan, conn, atomic=atomic)
+
+    def close(self) -> None:
+        """Close the client's connection pools (sync; async pools need :meth:`aclose`). A pool
+        the application passed in (``pool=``) is left open: it is the application's."""
+        self._pools.close()
+
+    async def aclose(self) -> None:
+        """Close the client's pools and this loop's results listener (``async with pgq:``)."""
+        await self._pools.aclose()
+
+    def __enter__(self) -> PgQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> PgQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def spec(
+        self, task: str | Task[..., Any], args: Mapping[str, Any] | None, options: Mapping[str, Any]
+    ) -> JobSpec:
+        """Validate a job given by task name (or Task) and an args object."""
+        # A task's defaults (queue, priority, max_attempts) apply when it is passed as a Task
+        # or registered here under that name; a bare name of a task defined elsewhere gets the
+        # global defaults unless the call says otherwise.
+        name = task.name if isinstance(task, Task) else task
+        registered = (
+            task
+            if isinstance(task, Task)
+            else (self.tasks.get(name) if isinstance(name, str) else None)
+        )
+        defaults = registered.defaults if registered is not None else {}
+        return make_spec(
+            name, args or {}, options, defaults=defaults, payload_limit=self.max_payload_bytes
+        )
+
+    def enqueue(
+        self,
+        task: str | Task[..., Any],
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: ConnectionArg | None = None,
+        **options: Unpack[JobOptions],
+    ) -> JobId:
+        """Enqueue by task name with an args object (no need to import the task's code); the
+        options are a call's (:class:`~pgqueue.options.JobOptions`: ``queue``, ``delay``,
+        ``idempotency_key``, ...)."""
+        return self.enqueue_spec(self.spec(task, args, options), conn=conn)
+
+    async def enqueue_async(
+        self,
+        task: str | Task[..., Any],
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: AsyncConnectionArg | None = None,
+        **options: Unpack[JobOptions],
+    ) -> JobId:
+        """The async twin of :meth:`enqueue`; ``conn`` is an async connection or session."""
+        return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
+
+    def enqueue_spec(self, spec: JobSpec, conn: object | None = None) -> JobId:
+        """Write one validated job (:meth:`spec`), waiting for room in a bounded queue up to its
+        ``wait_if_full``; returns its id."""
+        return self._write(
+            partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
+        )
+
+    async def enqueue_spec_async(self, spec: JobSpec, conn: object | None = None) -> JobId:
+        """The async twin of :meth:`enqueue_spec`."""
+        return await self._write_async(
+            partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
+        )
+
+    def enqueue_many(
+        self,
+        jobs: Iterable[JobCall | JobSpec],
+        *,
+        conn: ConnectionArg | None = None,
+        wait_if_full: float | None = None,
+    ) -> list[JobId]:
+        """Enqueue many jobs atomically in a few statements (COPY); ids in input order.
+
+        A batch that would overflow a bounded queue (``max_depth``) raises
+        :class:`~pgqueue.QueueFullError` before writing anything, or waits up to
+        ``wait_if_full`` seconds for room."""
+        plan = partial(enqueue_many, _specs(jobs))
+        return self._write(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
+
+    async def enqueue_many_async(
+        self,
+        jobs: Iterable[JobCall | JobSpec],
+        *,
+        conn: AsyncConnectionArg | None = None,
+        wait_if_full: float | None = None,
+    ) -> list[JobId]:
+        """The async twin of :meth:`enqueue_many`."""
+        plan = partial(enqueue_many, _specs(jobs))
+        return await self._write_async(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
+
+    def publish(
+        self,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: ConnectionArg | None = None,
+    ) -> list[JobId]:
+        """Enqueue one job for every task subscribed to ``event`` (``@pgq.task(on=event)``),
+        with ``payload`` as its arguments, in one transaction (the caller's with ``conn``).
+        Every subscriber's arguments are checked before anything is written. Returns the job
+        ids in subscription order ([] when nothing subscribes)."""
+        specs = self._event_specs(event, payload)
+        return self.enqueue_many(specs, conn=conn) if specs else []
+
+    async def publish_async(
+        self,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: AsyncConnectionArg | None = None,
+    ) -> list[JobId]:
+        """The async twin of :meth:`publish`."""
+        specs = self._event_specs(event, payload)
+        return await self.enqueue_many_async(specs, conn=conn) if specs else []
+
+    def _event_specs(self, event: str, payload: Mapping[str, Any] | None) -> list[JobSpec]:
+        check_name(event, "event name")
+        if payload is not None and not isinstance(payload, Mapping):
+            raise InvalidJobError(
+                f"an event payload must be a JSON object (a mapping), got {type(payload).__name__}"
+            )
+        return [task.s(**dict(payload or {})).spec() for task in self.subscriptions.get(event, [])]
+
+    def _write(
+        self,
+        plan: Callable[[], plans.Plan[T]],
+        conn: object | None,
+        *,
+        atomic: bool,
+        wait: float | None,
+        bulk: bool = False,
+    ) -> T:
+        """Run a write, again after a pause while a bounded queue refuses it, for ``wait``
+        seconds at most (:mod:`pgqueue.client.room`). ``bulk``: the garbage collector is paused
+        while the jobs are written (:mod:`pgqueue.gc_pause`), not while waiting."""
+        room = Room(wait)
+        while True:
+            with room.attempt(), gc_paused() if bulk else _COLLECTING:
+                return self.run(plan(), conn, atomic=atomic)
+            time.sleep(room.pause())
+
+    async def _write_async(
+        self,
+        plan: Callable[[], plans.Plan[T]],
+        conn: object | None,
+        *,
+        atomic: bool,
+        wait: float | None,
+        bulk: bool = False,
+    ) -> T:
+        """The async twin of :meth:`_write`."""
+        room = Room(wait)
+        while True:
+            with room.attempt(), gc_paused() if bulk else _COLLECTING:
+                return await self.run_async(plan(), conn, atomic=atomic)
+            await asyncio.sleep(room.pause())
+
+    # -- workflows -------------------------------------------------------------------------
+
+    def enqueue_workflow(
+        self, workflow: Workflow, *, conn: ConnectionArg | None = None
+    ) -> WorkflowRun:
+        """Write a chain, group, chord or DAG atomically (in ``conn``'s transaction if given)."""
+        return self.enqueue_compiled(workflow.compile(), conn=conn)
+
+    async def enqueue_workflow_async(
+        self, workflow: Workflow, *, conn: AsyncConnectionArg | None = None
+    ) -> WorkflowRun:
+        """The async twin of :meth:`enqueue_workflow`."""
+        return await self.enqueue_compiled_async(workflow.compile(), conn=conn)
+
+    def enqueue_compiled(
+        self, compiled: Compiled, *, conn: ConnectionArg | None = None
+    ) -> WorkflowRun:
+        """Write a compiled workflow (``workflow.compile()``) atomically; returns its
+        :class:`~pgqueue.WorkflowRun`."""
+        written = self.run(enqueue_compiled(compiled), conn, atomic=True)
+        return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
+
+    async def enqueue_compiled_async(
+        self, compiled: Compiled, *, conn: AsyncConnectionArg | None = None
+    ) -> WorkflowRun:
+        """The async twin of :meth:`enqueue_compiled`."""
+        written = await self.run_async(enqueue_compiled(compiled), conn, atomic=True)
+        return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
+
+    def workflow(self, workflow_id: int, *, conn: ConnectionArg | None = None) -> dict[str, Any]:
+        """A workflow with its state and every job's state (the ``pgqueue.workflow_jobs``
+        view); raises :class:`~pgqueue.WorkflowNotFoundError`."""
+        return self.run(get_workflow(int(workflow_id)), conn)
+
+    async def workflow_async(
+        self, workflow_id: int, *, conn: AsyncConnectionArg | None = None
+    ) -> dict[str, Any]:
+        """The async twin of :meth:`workflow`."""
+        return await self.run_async(get_workflow(int(workflow_id)), conn)
+
+    def workflows(
+        self, *, state: str | None = None, limit: int = 50, conn: ConnectionArg | None = None
+    ) -> list[dict[str, Any]]:
+        """Workflows, newest first (``pgqueue.workflow_overview``); ``state``: running,
+        failing, failed or succeeded."""
+        return self.run(list_workflows(state, limit), conn)
+
+    async def workflows_async(
+        self, *, state: str | None = None, limit: int = 50, conn: AsyncConnectionArg | None = None
+    ) -> list[dict[str, Any]]:
+        """The async twin of :meth:`workflows`."""
+        return await self.run_async(list_workflows(state, limit), conn)
+
+    # -- a job's results, progress and cancellation ----------------------------------------
+
+    def result(self, job_id: int, *, timeout: float | None = None) -> Any:
+        """Wait for a job's result (its handler's return value, stored as JSON).
+
+        Woken by NOTIFY when the job finishes. Raises :class:`~pgqueue.JobDeadError` or
+        :class:`~pgqueue.JobCancelledError` if it ended that way,
+        :class:`~pgqueue.ResultUnavailableError` if it does not keep its result (no
+        ``result_ttl``; also once such a job succeeded and left the queue) or the result
+        expired, :class:`~pgqueue.ResultTimeoutError` after ``timeout`` seconds (None: wait for
+        ever), :class:`~pgqueue.JobNotFoundError` for an id pgqueue never handed out.
+        """
+        # Its own connection: the plan LISTENs on it, which a pooled connection must not keep.
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return self.run(wait_for_result(int(job_id), timeout), conn)
+
+    async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any:
+        """The async twin of :meth:`result`. The calls on one event loop share one LISTEN
+        connection (:mod:`pgqueue.results_listener`) and read through the client's pool, so
+        awaiting results in many requests at once does not open a connection each."""
+        job_id = int(job_id)
+        deadline = Deadline(job_id, timeout)
+        listener = await self._pools.results_listener()
+        with listener.watch(job_id) as woken:
+            while True:
+                woken.clear()  # before the read: a notification after it still counts
+                finished, value = await self.run_async(read_outcome(job_id))
+                if finished:
+                    return value
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), deadline.next_wait())
+
+    def progress(self, job_id: int, *, conn: ConnectionArg | None = None) -> Progress | None:
+        """What the running job last reported with ``ctx.progress(...)`` (a fraction or a
+        dict), as written by its worker's latest heartbeat; None while it has reported nothing
+        in this attempt, or when it is not running (waiting, or finished: ask
+        :meth:`result`)."""
+        return cast("Progress | None", self.run(job_progress(job_id), conn))
+
+    async def progress_async(
+        self, job_id: int, *, conn: AsyncConnectionArg | None = None
+    ) -> Progress | None:
+        """The async twin of :meth:`progress`."""
+        return cast("Progress | None", await self.run_async(job_progress(job_id), conn))
+
+    def cancel(self, job_id: int, *, conn: ConnectionArg | None = None) -> CancelResult:
+        """Cancel a job: 'cancelled' (it was waiting and is gone), 'cancelling' (it is running;
+        its worker stops the handler and records it cancelled), or 'not_found'."""
+        return self.run(cancel_job(job_id), conn)
+
+    async def cancel_async(
+        self, job_id: int, *, conn: AsyncConnectionArg | None = None
+    ) -> CancelResult:
+        """The async twin of :meth:`cancel`."""
+        return await self.run_async(cancel_job(job_id), conn)
+
+
+def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:
+    # Validate every job before the first write, so bad input leaves nothing half-written;
+    # each distinct (task, options) is validated once.
+    templates: dict[Any, JobSpec] = {}
+    with gc_paused():
+        return [job if isinstance(job, JobSpec) else job.spec(templates=templates) for job in jobs]

@@ -1,0 +1,259 @@
+"""The client's connections: its pools (or the application's), the DSN, plans driven on them.
+
+A sync pool, one async pool per event loop (an async pool belongs to the loop that opened it),
+and one results listener per loop (:mod:`pgqueue.results_listener`). With ``conn=`` a plan runs
+on the caller's connection, in the caller's transaction, and never commits; without it, on a
+pooled autocommit connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeAlias, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from pgqueue import config
+from pgqueue.db import connections, refusals
+from pgqueue.db import plan as plans
+from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
+from pgqueue.results_listener import ResultListener
+
+Connection: TypeAlias = psycopg.Connection[Any]
+AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
+T = TypeVar("T")
+
+#: How long an enqueue waits for a connection (psycopg_pool's default), also while PostgreSQL
+#: refuses new ones (max_connections or the role's CONNECT LIMIT reached, starting up).
+CONNECT_TIMEOUT = 30.0
+
+
+class Pools:
+    """Where a :class:`~pgqueue.PgQueue` gets its connections (see the module docstring)."""
+
+    def __init__(
+        self,
+        dsn: str | None,
+        *,
+        pool_size: int,
+        prepare: bool,
+        pool: ConnectionPool | AsyncConnectionPool | None,
+    ) -> None:
+        if pool is not None and not isinstance(pool, ConnectionPool | AsyncConnectionPool):
+            raise ConfigurationError(
+                "pool must be a psycopg_pool ConnectionPool or AsyncConnectionPool, got "
+                f"{type(pool).__name__}"
+            )
+        # A shared pool's database is the queue's, unless a DSN says otherwise (workers, the
+        # results listener and the other kind of pool connect with the DSN).
+        shared_dsn = pool.conninfo if pool is not None else None
+        self._dsn = config.configured_dsn(
+            dsn or (shared_dsn if isinstance(shared_dsn, str) else None)
+        )
+        self.size = pool_size
+        # What the pools' connections last failed with (a pool timeout hides it).
+        self._connect_failures = refusals.ConnectFailures("client's connection pool")
+        # Server-side prepared statements break behind a transaction-pooling PgBouncer older
+        # than 1.21 (statements prepared on one server connection, run on another).
+        self.conn_kwargs: dict[str, Any] = {"autocommit": True}
+        if not prepare:
+            self.conn_kwargs["prepare_threshold"] = None
+        self._lock = threading.RLock()
+        # The application's own pools (PgQueue(pool=...)) are used, never closed, by pgqueue.
+        self._shared_pool = pool if isinstance(pool, ConnectionPool) else None
+        self._shared_async_pool = pool if isinstance(pool, AsyncConnectionPool) else None
+        self._pool: ConnectionPool | None = self._shared_pool
+        self._async_pools: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncConnectionPool
+        ] = weakref.WeakKeyDictionary()
+        self._listeners: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[ResultListener]
+        ] = weakref.WeakKeyDictionary()
+
+    @property
+    def dsn(self) -> str:
+        """The DSN in use (starts the embedded server when none is configured)."""
+        if self._dsn is None:
+            with self._lock:
+                if self._dsn is None:
+                    self._dsn = config.resolve_dsn(None)
+        return self._dsn
+
+    def _sync_pool(self) -> ConnectionPool:
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    # Fail fast with the server's own message (a pool would retry silently
+                    # until its timeout and then say only that it timed out); but wait out a
+                    # server refusing connections for now (all slots taken, starting up).
+                    dsn = self.dsn
+                    refusals.connect_when_accepted(
+                        lambda: psycopg.connect(dsn, connect_timeout=10).close(),
+                        CONNECT_TIMEOUT,
+                    )
+                    # Autocommit: a single-statement enqueue is one round trip (no BEGIN and
+                    # COMMIT around it); multi-statement plans open a transaction themselves.
+                    pool = ConnectionPool(
+                        self.dsn,
+                        min_size=1,
+                        max_size=self.size,
+                        kwargs=self.conn_kwargs,
+                        open=False,
+                        name="pgqueue-client",
+                        connection_class=self._connect_failures.sync_connection_class(),
+                        timeout=CONNECT_TIMEOUT,
+                        # A connection the server dropped (a restart, a failover) is found
+                        # and replaced when handed out, not by the enqueue that uses it.
+                        check=ConnectionPool.check_connection,
+                    )
+                    pool.open(wait=True)
+                    self._pool = pool
+        return self._pool
+
+    async def _async_pool(self) -> AsyncConnectionPool:
+        if self._shared_async_pool is not None:
+            return self._shared_async_pool
+        loop = asyncio.get_running_loop()
+        pool = self._async_pools.get(loop)
+        if pool is None:
+            dsn = await asyncio.to_thread(lambda: self.dsn)
+
+            async def probe() -> None:
+                await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
+
+            await refusals.connect_when_accepted_async(probe, CONNECT_TIMEOUT)
+            pool = AsyncConnectionPool(
+                dsn,
+                min_size=1,
+                max_size=self.size,
+                kwargs=self.conn_kwargs,
+                open=False,
+                name="pgqueue-client-async",
+                connection_class=self._connect_failures.async_connection_class(),
+                timeout=CONNECT_TIMEOUT,
+                check=AsyncConnectionPool.check_connection,  # as for the sync pool
+            )
+            self._async_pools[loop] = pool
+            await pool.open(wait=True)
+        return pool
+
+    @contextmanager
+    def connection(self, conn: object | None = None) -> Iterator[Connection]:
+        """The psycopg connection behind ``conn``, or a pooled autocommit connection."""
+        if conn is not None:
+            yield connections.sync_driver(conn)
+            return
+        with _schema_hint(), self._explained(), self._sync_pool().connection() as pooled:
+            yield pooled
+
+    @asynccontextmanager
+    async def connection_async(self, conn: object | None = None) -> AsyncIterator[AsyncConnection]:
+        """The async twin of :meth:`connection`."""
+        if conn is not None:
+            yield await connections.async_driver(conn)
+            return
+        pool = await self._async_pool()
+        with _schema_hint(), self._explained():
+            async with pool.connection() as pooled:
+                yield pooled
+
+    @contextmanager
+    def _explained(self) -> Iterator[None]:
+        """A pool timeout says why no connection came: the last failure to connect."""
+        try:
+            yield
+        except PoolTimeout as exc:
+            explained = self._connect_failures.explain(exc)
+            if explained == str(exc):
+                raise
+            raise PoolTimeout(explained) from exc
+
+    def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
+        """Drive a plan on ``conn`` or a pooled connection (see :meth:`PgQueue.run`)."""
+        with self.connection(conn) as c, _schema_hint():
+            foreign = conn is not None
+            if atomic and (foreign or c.autocommit):
+                with connections.atomic(c):
+                    return plans.run(plan, c, foreign=foreign, guard=False)
+            return plans.run(plan, c, foreign=foreign)
+
+    async def run_async(
+        self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
+    ) -> T:
+        """The async twin of :meth:`run`."""
+        async with self.connection_async(conn) as c:
+            with _schema_hint():
+                foreign = conn is not None
+                if atomic and (foreign or c.autocommit):
+                    async with connections.atomic_async(c):
+                        return await plans.run_async(plan, c, foreign=foreign, guard=False)
+                return await plans.run_async(plan, c, foreign=foreign)
+
+    async def results_listener(self) -> ResultListener:
+        """The LISTEN connection shared by this loop's ``result_async`` calls (the first call
+        starts it; calls made meanwhile wait for the same one)."""
+        loop = asyncio.get_running_loop()
+        starting = self._listeners.get(loop)
+        if starting is None:
+            starting = loop.create_task(self._start_listener(), name="pgqueue-results-start")
+            self._listeners[loop] = starting
+        try:
+            return await asyncio.shield(starting)
+        except psycopg.Error:
+            if self._listeners.get(loop) is starting:
+                del self._listeners[loop]  # the next call tries again
+            raise
+
+    async def _start_listener(self) -> ResultListener:
+        dsn = await asyncio.to_thread(lambda: self.dsn)
+        listener = ResultListener(dsn, self.conn_kwargs)
+        await listener.start()
+        return listener
+
+    def close(self) -> None:
+        """Close the sync pool, unless it is the application's."""
+        pool, self._pool = self._pool, self._shared_pool
+        if pool is not None and pool is not self._shared_pool:
+            pool.close()
+
+    async def aclose(self) -> None:
+        """Close the pools and this loop's results listener."""
+        self.close()
+        loop = asyncio.get_running_loop()
+        starting = self._listeners.pop(loop, None)
+        if starting is not None:
+            listener = await asyncio.gather(starting, return_exceptions=True)
+            if isinstance(listener[0], ResultListener):
+                await listener[0].close()
+        pool = self._async_pools.pop(loop, None)
+        if pool is not None:
+            await pool.close()
+
+
+@contextmanager
+def _schema_hint() -> Iterator[None]:
+    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do, and a
+    full queue (SQLSTATE PGQ01) into :class:`QueueFullError`."""
+    try:
+        yield
+    except (
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedFunction,
+        psycopg.errors.InvalidSchemaName,
+    ) as exc:
+        if "pgqueue" not in str(exc):
+            raise
+        raise PgQueueError(
+            f"pgqueue's schema is not installed in this database ({exc.diag.message_primary}); "
+            "run `pgq migrate` first"
+        ) from exc
+    except psycopg.DatabaseError as exc:
+        full = QueueFullError.from_database(exc)
+        if full is not None:
+            raise full from exc
+        raise

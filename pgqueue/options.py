@@ -1,0 +1,300 @@
+"""Job and task options, each declared once.
+
+An option is one key of a ``TypedDict``: its name and type are what type checkers check (the
+TypedDicts are ``Unpack``-ed into ``@pgq.task(...)``, ``task.options(...)`` and
+``pgq.enqueue(...)``), and the :class:`Check` in its ``Annotated`` metadata is how its value is
+checked and normalised at run time, and what leaving it out means. Everything else reads these
+declarations: the option names enqueue tells apart from task arguments, the validation, the
+defaults a job gets, the options a task passes on to its jobs.
+
+* :class:`JobBasics` (queue, priority, max_attempts): what a task, a cron schedule and a call
+  may set;
+* :class:`JobDefaults`: what a task declares for its jobs (``@pgq.task(queue="emails")``) and
+  one call may override;
+* :class:`JobOptions`: one call's options (``pgq.enqueue(..., delay=5)``, ``task.options(...)``);
+* :class:`TaskOptions`: what ``@pgq.task(...)`` and ``@pgq.periodic(...)`` take besides the
+  task's ``name`` and ``pass_context``.
+
+A new option is one line in one of them (and the code that uses its value).
+"""
+
+# No ``from __future__ import annotations``: the checks are read from the annotations at run time.
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated, Any, TypedDict, cast, get_type_hints
+
+from pgqueue import config
+from pgqueue.errors import ConfigurationError, InvalidJobError
+from pgqueue.flow import CircuitBreaker, RateLimit, check_limit
+from pgqueue.payload import check_name, check_unicode
+from pgqueue.retry import BackoffLike
+
+#: Final states a job can keep its idempotency key in (with ``unique_for``).
+UNIQUE_STATES = ("succeeded", "dead", "cancelled")
+#: The largest job id (ids are bigint).
+MAX_JOB_ID = 2**63 - 1
+#: The longest delay, TTL or key lifetime: far beyond any real use, and small enough that the
+#: database's ``now() + value`` is always a valid timestamp.
+_MAX_YEARS = 1000
+MAX_DURATION = timedelta(days=365 * _MAX_YEARS + _MAX_YEARS // 4)
+_MAX_SECONDS = MAX_DURATION.total_seconds()
+_MAX_KEY_LENGTH = 1000
+_SMALLINT = (-32768, 32767)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """How an option's value is checked: ``function(value, name)`` returns the value to use or
+    raises an error naming the problem (never called with None, which leaves the option unset);
+    ``default`` is what a job gets when neither its task nor the call sets the option."""
+
+    function: Callable[[Any, str], Any] | None = None
+    default: Any = None
+
+
+# -- the checks --------------------------------------------------------------------------------
+
+
+def check_int(value: object, what: str, low: int, high: int) -> int:
+    """An integer (not a bool) between ``low`` and ``high``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidJobError(f"{what} must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidJobError(f"{what} must be between {low} and {high}, got {value}")
+    return value
+
+
+def to_timedelta(value: object, what: str) -> timedelta:
+    """Seconds (int/float) or a timedelta, between 0 and :data:`MAX_DURATION`.
+
+    The bound keeps every ``now() + value`` the database computes (run_at, keep_until,
+    expires_at) a valid timestamp, and ``timedelta(seconds=...)`` from overflowing."""
+    accepted = f"{what} must be between 0 and {_MAX_YEARS} years"
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidJobError(f"{accepted} (must be finite), got {value!r}")
+        if value < 0:
+            raise InvalidJobError(f"{accepted} (must not be negative), got {value!r:.40}")
+        if value > _MAX_SECONDS:
+            raise InvalidJobError(f"{accepted} ({_MAX_SECONDS:.0f} seconds), got {value!r:.40}")
+        delta = timedelta(seconds=value)
+    else:
+        raise InvalidJobError(f"{what} must be seconds or a timedelta, got {type(value).__name__}")
+    if delta < timedelta(0):
+        raise InvalidJobError(f"{accepted} (must not be negative), got {value!r}")
+    if delta > MAX_DURATION:
+        raise InvalidJobError(f"{accepted} ({MAX_DURATION.days} days), got {value!r}")
+    return delta
+
+
+def check_job_ids(value: object, what: str) -> tuple[int, ...]:
+    """A list of job ids (ints), without repeats, in the order given."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidJobError(f"{what} must be a list of job ids, got {type(value).__name__}")
+    ids: dict[int, None] = {}
+    for item in value:
+        # Ids are bigints: a larger number would reach the database and fail there.
+        if not isinstance(item, int) or isinstance(item, bool) or not 1 <= item <= MAX_JOB_ID:
+            raise InvalidJobError(
+                f"{what} must contain job ids (integers between 1 and {MAX_JOB_ID}), "
+                f"got {item!r:.40}"
+            )
+        ids[int(item)] = None
+    return tuple(ids)
+
+
+def _queue(value: object, _: str) -> str:
+    return check_name(value, "queue name")
+
+
+def _priority(value: object, what: str) -> int:
+    return check_int(value, what, *_SMALLINT)
+
+
+def _max_attempts(value: object, what: str) -> int:
+    return check_int(value, what, 1, 1_000_000)
+
+
+def _positive_duration(value: object, what: str) -> timedelta:
+    delta = to_timedelta(value, what)
+    if delta <= timedelta(0):
+        raise InvalidJobError(f"{what} must be positive, got {value!r}")
+    return delta
+
+
+def _aware(value: object, what: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise InvalidJobError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidJobError(
+            f"{what} must be timezone-aware (naive datetimes are ambiguous); "
+            "use datetime.now(timezone.utc) + ... or pass delay="
+        )
+    return value
+
+
+def _key(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > _MAX_KEY_LENGTH or "\x00" in value:
+        raise InvalidJobError(
+            f"{what} must be a non-empty string of at most {_MAX_KEY_LENGTH} "
+            f"characters without NUL, got {value!r:.80}"
+        )
+    check_unicode(value, what)
+    return value
+
+
+def _final_states(value: object, what: str) -> tuple[str, ...]:
+    states = (value,) if isinstance(value, str) else tuple(cast("Iterable[str]", value))
+    if not states or set(states) - set(UNIQUE_STATES):
+        raise InvalidJobError(
+            f"{what} must name final states among {', '.join(UNIQUE_STATES)} "
+            f"(waiting and running jobs always hold their key), got {value!r}"
+        )
+    return states
+
+
+def _seconds(value: object, what: str) -> float | None:
+    # 0 (or a zero timedelta) means no timeout, as None does.
+    return to_timedelta(value, what).total_seconds() or None
+
+
+def _limit(value: object, what: str) -> int | None:
+    return check_limit(value, what)
+
+
+def _rate(value: object, _: str) -> RateLimit:
+    return RateLimit.parse(cast("str | float | RateLimit", value))
+
+
+def _breaker(value: object, _: str) -> CircuitBreaker:
+    if not isinstance(value, CircuitBreaker):
+        raise ConfigurationError("circuit_breaker must be a pgqueue.CircuitBreaker")
+    return value
+
+
+def _events(value: object, _: str) -> tuple[str, ...]:
+    events = (value,) if isinstance(value, str) else tuple(cast("Iterable[str]", value))
+    return tuple(check_name(event, "event name") for event in events)
+
+
+# -- the declarations --------------------------------------------------------------------------
+
+
+class JobBasics(TypedDict, total=False):
+    """Where a job waits, in which order, how many attempts: what a task, a cron schedule and
+    a call may set. ``None`` leaves an option unset (the task's value, else the default)."""
+
+    queue: Annotated[str | None, Check(_queue, default="default")]
+    """The queue the job waits in (default ``"default"``)."""
+    priority: Annotated[int | None, Check(_priority, default=0)]
+    """Lower runs first, -32768 to 32767 (default 0)."""
+    max_attempts: Annotated[int | None, Check(_max_attempts, default=config.DEFAULT_MAX_ATTEMPTS)]
+    """Attempts before the job is dead-lettered (default 5)."""
+
+
+class JobDefaults(JobBasics, total=False):
+    """What a task declares for its jobs and a call may override."""
+
+    result_ttl: Annotated[float | timedelta | None, Check(_positive_duration)]
+    """Keep the job's return value this long (seconds or a timedelta; see ``pgq.result()``)."""
+
+
+class JobOptions(JobDefaults, total=False):
+    """One call's options: ``pgq.enqueue(...)``, ``task.enqueue(...)``, ``task.options(...)``."""
+
+    run_at: Annotated[datetime | None, Check(_aware)]
+    """When the job may run (a timezone-aware datetime)."""
+    delay: Annotated[float | timedelta | None, Check(to_timedelta)]
+    """Run the job no sooner than this from now (seconds or a timedelta)."""
+    idempotency_key: Annotated[str | None, Check(_key)]
+    """At most one live job holds a key: enqueueing it again returns that job's id."""
+    concurrency_key: Annotated[str | None, Check(_key)]
+    """Jobs sharing a key run at most ``key_limit`` at once (a task option, default 1)."""
+    unique_for: Annotated[float | timedelta | None, Check(_positive_duration)]
+    """Keep the idempotency key this long after the job finished in one of
+    ``unique_states``."""
+    unique_states: Annotated[str | Iterable[str] | None, Check(_final_states)]
+    """The final states that keep the key: ``succeeded``, ``dead``, ``cancelled``."""
+    wait_if_full: Annotated[float | timedelta | None, Check(to_timedelta)]
+    """How long to wait for room in a full queue (``max_depth``) before raising
+    :class:`~pgqueue.QueueFullError`."""
+    depends_on: Annotated[Iterable[int] | None, Check(check_job_ids)]
+    """Ids of jobs that must succeed first (the job waits until they have)."""
+
+
+class TaskOptions(JobDefaults, total=False):
+    """What ``@pgq.task(...)`` takes besides ``name`` and ``pass_context``."""
+
+    timeout: Annotated[float | timedelta | None, Check(_seconds)]
+    """How long one attempt may run (seconds or a timedelta)."""
+    backoff: BackoffLike | None
+    """The delay before a retry: a policy, or a callable of the attempt number (and the
+    exception) returning seconds (default: full-jitter exponential, 1 s base, 1 h cap)."""
+    retry_on: type[BaseException] | Iterable[type[BaseException]] | None
+    """Exceptions that are retried (default: every ``Exception``)."""
+    no_retry_on: type[BaseException] | Iterable[type[BaseException]] | None
+    """Exceptions that are never retried (wins over ``retry_on``)."""
+    concurrency_limit: Annotated[int | None, Check(_limit)]
+    """Jobs of this task running at once, fleet-wide."""
+    key_limit: Annotated[int | None, Check(_limit)]
+    """Running jobs per ``concurrency_key`` (default 1)."""
+    rate_limit: Annotated[str | float | RateLimit | None, Check(_rate)]
+    """Jobs started per second, fleet-wide: ``"20/s"``, ``"100/m"`` or a
+    :class:`~pgqueue.RateLimit`."""
+    circuit_breaker: Annotated[CircuitBreaker | None, Check(_breaker)]
+    """Stop claiming the task while it keeps failing (a :class:`~pgqueue.CircuitBreaker`)."""
+    on: Annotated[str | tuple[str, ...] | list[str] | None, Check(_events)]
+    """Events the task subscribes to (see ``pgq.publish()``)."""
+
+
+def _checks(options: type) -> dict[str, Check]:
+    hints = get_type_hints(options, include_extras=True)
+    return {
+        name: next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Check)), Check())
+        for name, hint in hints.items()
+    }
+
+
+_JOB_CHECKS = _checks(JobOptions)
+_TASK_CHECKS = _checks(TaskOptions)
+#: The keyword arguments of enqueue that are options, not task arguments.
+OPTION_NAMES = frozenset(_JOB_CHECKS)
+#: The options a task passes on to its jobs as their defaults.
+JOB_DEFAULT_NAMES = tuple(_checks(JobDefaults))
+#: What a job gets for an option neither its task nor the call sets.
+DEFAULTS: Mapping[str, Any] = {
+    name: check.default for name, check in _JOB_CHECKS.items() if check.default is not None
+}
+
+
+def _checked(
+    options: Mapping[str, Any], checks: Mapping[str, Check], what: str, error: type[Exception]
+) -> dict[str, Any]:
+    if not options.keys() <= checks.keys():
+        unknown = ", ".join(sorted(options.keys() - checks.keys()))
+        raise error(f"unknown {what} option(s): {unknown} (known: {', '.join(sorted(checks))})")
+    checked = dict(options)
+    for name, value in options.items():
+        function = checks[name].function
+        if value is not None and function is not None:
+            checked[name] = function(value, name)
+    return checked
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate job option values (not defaults); raise :class:`InvalidJobError` naming the
+    problem. ``None`` values stay (they leave an option unset)."""
+    if options.get("run_at") is not None and options.get("delay") is not None:
+        raise InvalidJobError("pass either run_at or delay, not both")
+    return _checked(options, _JOB_CHECKS, "enqueue", InvalidJobError)
+
+
+def check_task_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``@pgq.task(...)`` options; raise :class:`~pgqueue.ConfigurationError` for an
+    unknown one, and what each check raises for a bad value. ``None`` values stay."""
+    return _checked(options, _TASK_CHECKS, "task", ConfigurationError)
