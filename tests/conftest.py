@@ -126,6 +126,15 @@ def dsn(pg_server: PgServer) -> Iterator[str]:
     pg_server.drop_database(name)
 
 
+@pytest.fixture(scope="module")
+def module_dsn(pg_server: PgServer) -> Iterator[str]:
+    """A clean database at head shared by the tests of one module: for a real worker process
+    started once per module rather than once per test (each test works on jobs of its own)."""
+    name = f"pgqueue_test_{os.getpid()}_{next(_counter)}"
+    yield pg_server.create_database(name, template=TEMPLATE)
+    pg_server.drop_database(name)
+
+
 @pytest.fixture
 def app_dsn(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The test database, also as PGQUEUE_DSN (the worker test app's tasks read it)."""

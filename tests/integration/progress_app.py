@@ -23,9 +23,10 @@ async def async_steps(steps: list[Any], hold: float) -> None:
 
 @pgq.task(name="progress.sync_steps")
 def sync_steps(steps: list[Any], hold: float) -> None:
+    ctx = current_job()
     for step in steps:
-        current_job().progress(step)
-    time.sleep(hold)
+        ctx.progress(step)
+    ctx.wait_cancelled(hold)  # the test cancels the job once it has seen the progress
 
 
 @pgq.task(name="progress.many")
