@@ -1,7 +1,7 @@
 """Enqueue -> start latency with an idle worker, stage by stage, fsync on.
 
     python -m benchmarks.latency [--dsn DSN] [--jobs 2000] [--rate 100] [--runs 3]
-                                 [--kinds async,sync] [--no-stages]
+                                 [--kinds async,sync] [--no-stages] [--tree PATH ...]
 
 Starts an embedded PostgreSQL with stock settings (``fsync`` and ``synchronous_commit`` on;
 refuses a server where either is off) unless ``--dsn`` is given, and one ``pgq work
@@ -9,13 +9,19 @@ benchmarks.latency_tasks:pgq`` process (``--concurrency 64``). One producer enqu
 per transaction with ``PgQueue.enqueue`` at ``--rate`` jobs/s, so the worker is idle whenever a
 job arrives. Per job, wall clock (same machine):
 
-    sent -> committed (enqueue returns) -> woken (listener passes the NOTIFY on) -> fetcher
-    runs -> claim sent -> claim returned -> handler starts
+    sent -> woken (the listener passes the NOTIFY on) -> fetcher runs -> claim sent -> claim's
+    rows back -> handler starts
+
+and the producer's own call (sent -> the enqueue returned).
 
 The stages come from ``benchmarks/latency_tasks.py`` (timestamps written by the worker; leave
 them out with ``--no-stages``: the figures then carry no instrumentation cost). As a floor, the
 same run also times the raw round trip: ``INSERT`` + ``pg_notify`` committed on a minimal table
 and received by a plain ``LISTEN`` connection in this process's thread.
+
+``--tree PATH`` (repeatable) measures the pgqueue of other checkouts too, interleaved with this
+one in every run (a copy of ``latency_tasks.py`` runs their worker and producer), so a change
+is measured against its base on the same machine at the same time.
 
 Prints, per kind (``async def`` / ``def`` handler) and run, p50 / p99 / p99.9 of the total and
 the median of each stage; then the medians over the runs.
@@ -39,12 +45,11 @@ from typing import Any
 import psycopg
 
 from benchmarks.common import fresh_database, machine, server
-from pgqueue import PgQueue
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = "benchmarks.latency_tasks:pgq"
+APP = "pgq_latency_tasks:pgq"
 TASKS = {"async": "latency.async", "sync": "latency.sync"}
-STAGES = ("commit", "notify", "fetcher", "claim_sent", "claim", "start")
+STAGES = ("enqueue", "notify", "fetcher", "claim_sent", "claim", "start")
 READY_TIMEOUT = 60.0
 
 
@@ -61,15 +66,21 @@ def check_durable(dsn: str) -> None:
                 sys.exit(f"{name} is {row[0] if row else '?'} on this server: latency needs it on")
 
 
-def start_worker(dsn: str, stages: Path | None) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PGQUEUE_DSN": dsn}
-    if stages is not None:
-        env["BENCH_STAGES_FILE"] = str(stages)
+def system_under_test(tree: Path, tmp: Path) -> dict[str, str]:
+    """The environment that runs ``tree``'s pgqueue with a copy of latency_tasks.py."""
+    module = tmp / "pgq_latency_tasks.py"
+    if not module.exists():
+        module.write_text((ROOT / "benchmarks" / "latency_tasks.py").read_text())
+    return {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{tree}"}
+
+
+def start_worker(dsn: str, stages: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = {**env, "PGQUEUE_DSN": dsn, "BENCH_STAGES_FILE": str(stages)}
     command = [
         sys.executable, "-m", "pgqueue.cli", "work", APP,
         "--concurrency", "64", "--log-level", "WARNING",
     ]  # fmt: skip
-    return subprocess.Popen(command, cwd=ROOT, env=env)
+    return subprocess.Popen(command, cwd=env["PYTHONPATH"].split(os.pathsep)[-1], env=env)
 
 
 def wait_listening(dsn: str, proc: subprocess.Popen[bytes]) -> None:
@@ -101,20 +112,14 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def produce(dsn: str, task: str, jobs: int, rate: float) -> dict[int, tuple[float, float]]:
-    """Job id -> (sent, committed), one job per transaction at ``rate`` jobs/s."""
-    sent: dict[int, tuple[float, float]] = {}
-    with PgQueue(dsn, pool_size=1) as app:
-        app.enqueue_many([])  # open the pool before the clock starts
-        start = time.monotonic()
-        for i in range(jobs):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            t0 = time.time()
-            job_id = app.enqueue(task, {})
-            sent[int(job_id)] = (t0, time.time())
-    return sent
+def produce(
+    dsn: str, task: str, jobs: int, rate: float, env: dict[str, str], tmp: Path
+) -> dict[int, tuple[float, float]]:
+    """Job id -> (sent, the enqueue returned), from a producer process of the tree."""
+    out = Path(tempfile.mkstemp(dir=tmp, prefix="sent-")[1])
+    command = [sys.executable, "-m", "pgq_latency_tasks", dsn, task, str(jobs), str(rate), str(out)]
+    subprocess.run(command, env=env, check=True, cwd=env["PYTHONPATH"].split(os.pathsep)[-1])
+    return {int(k): (v[0], v[1]) for k, v in json.loads(out.read_text()).items()}
 
 
 Claim = tuple[float, float, list[int]]  # sent, returned, job ids
@@ -146,8 +151,11 @@ def last_between(times: list[float], low: float, high: float) -> float | None:
 def stage_breakdown(
     sent: dict[int, tuple[float, float]], path: Path
 ) -> tuple[list[float], dict[str, list[float]]]:
-    """Totals (ms) and, per stage, the time since the previous one (ms), for jobs whose every
-    stage was seen in order (a job claimed by a claim already in flight has no wake of its own)."""
+    """Totals (ms) and, per stage, its time (ms): ``enqueue`` the producer's call (sent to
+    committed); then from ``sent``, one after the other: the listener passing the NOTIFY on,
+    the fetcher running, the claim sent, the claim's rows back, the handler starting. The
+    listener often has the NOTIFY before the producer's call returns. Only jobs whose every
+    stage was seen in order (a job a claim in flight took has no wake-up of its own)."""
     wakes, fetches, claims, starts = read_stages(path)
     claim_of = {job_id: (s, r) for s, r, ids in claims for job_id in ids}
     totals: list[float] = []
@@ -165,10 +173,11 @@ def stage_breakdown(
         fetched = last_between(fetches, woke or t0, claim_sent)
         if woke is None or fetched is None:
             continue
-        marks = [t0, t1, woke, fetched, claim_sent, claim_back, started]
+        marks = [t0, woke, fetched, claim_sent, claim_back, started]
         if marks != sorted(marks):
             continue
-        for name, a, b in zip(STAGES, marks, marks[1:], strict=False):
+        parts["enqueue"].append((t1 - t0) * 1e3)
+        for name, a, b in zip(STAGES[1:], marks, marks[1:], strict=False):
             parts[name].append((b - a) * 1e3)
     return totals, parts
 
@@ -215,18 +224,17 @@ def summary(values: list[float]) -> str:
 
 
 def run_once(
-    dsn: str, kind: str, jobs: int, rate: float, stages: bool, tmp: Path
+    dsn: str, kind: str, jobs: int, rate: float, env: dict[str, str], tmp: Path
 ) -> dict[str, Any]:
-    path = Path(tempfile.mkstemp(dir=tmp, prefix=f"stages-{kind}-")[1]) if stages else None
-    scratch = Path(tempfile.mkstemp(dir=tmp, prefix=f"starts-{kind}-")[1])
-    proc = start_worker(dsn, path or scratch)
+    path = Path(tempfile.mkstemp(dir=tmp, prefix=f"stages-{kind}-")[1])
+    proc = start_worker(dsn, path, env)
     try:
         wait_listening(dsn, proc)
-        sent = produce(dsn, TASKS[kind], jobs, rate)
+        sent = produce(dsn, TASKS[kind], jobs, rate, env, tmp)
         time.sleep(1.0)
     finally:
         stop(proc)
-    totals, parts = stage_breakdown(sent, path or scratch)
+    totals, parts = stage_breakdown(sent, path)
     if len(totals) < jobs:
         print(f"  warning: {jobs - len(totals)} of {jobs} jobs did not start", flush=True)
     return {
@@ -246,15 +254,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=float, default=100.0)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--kinds", default="async,sync")
-    p.add_argument("--no-stages", action="store_true")
+    p.add_argument("--tree", type=Path, action="append", default=[], help="another checkout")
     args = p.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
+    trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     with server(args.dsn) as admin, tempfile.TemporaryDirectory() as tmp:
         check_durable(admin)
         dsn = fresh_database(admin, "pgqueue_latency")
         print(machine(dsn), flush=True)
         print(f"{args.jobs} jobs per run at {args.rate:g} jobs/s, fsync on", flush=True)
-        results: dict[str, list[dict[str, Any]]] = {kind: [] for kind in [*kinds, "raw"]}
+        envs = {}
+        for name, tree in trees.items():
+            (Path(tmp) / name.replace("/", "_")).mkdir()
+            envs[name] = system_under_test(tree, Path(tmp) / name.replace("/", "_"))
+        labels = [f"{kind} {name}" for kind in kinds for name in trees]
+        results: dict[str, list[dict[str, Any]]] = {label: [] for label in [*labels, "raw"]}
         for run in range(args.runs):
             floor = raw_floor(dsn, args.jobs, args.rate)
             results["raw"].append(
@@ -266,15 +280,17 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(f"run {run + 1} raw INSERT+NOTIFY -> LISTEN: {summary(floor)}", flush=True)
             for kind in kinds:
-                result = run_once(dsn, kind, args.jobs, args.rate, not args.no_stages, Path(tmp))
-                results[kind].append(result)
-                stages = ", ".join(f"{k} {v:.3f}" for k, v in result["stages"].items())
-                print(
-                    f"run {run + 1} {kind}: p50 {result['p50']:.2f} ms, p99 {result['p99']:.2f}"
-                    f" ms, p99.9 {result['p999']:.2f} ms ({result['jobs']} jobs); stage medians"
-                    f" (ms, {result['staged']} jobs): {stages}",
-                    flush=True,
-                )
+                for name, env in envs.items():
+                    result = run_once(dsn, kind, args.jobs, args.rate, env, Path(tmp))
+                    results[f"{kind} {name}"].append(result)
+                    stages = ", ".join(f"{k} {v:.3f}" for k, v in result["stages"].items())
+                    print(
+                        f"run {run + 1} {kind} {name}: p50 {result['p50']:.2f} ms, p99"
+                        f" {result['p99']:.2f} ms, p99.9 {result['p999']:.2f} ms"
+                        f" ({result['jobs']} jobs); stage medians (ms, {result['staged']} jobs):"
+                        f" {stages}",
+                        flush=True,
+                    )
         print("\nmedian of runs (min-max):")
         for kind, rows in results.items():
             cells = []

@@ -1,6 +1,11 @@
-"""The worker side of `benchmarks.latency`: two no-op tasks and, when asked, stage timestamps.
+"""Both sides of `benchmarks.latency`: the worker's two no-op tasks with stage timestamps, and
+the producer.
 
     PGQUEUE_DSN=... BENCH_STAGES_FILE=/tmp/stages pgq work benchmarks.latency_tasks:pgq
+    python -m benchmarks.latency_tasks DSN TASK JOBS RATE OUT
+
+The module imports nothing of the benchmarks package, so `benchmarks.latency` can run a copy of
+it against another checkout's pgqueue (``--tree``).
 
 With ``BENCH_STAGES_FILE`` set, importing this module wraps three worker methods (before the
 worker builds its services, so the listener's callback is the wrapped one) and writes one line
@@ -8,15 +13,20 @@ per event, wall clock (the producer runs in another process on the same machine)
 
 * ``wake <t>``: the listener passed a notification on (``Fetcher.wake``);
 * ``fetch <t>``: the fetcher's ``run_once`` began;
-* ``claim <sent> <returned> <ids...>``: a ``claim_jobs`` statement and the jobs it took;
+* ``claim <sent> <rows> <ids...>``: a ``claim_jobs`` statement: sent, its rows back (before
+  its COMMIT returned, for an idle worker's claim), the jobs it took;
 * ``start <t> <id>``: a handler began (written by the tasks themselves).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import IO, Any
 
 from pgqueue import PgQueue, current_job
@@ -51,6 +61,7 @@ def _instrument() -> None:
     from pgqueue.worker.fetcher import Fetcher
 
     wake, run_once, fetch = Fetcher.wake, Fetcher.run_once, WorkerDB.fetch
+    early: Any = getattr(WorkerDB, "rows_before_commit", None)  # a base without it: None
 
     def timed_wake(self: Fetcher) -> None:
         _write(f"wake {time.time():.6f}")
@@ -60,19 +71,56 @@ def _instrument() -> None:
         _write(f"fetch {time.time():.6f}")
         await run_once(self)
 
+    def claimed(sent: float, rows: list[Any]) -> None:
+        ids = " ".join(str(row[0]) for row in rows)
+        _write(f"claim {sent:.6f} {time.time():.6f} {ids}")
+
     async def timed_fetch(self: WorkerDB, name: str, *args: Any, **kwargs: Any) -> Any:
         if name != "claim_jobs":
             return await fetch(self, name, *args, **kwargs)
         sent = time.time()
         rows = await fetch(self, name, *args, **kwargs)
-        ids = " ".join(str(row[0]) for row in rows)
-        _write(f"claim {sent:.6f} {time.time():.6f} {ids}")
+        claimed(sent, rows)
         return rows
+
+    @contextlib.asynccontextmanager
+    async def timed_early(
+        self: WorkerDB, name: str, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        sent = time.time()
+        async with early(self, name, *args, **kwargs) as rows:
+            claimed(sent, rows)
+            yield rows
 
     Fetcher.wake = timed_wake  # type: ignore[method-assign,assignment]
     Fetcher.run_once = timed_run_once  # type: ignore[method-assign]
     WorkerDB.fetch = timed_fetch  # type: ignore[method-assign]
+    if early is not None:
+        WorkerDB.rows_before_commit = timed_early  # type: ignore[method-assign]
 
 
 if os.environ.get("BENCH_STAGES_FILE"):
     _instrument()
+
+
+def produce(dsn: str, task: str, jobs: int, rate: float) -> dict[int, tuple[float, float]]:
+    """Job id -> (sent, the enqueue returned), one job per transaction at ``rate`` jobs/s."""
+    sent: dict[int, tuple[float, float]] = {}
+    with PgQueue(dsn, pool_size=1) as app:
+        app.enqueue_many([])  # open the pool before the clock starts
+        start = time.monotonic()
+        for i in range(jobs):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            t0 = time.time()
+            job_id = app.enqueue(task, {})
+            sent[int(job_id)] = (t0, time.time())
+    return sent
+
+
+if __name__ == "__main__":
+    dsn, task, jobs, rate, out = sys.argv[1:]
+    times = produce(dsn, task, int(jobs), float(rate))
+    with open(out, "w") as f:
+        json.dump(times, f)

@@ -7,9 +7,10 @@ between statements.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -110,3 +111,21 @@ class WorkerDB:
             prepare = False if name in PLANNED_EACH_TIME else None
             await cur.execute(query(name), params, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
+
+    @contextlib.asynccontextmanager
+    async def rows_before_commit(
+        self, name: str, params: Mapping[str, Any] | None = None, timeout: float = 30.0
+    ) -> AsyncIterator[list[Row]]:
+        """Run one statement in a transaction of its own, pipelined with its ``COMMIT``: the
+        block gets the rows as soon as the statement ran, while the ``COMMIT`` (and its WAL
+        flush) is still on its way; leaving the block waits for the ``COMMIT`` and raises if it
+        did not succeed. The rows stay locked by the open transaction until then, so a write
+        of another connection about them waits and sees what the ``COMMIT`` decided."""
+        async with (
+            self.pool.connection(timeout=timeout) as conn,
+            conn.pipeline(),
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
+            await cur.execute(query(name), params)
+            yield await cur.fetchall()

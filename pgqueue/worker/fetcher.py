@@ -95,7 +95,7 @@ class Fetcher(Service):
         self._idle = _Idle.NO
         self._handshake_backoff = 0.0
         #: The main lane's claim while it is in flight (see run_once).
-        self._main: asyncio.Future[tuple[list[Row], float | None]] | None = None
+        self._main: asyncio.Future[tuple[list[Row], float | None, bool]] | None = None
         self._main_sent_at = 0.0
         #: The second claim lane's claim, while one is in flight (see _claim_ahead).
         self._ahead: asyncio.Task[None] | None = None
@@ -119,16 +119,20 @@ class Fetcher(Service):
         self.params["limit"] = free
         self.params["running"] = self._running_per_queue()
         self.held_back = False
+        # Nothing running or waiting here: the jobs of this claim start the moment its rows
+        # arrive, while its COMMIT is on its way (see _claim_early).
+        early = self.executor.idle() and not self.stopping.is_set()
         with self.executor.reserve(free):
             # Shielded: a shutdown that cancels this lane mid-claim must not cut the claim off
             # after the server committed it (its jobs would stay claimed until their leases
             # expired); run() lets it come back and hands its jobs back instead.
             self._main_sent_at = time.monotonic()
-            self._main = asyncio.ensure_future(self._claim(self.params))
+            self._main = asyncio.ensure_future(self._claim(self.params, early=early))
             # Cancelled here (even just after the claim came back), _main stays for run().
-            rows, throttled = await asyncio.shield(self._main)
+            rows, throttled, handed = await asyncio.shield(self._main)
             self._main = None
-        self._hand_over(rows, self._main_sent_at)
+        if not handed:
+            self._hand_over(rows, self._main_sent_at)
         claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
@@ -217,7 +221,9 @@ class Fetcher(Service):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(main), timeout=5.0)
                 if main.done() and not main.cancelled() and main.exception() is None:
-                    self._hand_over(main.result()[0], self._main_sent_at)
+                    rows, _, handed = main.result()
+                    if not handed:
+                        self._hand_over(rows, self._main_sent_at)
                 else:
                     main.cancel()
                     await asyncio.gather(main, return_exceptions=True)
@@ -250,7 +256,7 @@ class Fetcher(Service):
             with self.executor.reserve(free):
                 self._ahead_sent = True
                 sent_at = time.monotonic()
-                rows, _ = await self._claim(params)
+                rows, _, _ = await self._claim(params)
             self._hand_over(rows, sent_at)
         except TRANSIENT_ERRORS as exc:
             # The main lane meets the same outage and reports it.
@@ -288,16 +294,22 @@ class Fetcher(Service):
                 )
         self.observer.jobs_started(jobs)
 
-    async def _claim(self, params: dict[str, Any]) -> tuple[list[Row], float | None]:
+    async def _claim(
+        self, params: dict[str, Any], *, early: bool = False
+    ) -> tuple[list[Row], float | None, bool]:
         """Claim with the plain statement, or with pgqueue.claim while flow control applies.
-        Returns the jobs and, when limits held work back, the seconds until a retry may succeed
-        (0: unknown)."""
+        Returns the jobs, when limits held work back the seconds until a retry may succeed (0:
+        unknown), and whether the jobs were handed over already (``early``, see
+        _claim_early)."""
         if not self.flow:
             limit = params["limit"]
             params.update(self.cursor.params())
-            rows = await self.db.fetch("claim_jobs", params)
+            if early:
+                rows = await self._claim_early(params)
+            else:
+                rows = await self.db.fetch("claim_jobs", params)
             self.cursor.claimed(rows, full=len(rows) >= limit)
-            return rows, None
+            return rows, None, early
         self.cursor.reset()
         rows = await self.db.fetch("claim_flow", params)
         jobs: list[Row] = []
@@ -316,7 +328,39 @@ class Fetcher(Service):
             # Jobs that never got an outcome (a lost lease, a hand-back) would stay listed.
             claimed = {(row[0], row[6]) for row in jobs}  # not handed over yet
             self.completer.keep_wakes(claimed | set(self.executor.held()))
-        return jobs, throttled
+        return jobs, throttled, False
+
+    async def _claim_early(self, params: dict[str, Any]) -> list[Row]:
+        """The claim of an idle worker, its jobs started before its COMMIT returns: the WAL
+        flush of a second commit (after the producer's) was most of the time from enqueue to
+        start. Until the COMMIT returns, the claim's transaction holds the rows, so an ack or a
+        heartbeat sent meanwhile waits for it, and the completer holds the attempts' outcomes
+        back (a server that crashes before the flush forgets the claim, and a later claim
+        after the restart would hand out the same lease token). A COMMIT that fails, or whose
+        fate is unknown, stops the handlers as for a lost lease and drops what they return:
+        the job runs again (at least once), and nothing is ever written under that token."""
+        keys: list[tuple[int, int]] = []
+        try:
+            async with self.db.rows_before_commit("claim_jobs", params) as rows:
+                keys = [(row[0], row[6]) for row in rows]
+                self.completer.claim_pending(keys)
+                self._hand_over(rows, self._main_sent_at)
+        except BaseException:
+            if keys:
+                self._claim_lost(keys)
+            raise
+        self.completer.claim_committed(keys)
+        return rows
+
+    def _claim_lost(self, keys: list[tuple[int, int]]) -> None:
+        for job_id, token in keys:
+            self.executor.stop_job(job_id, "lease lost", token)
+        running = {key for key in keys if key in self.executor.running}
+        self.completer.claim_failed(keys, running)
+        self.log.warning(
+            "claim did not commit; its jobs were stopped and run again later job_ids=%s",
+            ",".join(str(job_id) for job_id, _ in keys),
+        )
 
     def _running_per_queue(self) -> list[int]:
         """This worker's running jobs per queue (the claim's fair share accounts for them)."""
