@@ -114,18 +114,26 @@ class WorkerDB:
 
     @contextlib.asynccontextmanager
     async def rows_before_commit(
-        self, name: str, params: Mapping[str, Any] | None = None, timeout: float = 30.0
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        timeout: float = 30.0,
+        *,
+        generic: bool = False,
     ) -> AsyncIterator[list[Row]]:
         """Run one statement in a transaction of its own, pipelined with its ``COMMIT``: the
         block gets the rows as soon as the statement ran, while the ``COMMIT`` (and its WAL
         flush) is still on its way; leaving the block waits for the ``COMMIT`` and raises if it
         did not succeed. The rows stay locked by the open transaction until then, so a write
-        of another connection about them waits and sees what the ``COMMIT`` decided."""
+        of another connection about them waits and sees what the ``COMMIT`` decided.
+        ``generic``: the statement runs its generic plan (see the ``generic_plans`` query)."""
         async with (
             self.pool.connection(timeout=timeout) as conn,
             conn.pipeline(),
             conn.transaction(),
             conn.cursor() as cur,
         ):
+            if generic:
+                await cur.execute(query("generic_plans"))  # sent with it: no round trip
             await cur.execute(query(name), params)
             yield await cur.fetchall()

@@ -341,7 +341,7 @@ class Fetcher(Service):
         the job runs again (at least once), and nothing is ever written under that token."""
         keys: list[tuple[int, int]] = []
         try:
-            async with self.db.rows_before_commit("claim_jobs", params) as rows:
+            async with self.db.rows_before_commit("claim_jobs", params, generic=True) as rows:
                 keys = [(row[0], row[6]) for row in rows]
                 self.completer.claim_pending(keys)
                 self._hand_over(rows, self._main_sent_at)
