@@ -20,13 +20,11 @@ per event, wall clock (the producer runs in another process on the same machine)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import IO, Any
 
 from pgqueue import PgQueue, current_job
@@ -61,7 +59,7 @@ def _instrument() -> None:
     from pgqueue.worker.fetcher import Fetcher
 
     wake, run_once, fetch = Fetcher.wake, Fetcher.run_once, WorkerDB.fetch
-    early: Any = getattr(WorkerDB, "rows_before_commit", None)  # a base without it: None
+    early: Any = getattr(WorkerDB, "before_commit", None)  # a base without it: None
 
     def timed_wake(self: Fetcher) -> None:
         _write(f"wake {time.time():.6f}")
@@ -83,20 +81,18 @@ def _instrument() -> None:
         claimed(sent, rows)
         return rows
 
-    @contextlib.asynccontextmanager
-    async def timed_early(
-        self: WorkerDB, name: str, *args: Any, **kwargs: Any
-    ) -> AsyncIterator[Any]:
+    async def timed_early(self: WorkerDB, statements: Any, *args: Any, **kwargs: Any) -> Any:
         sent = time.time()
-        async with early(self, name, *args, **kwargs) as rows:
-            claimed(sent, rows)
-            yield rows
+        results, commit = await early(self, statements, *args, **kwargs)
+        if statements[0][0] == "claim_jobs":
+            claimed(sent, results[0])
+        return results, commit
 
     Fetcher.wake = timed_wake  # type: ignore[method-assign,assignment]
     Fetcher.run_once = timed_run_once  # type: ignore[method-assign]
     WorkerDB.fetch = timed_fetch  # type: ignore[method-assign]
     if early is not None:
-        WorkerDB.rows_before_commit = timed_early  # type: ignore[method-assign]
+        WorkerDB.before_commit = timed_early  # type: ignore[method-assign]
 
 
 if os.environ.get("BENCH_STAGES_FILE"):

@@ -7,10 +7,10 @@ between statements.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -112,28 +112,41 @@ class WorkerDB:
             await cur.execute(query(name), params, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
 
-    @contextlib.asynccontextmanager
-    async def rows_before_commit(
+    async def before_commit(
         self,
-        name: str,
-        params: Mapping[str, Any] | None = None,
-        timeout: float = 30.0,
+        statements: list[tuple[str, Mapping[str, Any]]],
         *,
         generic: bool = False,
-    ) -> AsyncIterator[list[Row]]:
-        """Run one statement in a transaction of its own, pipelined with its ``COMMIT``: the
-        block gets the rows as soon as the statement ran, while the ``COMMIT`` (and its WAL
-        flush) is still on its way; leaving the block waits for the ``COMMIT`` and raises if it
-        did not succeed. The rows stay locked by the open transaction until then, so a write
-        of another connection about them waits and sees what the ``COMMIT`` decided.
-        ``generic``: the statement runs its generic plan (see the ``generic_plans`` query)."""
-        async with (
-            self.pool.connection(timeout=timeout) as conn,
-            conn.pipeline(),
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            if generic:
-                await cur.execute(query("generic_plans"))  # sent with it: no round trip
-            await cur.execute(query(name), params)
-            yield await cur.fetchall()
+        timeout: float = 30.0,
+    ) -> tuple[list[list[Row]], asyncio.Task[None]]:
+        """Run ``statements`` in a transaction of their own, pipelined with its ``COMMIT``:
+        returns their rows as soon as they ran, with a task that ends when the ``COMMIT`` (and
+        its WAL flush) did, raising what it raised. The rows the statements locked stay locked
+        until then, so a write of another connection about them waits and sees what the
+        ``COMMIT`` decided. ``generic``: prepared statements run their generic plan (see the
+        ``generic_plans`` query). One round trip to the rows; none more to the ``COMMIT``."""
+        loop = asyncio.get_running_loop()
+        results: asyncio.Future[list[list[Row]]] = loop.create_future()
+
+        async def transaction() -> None:
+            async with (
+                self.pool.connection(timeout=timeout) as conn,
+                conn.pipeline(),
+                conn.transaction(),
+            ):
+                if generic:
+                    await conn.execute(query("generic_plans"))
+                cursors = []
+                for name, params in statements:
+                    cursor = conn.cursor()
+                    await cursor.execute(query(name), params)
+                    cursors.append(cursor)
+                results.set_result([await cursor.fetchall() for cursor in cursors])
+
+        commit = asyncio.create_task(transaction(), name="pgqueue-commit")
+        either: set[asyncio.Future[Any]] = {results, commit}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not results.done():
+            commit.result()  # failed before the rows came back: raise it
+            raise RuntimeError("the transaction ended without its rows")  # pragma: no cover
+        return results.result(), commit

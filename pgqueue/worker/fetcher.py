@@ -100,6 +100,10 @@ class Fetcher(Service):
         #: The second claim lane's claim, while one is in flight (see _claim_ahead).
         self._ahead: asyncio.Task[None] | None = None
         self._ahead_sent = False
+        #: COMMITs of idle claims still on their way (see _claim_early).
+        self._commits: set[asyncio.Task[None]] = set()
+        #: next_due's rows, read with the last idle claim.
+        self._due: list[Row] | None = None
 
     def interval(self) -> float:
         return self._next_sleep
@@ -168,7 +172,9 @@ class Fetcher(Service):
             self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
             return
         self._throttle_backoff = 0.0
-        due = await self.db.fetch("next_due", self.params)
+        due, self._due = self._due, None  # read with an idle worker's claim (_claim_early)
+        if due is None:
+            due = await self.db.fetch("next_due", self.params)
         if due and due[0][1] and not self.flow:
             # Flow control applies (claim_jobs skipped its walk): claim the other way, now.
             self.flow = True
@@ -239,6 +245,10 @@ class Fetcher(Service):
                 if not ahead.done():
                     ahead.cancel()
                 await asyncio.gather(ahead, return_exceptions=True)
+            if self._commits:
+                # Their outcomes are written (or dropped) only once they are done.
+                await asyncio.wait(set(self._commits), timeout=5.0)
+                await asyncio.sleep(0)  # their done callbacks
 
     async def _claim_ahead(self, room: int) -> None:
         """The second claim lane, while a backlog drains with prefetch. One claim in flight at a
@@ -332,34 +342,41 @@ class Fetcher(Service):
 
     async def _claim_early(self, params: dict[str, Any]) -> list[Row]:
         """The claim of an idle worker, its jobs started before its COMMIT returns: the WAL
-        flush of a second commit (after the producer's) was most of the time from enqueue to
-        start. Until the COMMIT returns, the claim's transaction holds the rows, so an ack or a
-        heartbeat sent meanwhile waits for it, and the completer holds the attempts' outcomes
-        back (a server that crashes before the flush forgets the claim, and a later claim
-        after the restart would hand out the same lease token). A COMMIT that fails, or whose
-        fate is unknown, stops the handlers as for a lost lease and drops what they return:
-        the job runs again (at least once), and nothing is ever written under that token."""
-        keys: list[tuple[int, int]] = []
-        try:
-            async with self.db.rows_before_commit("claim_jobs", params, generic=True) as rows:
-                keys = [(row[0], row[6]) for row in rows]
-                self.completer.claim_pending(keys)
-                self._hand_over(rows, self._main_sent_at)
-        except BaseException:
-            if keys:
-                self._claim_lost(keys)
-            raise
-        self.completer.claim_committed(keys)
+        flush of a second commit (after the producer's) was a large part of the time from
+        enqueue to start. ``next_due`` goes in the same round trip (an idle worker's claim
+        usually comes back short), and the fetcher goes on while the COMMIT is on its way.
+        Until it returns, the claim's transaction holds the rows, so an ack or a heartbeat sent
+        meanwhile waits for it, and the completer holds the attempts' outcomes back (a server
+        that crashes before the flush forgets the claim, and a later claim after the restart
+        would hand out the same lease token). A COMMIT that fails, or whose fate is unknown,
+        stops the handlers as for a lost lease and drops what they return: the job runs again
+        (at least once), and nothing is ever written under that token."""
+        (rows, due), commit = await self.db.before_commit(
+            [("claim_jobs", params), ("next_due", params)], generic=True
+        )
+        self._due = due
+        keys = [(row[0], row[6]) for row in rows]
+        self.completer.claim_pending(keys)
+        self._commits.add(commit)
+        commit.add_done_callback(lambda task: self._claim_committed(task, keys))
+        self._hand_over(rows, self._main_sent_at)
         return rows
 
-    def _claim_lost(self, keys: list[tuple[int, int]]) -> None:
+    def _claim_committed(self, commit: asyncio.Task[None], keys: list[tuple[int, int]]) -> None:
+        self._commits.discard(commit)
+        error = None if commit.cancelled() else commit.exception()
+        if not commit.cancelled() and error is None:
+            self.completer.claim_committed(keys)
+            return
         for job_id, token in keys:
             self.executor.stop_job(job_id, "lease lost", token)
         running = {key for key in keys if key in self.executor.running}
         self.completer.claim_failed(keys, running)
+        self.wake()  # rolled back, its jobs are ready again: claim them
         self.log.warning(
-            "claim did not commit; its jobs were stopped and run again later job_ids=%s",
-            ",".join(str(job_id) for job_id, _ in keys),
+            "claim did not commit; its jobs were stopped and run again later job_ids=%s error=%r",
+            ",".join(str(job_id) for job_id, _ in keys) or "none",
+            "cancelled" if error is None else self.explain(error)[:300],
         )
 
     def _running_per_queue(self) -> list[int]:
