@@ -74,11 +74,13 @@ def system_under_test(tree: Path, tmp: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{tree}"}
 
 
-def start_worker(dsn: str, stages: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_worker(
+    dsn: str, stages: Path, env: dict[str, str], concurrency: int = 64
+) -> subprocess.Popen[bytes]:
     env = {**env, "PGQUEUE_DSN": dsn, "BENCH_STAGES_FILE": str(stages)}
     command = [
         sys.executable, "-m", "pgqueue.cli", "work", APP,
-        "--concurrency", "64", "--log-level", "WARNING",
+        "--concurrency", str(concurrency), "--log-level", "WARNING",
     ]  # fmt: skip
     return subprocess.Popen(command, cwd=env["PYTHONPATH"].split(os.pathsep)[-1], env=env)
 

@@ -1,5 +1,5 @@
 """Both sides of `benchmarks.latency`: the worker's two no-op tasks with stage timestamps, and
-the producer.
+the producer; and the sleeping tasks of `benchmarks.sleep_jobs`.
 
     PGQUEUE_DSN=... BENCH_STAGES_FILE=/tmp/stages pgq work benchmarks.latency_tasks:pgq
     python -m benchmarks.latency_tasks DSN TASK JOBS RATE OUT
@@ -20,6 +20,7 @@ per event, wall clock (the producer runs in another process on the same machine)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -52,6 +53,16 @@ async def async_job() -> None:
 @pgq.task(name="latency.sync")
 def sync_job() -> None:
     _write(f"start {time.time():.6f} {current_job().id}")
+
+
+@pgq.task(name="latency.sleep_sync")
+def sleep_sync(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@pgq.task(name="latency.sleep_async")
+async def sleep_async(seconds: float) -> None:
+    await asyncio.sleep(seconds)
 
 
 def _instrument() -> None:
