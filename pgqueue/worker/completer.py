@@ -242,7 +242,7 @@ class Completer(Service):
         return [(o.job.id, o.job.lease_token) for o in (*self.in_flight, *self.pending)]
 
     def idle(self) -> bool:
-        return not self.pending and not self.in_flight
+        return not self.pending and not self.in_flight and not self._uncommitted
 
     async def run_once(self) -> None:
         # One writer at a time: shutdown's final flush must wait for a write in flight (which
