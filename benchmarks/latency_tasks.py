@@ -92,12 +92,12 @@ def _instrument() -> None:
         claimed(sent, rows)
         return rows
 
-    async def timed_early(self: WorkerDB, statements: Any, *args: Any, **kwargs: Any) -> Any:
+    async def timed_early(self: WorkerDB, first: Any, *args: Any, **kwargs: Any) -> Any:
         sent = time.time()
-        results, commit = await early(self, statements, *args, **kwargs)
-        if statements[0][0] == "claim_jobs":
-            claimed(sent, results[0])
-        return results, commit
+        rows, *rest = await early(self, first, *args, **kwargs)
+        if first[0] == "claim_jobs":
+            claimed(sent, rows)
+        return (rows, *rest)
 
     Fetcher.wake = timed_wake  # type: ignore[method-assign,assignment]
     Fetcher.run_once = timed_run_once  # type: ignore[method-assign]

@@ -114,19 +114,22 @@ class WorkerDB:
 
     async def before_commit(
         self,
-        statements: list[tuple[str, Mapping[str, Any]]],
+        first: tuple[str, Mapping[str, Any]],
+        then: list[tuple[str, Mapping[str, Any]]],
         *,
         generic: bool = False,
         timeout: float = 30.0,
-    ) -> tuple[list[list[Row]], asyncio.Task[None]]:
-        """Run ``statements`` in a transaction of their own, pipelined with its ``COMMIT``:
-        returns their rows as soon as they ran, with a task that ends when the ``COMMIT`` (and
-        its WAL flush) did, raising what it raised. The rows the statements locked stay locked
-        until then, so a write of another connection about them waits and sees what the
-        ``COMMIT`` decided. ``generic``: prepared statements run their generic plan (see the
-        ``generic_plans`` query). One round trip to the rows; none more to the ``COMMIT``."""
+    ) -> tuple[list[Row], asyncio.Future[list[list[Row]]], asyncio.Task[None]]:
+        """Run ``first``, then ``then``, in a transaction of their own, pipelined with its
+        ``COMMIT``: returns ``first``'s rows as soon as it ran, a future of the others' rows
+        (read after ``first``'s, so they never delay it), and a task that ends when the
+        ``COMMIT`` (and its WAL flush) did, raising what it raised. The rows the statements
+        locked stay locked until then, so a write of another connection about them waits and
+        sees what the ``COMMIT`` decided. ``generic``: prepared statements run their generic
+        plan (see the ``generic_plans`` query). One round trip to the rows."""
         loop = asyncio.get_running_loop()
-        results: asyncio.Future[list[list[Row]]] = loop.create_future()
+        rows: asyncio.Future[list[Row]] = loop.create_future()
+        later: asyncio.Future[list[list[Row]]] = loop.create_future()
 
         async def transaction() -> None:
             async with (
@@ -136,17 +139,26 @@ class WorkerDB:
             ):
                 if generic:
                     await conn.execute(query("generic_plans"))
+                cursor = conn.cursor()
+                await cursor.execute(query(first[0]), first[1])
+                rows.set_result(await cursor.fetchall())
                 cursors = []
-                for name, params in statements:
-                    cursor = conn.cursor()
+                for name, params in then:
+                    cursors.append(cursor := conn.cursor())
                     await cursor.execute(query(name), params)
-                    cursors.append(cursor)
-                results.set_result([await cursor.fetchall() for cursor in cursors])
+                later.set_result([await cursor.fetchall() for cursor in cursors])
+
+        def failed(commit: asyncio.Task[None]) -> None:
+            """The transaction ended before its rows were read: the caller gets its error."""
+            error = None if commit.cancelled() else commit.exception()
+            waiting = later if rows.done() else rows
+            if not waiting.done():
+                if error is None:
+                    waiting.cancel()
+                else:
+                    waiting.set_exception(error)
+            later.cancel()  # nobody reads it when rows failed (a no-op once it is done)
 
         commit = asyncio.create_task(transaction(), name="pgqueue-commit")
-        either: set[asyncio.Future[Any]] = {results, commit}
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if not results.done():
-            commit.result()  # failed before the rows came back: raise it
-            raise RuntimeError("the transaction ended without its rows")  # pragma: no cover
-        return results.result(), commit
+        commit.add_done_callback(failed)
+        return await rows, later, commit

@@ -351,15 +351,15 @@ class Fetcher(Service):
         would hand out the same lease token). A COMMIT that fails, or whose fate is unknown,
         stops the handlers as for a lost lease and drops what they return: the job runs again
         (at least once), and nothing is ever written under that token."""
-        (rows, due), commit = await self.db.before_commit(
-            [("claim_jobs", params), ("next_due", params)], generic=True
+        rows, later, commit = await self.db.before_commit(
+            ("claim_jobs", params), [("next_due", params)], generic=True
         )
-        self._due = due
         keys = [(row[0], row[6]) for row in rows]
         self.completer.claim_pending(keys)
         self._commits.add(commit)
         commit.add_done_callback(lambda task: self._claim_committed(task, keys))
         self._hand_over(rows, self._main_sent_at)
+        (self._due,) = await later
         return rows
 
     def _claim_committed(self, commit: asyncio.Task[None], keys: list[tuple[int, int]]) -> None:
