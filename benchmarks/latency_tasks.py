@@ -21,6 +21,7 @@ per event, wall clock (the producer runs in another process on the same machine)
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import sys
@@ -55,14 +56,38 @@ def sync_job() -> None:
     _write(f"start {time.time():.6f} {current_job().id}")
 
 
+#: Per batch of sleeping jobs: [first started, last ended, count, seconds inside the handlers],
+#: written as ``span`` lines
+#: at exit (`benchmarks.sleep_jobs` times a drain from inside, as `benchmarks.compare` does).
+_spans: dict[int, list[float]] = {}
+
+
+def _count(batch: int, started: float) -> None:
+    with _lock:
+        span = _spans.setdefault(batch, [started, 0.0, 0, 0.0])
+        span[1] = time.time()
+        span[2] += 1
+        span[3] += span[1] - started
+
+
+@atexit.register
+def _write_spans() -> None:
+    for batch, (first, last, count, inside) in _spans.items():
+        _write(f"span {first:.6f} {last:.6f} {int(count)} {batch} {inside:.6f}")
+
+
 @pgq.task(name="latency.sleep_sync")
-def sleep_sync(seconds: float) -> None:
+def sleep_sync(seconds: float, batch: int = 0) -> None:
+    started = time.time()
     time.sleep(seconds)
+    _count(batch, started)
 
 
 @pgq.task(name="latency.sleep_async")
-async def sleep_async(seconds: float) -> None:
+async def sleep_async(seconds: float, batch: int = 0) -> None:
+    started = time.time()
     await asyncio.sleep(seconds)
+    _count(batch, started)
 
 
 def _instrument() -> None:

@@ -7,7 +7,9 @@
 ``async def`` one awaiting ``asyncio.sleep``. The ceiling is concurrency / seconds (6,400 jobs/s
 for 64 slots and 10 ms). One ``pgq work --concurrency 64`` process per measurement, warmed up
 with a first batch (its threads started, auto-prefetch on), then the jobs are inserted in one
-transaction; jobs/s counts from that commit to the table being empty (polled every 20 ms).
+transaction; jobs/s from the first job started to the last one ended (inside the handlers,
+as `benchmarks.compare` times drains), and from that commit to the table being empty (polled
+every 50 ms: the acks and the wake-up included).
 ``--tree`` measures other checkouts' pgqueue too, interleaved (as ``benchmarks.latency``).
 """
 
@@ -28,14 +30,14 @@ from benchmarks.latency import ROOT, check_durable, start_worker, stop, system_u
 TASKS = {"sync": "latency.sleep_sync", "async": "latency.sleep_async"}
 
 
-def drain(dsn: str, task: str, jobs: int, seconds: float) -> float:
+def drain(dsn: str, task: str, jobs: int, seconds: float, batch: int = 0) -> float:
     """Insert ``jobs`` jobs in one transaction; jobs/s from its commit to an empty table."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO pgqueue.jobs (queue, task, args)"
-            " SELECT 'default', %s, jsonb_build_object('seconds', %s::float8)"
+            " SELECT 'default', %s, jsonb_build_object('seconds', %s::float8, 'batch', %s::int)"
             " FROM generate_series(1, %s)",
-            (task, seconds, jobs),
+            (task, seconds, batch, jobs),
         )
         committed = time.perf_counter()
         deadline = committed + 60 + 10 * jobs * seconds
@@ -45,19 +47,34 @@ def drain(dsn: str, task: str, jobs: int, seconds: float) -> float:
                 return jobs / (time.perf_counter() - committed)
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"{row[0] if row else '?'} jobs left after the deadline")
-            time.sleep(0.02)
+            time.sleep(0.05)
 
 
 def measure(
     dsn: str, task: str, jobs: int, seconds: float, concurrency: int, env: dict[str, str], tmp: Path
-) -> float:
+) -> tuple[float, float]:
+    """Jobs/s from the commit to an empty table, and from the first job started to the last
+    one ended (inside the handlers)."""
     stages = Path(tempfile.mkstemp(dir=tmp, prefix="stages-")[1])
     proc = start_worker(dsn, stages, env, concurrency=concurrency)
     try:
         drain(dsn, task, max(concurrency * 20, jobs // 5), seconds)  # warm-up
-        return drain(dsn, task, jobs, seconds)
+        outside = drain(dsn, task, jobs, seconds, batch=1)
     finally:
         stop(proc)
+    for line in stages.read_text().splitlines():
+        kind, *fields = line.split()
+        if kind == "span" and fields[3] == "1":
+            count, elapsed = int(fields[2]), float(fields[1]) - float(fields[0])
+            # How long the slots were not inside a handler, per job.
+            between = (concurrency * elapsed - float(fields[4])) / count
+            print(
+                f"  mean handler {float(fields[4]) / count * 1e3:.2f} ms, slot idle"
+                f" {between * 1e3:.2f} ms per job",
+                flush=True,
+            )
+            return outside, count / elapsed
+    raise RuntimeError("the worker wrote no span for the measured jobs")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,13 +101,15 @@ def main(argv: list[str] | None = None) -> None:
         for run in range(args.runs):
             for kind in [k for k in args.kinds.split(",") if k]:
                 for name, env in envs.items():
-                    rate = measure(
+                    outside, inside = measure(
                         dsn, TASKS[kind], args.jobs, args.seconds, args.concurrency, env, Path(tmp)
                     )
-                    results.setdefault(f"{kind} {name}", []).append(rate)
+                    results.setdefault(f"{kind} {name}", []).append(inside)
+                    results.setdefault(f"{kind} {name} (commit to empty table)", []).append(outside)
                     print(
-                        f"run {run + 1} {kind} {name}: {rate:,.0f} jobs/s"
-                        f" ({rate / ceiling:.0%} of {ceiling:,.0f})",
+                        f"run {run + 1} {kind} {name}: {inside:,.0f} jobs/s"
+                        f" ({inside / ceiling:.0%} of {ceiling:,.0f}) first start to last end;"
+                        f" {outside:,.0f} from the commit to an empty table",
                         flush=True,
                     )
         print(f"\nmedian of runs (min-max), ceiling {ceiling:,.0f} jobs/s:")
