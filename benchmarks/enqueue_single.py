@@ -25,8 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,30 +38,6 @@ RAW_DDL = (
 )
 RAW_INSERT = "INSERT INTO raw_jobs (args) VALUES (%s::jsonb)"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def rate(producers: int, count: int, make: Callable[[], Callable[[], object]]) -> float:
-    """Jobs/s of ``producers`` threads, each calling its own ``make()`` ``count // producers``
-    times, timed from all of them ready to all of them done."""
-    calls = [make() for _ in range(producers)]
-    for call in calls:
-        call()  # connect, prepare
-    per = count // producers
-    start = threading.Barrier(producers + 1)
-
-    def run(call: Callable[[], object]) -> None:
-        start.wait()
-        for _ in range(per):
-            call()
-
-    threads = [threading.Thread(target=run, args=(call,)) for call in calls]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return per * producers / (time.perf_counter() - began)
 
 
 def measure(variant: str, dsn: str, producers: int, count: int) -> float:
@@ -93,10 +67,12 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> float:
             app = PgQueue(dsn, pool_size=1)
             return lambda: app.enqueue("bench.job", {})
 
-    return rate(producers, count, make)
+    from benchmarks.drivers.protocol import threaded_rate  # the tree's (standard library)
+
+    return threaded_rate(producers, count // producers, make)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dsn", help="an existing server (default: a new embedded one)")
     p.add_argument("--count", type=int, default=2000)
@@ -107,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.measure:
         print(json.dumps(measure(args.measure, args.dsn, int(args.producers), args.count)))
-        return
+        return {}
 
     from benchmarks.common import fresh_database, machine, server
 
@@ -149,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"  {producers} producer(s)  {variant:<32} {statistics.median(values):>7,.0f}"
                     f" ({min(values):,.0f}-{max(values):,.0f})  {ratio:.2f}"
                 )
+    return figures
 
 
 if __name__ == "__main__":

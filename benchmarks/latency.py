@@ -74,6 +74,15 @@ def system_under_test(tree: Path, tmp: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{tree}"}
 
 
+def environments(trees: dict[str, Path], tmp: Path) -> dict[str, dict[str, str]]:
+    """Per checkout to measure, the environment of its processes (see system_under_test)."""
+    envs = {}
+    for name, tree in trees.items():
+        (tmp / name.replace("/", "_")).mkdir()
+        envs[name] = system_under_test(tree, tmp / name.replace("/", "_"))
+    return envs
+
+
 def start_worker(
     dsn: str, stages: Path, env: dict[str, str], concurrency: int = 64
 ) -> subprocess.Popen[bytes]:
@@ -249,7 +258,7 @@ def run_once(
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dsn", help="an existing server (default: a new embedded one)")
     p.add_argument("--jobs", type=int, default=2000)
@@ -257,18 +266,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--kinds", default="async,sync")
     p.add_argument("--tree", type=Path, action="append", default=[], help="another checkout")
+    p.add_argument(
+        "--allow-fsync-off", action="store_true", help="smoke tests: figures mean nothing"
+    )
     args = p.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     with server(args.dsn) as admin, tempfile.TemporaryDirectory() as tmp:
-        check_durable(admin)
+        if not args.allow_fsync_off:
+            check_durable(admin)
         dsn = fresh_database(admin, "pgqueue_latency")
         print(machine(dsn), flush=True)
         print(f"{args.jobs} jobs per run at {args.rate:g} jobs/s, fsync on", flush=True)
-        envs = {}
-        for name, tree in trees.items():
-            (Path(tmp) / name.replace("/", "_")).mkdir()
-            envs[name] = system_under_test(tree, Path(tmp) / name.replace("/", "_"))
+        envs = environments(trees, Path(tmp))
         labels = [f"{kind} {name}" for kind in kinds for name in trees]
         results: dict[str, list[dict[str, Any]]] = {label: [] for label in [*labels, "raw"]}
         for run in range(args.runs):
@@ -303,6 +313,7 @@ def main(argv: list[str] | None = None) -> None:
                 )
             print(f"  {kind}: " + ", ".join(cells))
         print("BENCH-RESULT " + json.dumps(results), flush=True)
+    return results
 
 
 if __name__ == "__main__":

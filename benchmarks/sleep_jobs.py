@@ -25,7 +25,7 @@ from pathlib import Path
 import psycopg
 
 from benchmarks.common import fresh_database, machine, server
-from benchmarks.latency import ROOT, check_durable, start_worker, stop, system_under_test
+from benchmarks.latency import ROOT, check_durable, environments, start_worker, stop
 
 TASKS = {"sync": "latency.sleep_sync", "async": "latency.sleep_async"}
 
@@ -77,7 +77,7 @@ def measure(
     raise RuntimeError("the worker wrote no span for the measured jobs")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dsn", help="an existing server (default: a new embedded one)")
     p.add_argument("--jobs", type=int, default=20000)
@@ -86,17 +86,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=0.01)
     p.add_argument("--kinds", default="sync,async")
     p.add_argument("--tree", type=Path, action="append", default=[], help="another checkout")
+    p.add_argument(
+        "--allow-fsync-off", action="store_true", help="smoke tests: figures mean nothing"
+    )
     args = p.parse_args(argv)
     trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     ceiling = args.concurrency / args.seconds
     with server(args.dsn) as admin, tempfile.TemporaryDirectory() as tmp:
-        check_durable(admin)
+        if not args.allow_fsync_off:
+            check_durable(admin)
         dsn = fresh_database(admin, "pgqueue_sleep_jobs")
         print(machine(dsn), flush=True)
-        envs = {}
-        for name, tree in trees.items():
-            (Path(tmp) / name.replace("/", "_")).mkdir()
-            envs[name] = system_under_test(tree, Path(tmp) / name.replace("/", "_"))
+        envs = environments(trees, Path(tmp))
         results: dict[str, list[float]] = {}
         for run in range(args.runs):
             for kind in [k for k in args.kinds.split(",") if k]:
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
                 f" {median / ceiling:.0%}"
             )
         print("BENCH-RESULT " + json.dumps(results), flush=True)
+    return results
 
 
 if __name__ == "__main__":
