@@ -8,6 +8,7 @@ between statements.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -55,6 +56,11 @@ def application_name(dsn: str, role: str, worker_id: str) -> str | None:
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     loaders.register(conn)
 
+
+_IN_TRANSACTION = (
+    psycopg.pq.TransactionStatus.INTRANS,
+    psycopg.pq.TransactionStatus.INERROR,
+)
 
 #: Statements that join a batch (unnest of the job ids) to the jobs table. They are never
 #: prepared: after five runs PostgreSQL may switch a prepared statement to a generic plan that
@@ -114,51 +120,50 @@ class WorkerDB:
 
     async def before_commit(
         self,
-        first: tuple[str, Mapping[str, Any]],
-        then: list[tuple[str, Mapping[str, Any]]],
+        name: str,
+        params: Mapping[str, Any] | None = None,
         *,
         generic: bool = False,
         timeout: float = 30.0,
-    ) -> tuple[list[Row], asyncio.Future[list[list[Row]]], asyncio.Task[None]]:
-        """Run ``first``, then ``then``, in a transaction of their own, pipelined with its
-        ``COMMIT``: returns ``first``'s rows as soon as it ran, a future of the others' rows
-        (read after ``first``'s, so they never delay it), and a task that ends when the
-        ``COMMIT`` (and its WAL flush) did, raising what it raised. The rows the statements
-        locked stay locked until then, so a write of another connection about them waits and
-        sees what the ``COMMIT`` decided. ``generic``: prepared statements run their generic
-        plan (see the ``generic_plans`` query). One round trip to the rows."""
+    ) -> tuple[list[Row], asyncio.Task[None]]:
+        """Run one statement in a transaction of its own, pipelined: ``BEGIN``, the statement;
+        once its rows are here the ``COMMIT`` is sent, and only then are the rows returned,
+        with a task that ends when the ``COMMIT`` (and its WAL flush) did, raising what it
+        raised. The server commits whatever the caller does meanwhile (a handler blocking the
+        event loop cannot hold the transaction open). The rows the statement locked stay
+        locked until then, so a write of another connection about them waits and sees what the
+        ``COMMIT`` decided. ``generic``: the statement runs its generic plan (see the
+        ``generic_plans`` query). One round trip to the rows."""
         loop = asyncio.get_running_loop()
         rows: asyncio.Future[list[Row]] = loop.create_future()
-        later: asyncio.Future[list[list[Row]]] = loop.create_future()
 
         async def transaction() -> None:
-            async with (
-                self.pool.connection(timeout=timeout) as conn,
-                conn.pipeline(),
-                conn.transaction(),
-            ):
-                if generic:
-                    await conn.execute(query("generic_plans"))
-                cursor = conn.cursor()
-                await cursor.execute(query(first[0]), first[1])
-                rows.set_result(await cursor.fetchall())
-                cursors = []
-                for name, params in then:
-                    cursors.append(cursor := conn.cursor())
-                    await cursor.execute(query(name), params)
-                later.set_result([await cursor.fetchall() for cursor in cursors])
+            async with self.pool.connection(timeout=timeout) as conn:
+                try:
+                    async with conn.pipeline():
+                        await conn.execute(query("begin"))
+                        if generic:
+                            await conn.execute(query("generic_plans"))
+                        cursor = conn.cursor()
+                        await cursor.execute(query(name), params)
+                        got = await cursor.fetchall()
+                        await conn.execute(query("commit"))  # sent, not waited for
+                        rows.set_result(got)
+                except BaseException:
+                    if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
+                        with contextlib.suppress(psycopg.Error):
+                            await conn.execute(query("rollback"))
+                    raise
 
         def failed(commit: asyncio.Task[None]) -> None:
-            """The transaction ended before its rows were read: the caller gets its error."""
-            error = None if commit.cancelled() else commit.exception()
-            waiting = later if rows.done() else rows
-            if not waiting.done():
+            """The transaction ended before its rows came: the caller gets its error."""
+            if not rows.done():
+                error = None if commit.cancelled() else commit.exception()
                 if error is None:
-                    waiting.cancel()
+                    rows.cancel()
                 else:
-                    waiting.set_exception(error)
-            later.cancel()  # nobody reads it when rows failed (a no-op once it is done)
+                    rows.set_exception(error)
 
         commit = asyncio.create_task(transaction(), name="pgqueue-commit")
         commit.add_done_callback(failed)
-        return await rows, later, commit
+        return await rows, commit
