@@ -117,12 +117,12 @@ def _instrument() -> None:
         claimed(sent, rows)
         return rows
 
-    async def timed_early(self: WorkerDB, name: str, *args: Any, **kwargs: Any) -> Any:
+    async def timed_early(self: WorkerDB, first: Any, *args: Any, **kwargs: Any) -> Any:
         sent = time.time()
-        rows, commit = await early(self, name, *args, **kwargs)
-        if name == "claim_jobs":
+        rows, *rest = await early(self, first, *args, **kwargs)
+        if first[0] == "claim_jobs":
             claimed(sent, rows)
-        return rows, commit
+        return (rows, *rest)
 
     Fetcher.wake = timed_wake  # type: ignore[method-assign,assignment]
     Fetcher.run_once = timed_run_once  # type: ignore[method-assign]

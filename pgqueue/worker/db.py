@@ -120,22 +120,25 @@ class WorkerDB:
 
     async def before_commit(
         self,
-        name: str,
-        params: Mapping[str, Any] | None = None,
+        first: tuple[str, Mapping[str, Any]],
+        then: list[tuple[str, Mapping[str, Any]]],
         *,
         generic: bool = False,
         timeout: float = 30.0,
-    ) -> tuple[list[Row], asyncio.Task[None]]:
-        """Run one statement in a transaction of its own, pipelined: ``BEGIN``, the statement;
-        once its rows are here the ``COMMIT`` is sent, and only then are the rows returned,
-        with a task that ends when the ``COMMIT`` (and its WAL flush) did, raising what it
-        raised. The server commits whatever the caller does meanwhile (a handler blocking the
-        event loop cannot hold the transaction open). The rows the statement locked stay
-        locked until then, so a write of another connection about them waits and sees what the
-        ``COMMIT`` decided. ``generic``: the statement runs its generic plan (see the
-        ``generic_plans`` query). One round trip to the rows."""
+    ) -> tuple[list[Row], asyncio.Future[list[list[Row]]], asyncio.Task[None]]:
+        """Run ``first`` and then ``then`` in a transaction of their own, pipelined on one
+        connection: ``BEGIN`` and ``first``; once its rows are here, ``then`` and the
+        ``COMMIT`` are sent, and only then are the rows returned, with a future of ``then``'s
+        rows (they come with the ``COMMIT``'s reply) and a task that ends when the ``COMMIT``
+        (and its WAL flush) did, raising what it raised. The server commits whatever the caller
+        does meanwhile (a handler blocking the event loop cannot hold the transaction open).
+        The rows the statements locked stay locked until then, so a write of another
+        connection about them waits and sees what the ``COMMIT`` decided. ``generic``: the
+        statements run their generic plan (see the ``generic_plans`` query). One round trip
+        to ``first``'s rows."""
         loop = asyncio.get_running_loop()
         rows: asyncio.Future[list[Row]] = loop.create_future()
+        later: asyncio.Future[list[list[Row]]] = loop.create_future()
 
         async def transaction() -> None:
             async with self.pool.connection(timeout=timeout) as conn:
@@ -145,10 +148,15 @@ class WorkerDB:
                         if generic:
                             await conn.execute(query("generic_plans"))
                         cursor = conn.cursor()
-                        await cursor.execute(query(name), params)
+                        await cursor.execute(query(first[0]), first[1])
                         got = await cursor.fetchall()
+                        cursors = []
+                        for name, params in then:
+                            cursors.append(cursor := conn.cursor())
+                            await cursor.execute(query(name), params)
                         await conn.execute(query("commit"))  # sent, not waited for
                         rows.set_result(got)
+                        later.set_result([await cursor.fetchall() for cursor in cursors])
                 except BaseException:
                     if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
                         with contextlib.suppress(psycopg.Error):
@@ -156,14 +164,16 @@ class WorkerDB:
                     raise
 
         def failed(commit: asyncio.Task[None]) -> None:
-            """The transaction ended before its rows came: the caller gets its error."""
-            if not rows.done():
-                error = None if commit.cancelled() else commit.exception()
+            """The transaction ended before all its rows came: the caller gets its error."""
+            error = None if commit.cancelled() else commit.exception()
+            waiting = later if rows.done() else rows
+            if not waiting.done():
                 if error is None:
-                    rows.cancel()
+                    waiting.cancel()
                 else:
-                    rows.set_exception(error)
+                    waiting.set_exception(error)
+            later.cancel()  # nobody reads it when rows failed (a no-op once it is done)
 
         commit = asyncio.create_task(transaction(), name="pgqueue-commit")
         commit.add_done_callback(failed)
-        return await rows, commit
+        return await rows, later, commit

@@ -102,6 +102,8 @@ class Fetcher(Service):
         self._ahead_sent = False
         #: COMMITs of idle claims still on their way (see _claim_early).
         self._commits: set[asyncio.Task[None]] = set()
+        #: next_due's rows, read with the last idle claim.
+        self._due: list[Row] | None = None
 
     def interval(self) -> float:
         return self._next_sleep
@@ -170,7 +172,9 @@ class Fetcher(Service):
             self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
             return
         self._throttle_backoff = 0.0
-        due = await self.db.fetch("next_due", self.params)
+        due, self._due = self._due, None  # read with an idle worker's claim (_claim_early)
+        if due is None:
+            due = await self.db.fetch("next_due", self.params)
         if due and due[0][1] and not self.flow:
             # Flow control applies (claim_jobs skipped its walk): claim the other way, now.
             self.flow = True
@@ -341,19 +345,24 @@ class Fetcher(Service):
         flush of a second commit (after the producer's) was a large part of the time from
         enqueue to start. The COMMIT is sent before the jobs are handed over, so the server
         commits whatever the handlers do (one that blocks the event loop cannot keep the claim
-        open), and the fetcher goes on while it is on its way. Until it returns, the claim's
-        transaction holds the rows, so an ack or a heartbeat sent meanwhile waits for it, and
-        the completer holds the attempts' outcomes back (a server that crashes before the
-        flush forgets the claim, and a later claim after the restart would hand out the same
-        lease token). A COMMIT that fails, or whose fate is unknown, stops the handlers as for
+        open); ``next_due`` goes with it and comes back with its reply. Until that, the
+        claim's transaction holds the rows, so an ack or a heartbeat sent meanwhile waits for
+        it, and the completer holds the attempts' outcomes back (a server that crashes before
+        the flush forgets the claim, and a later claim after the restart would hand out the
+        same lease token). A COMMIT that fails, or whose fate is unknown, stops the handlers as for
         a lost lease and drops what they return: the job runs again (at least once), and
         nothing is ever written under that token."""
-        rows, commit = await self.db.before_commit("claim_jobs", params, generic=True)
+        rows, later, commit = await self.db.before_commit(
+            ("claim_jobs", params), [("next_due", params)], generic=True
+        )
         keys = [(row[0], row[6]) for row in rows]
         self.completer.claim_pending(keys)
         self._commits.add(commit)
         commit.add_done_callback(lambda task: self._claim_committed(task, keys))
         self._hand_over(rows, self._main_sent_at)
+        # Read with the COMMIT's reply: the claim costs this idle worker one connection and
+        # no statement more, and its jobs are running meanwhile.
+        (self._due,) = await later
         return rows
 
     def _claim_committed(self, commit: asyncio.Task[None], keys: list[tuple[int, int]]) -> None:
