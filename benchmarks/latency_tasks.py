@@ -117,10 +117,10 @@ def _instrument() -> None:
         claimed(sent, rows)
         return rows
 
-    async def timed_early(self: WorkerDB, first: Any, *args: Any, **kwargs: Any) -> Any:
+    async def timed_early(self: WorkerDB, name: str, *args: Any, **kwargs: Any) -> Any:
         sent = time.time()
-        rows, *rest = await early(self, first, *args, **kwargs)
-        if first[0] == "claim_jobs":
+        rows, *rest = await early(self, name, *args, **kwargs)
+        if name == "claim_jobs":
             claimed(sent, rows)
         return (rows, *rest)
 

@@ -120,43 +120,42 @@ class WorkerDB:
 
     async def before_commit(
         self,
-        first: tuple[str, Mapping[str, Any]],
-        then: list[tuple[str, Mapping[str, Any]]],
+        name: str,
+        then: str,
+        params: Mapping[str, Any],
         *,
         generic: bool = False,
         timeout: float = 30.0,
-    ) -> tuple[list[Row], asyncio.Future[list[list[Row]]], asyncio.Task[None]]:
-        """Run ``first`` and then ``then`` in a transaction of their own, pipelined on one
-        connection: ``BEGIN`` and ``first``; once its rows are here, ``then`` and the
-        ``COMMIT`` are sent, and only then are the rows returned, with a future of ``then``'s
-        rows (they come with the ``COMMIT``'s reply) and a task that ends when the ``COMMIT``
-        (and its WAL flush) did, raising what it raised. The server commits whatever the caller
-        does meanwhile (a handler blocking the event loop cannot hold the transaction open).
-        The rows the statements locked stay locked until then, so a write of another
-        connection about them waits and sees what the ``COMMIT`` decided. ``generic``: the
-        statements run their generic plan (see the ``generic_plans`` query). One round trip
-        to ``first``'s rows."""
+    ) -> tuple[list[Row], asyncio.Future[list[Row]], asyncio.Task[None]]:
+        """Run the queries ``name`` and then ``then`` (both with ``params``) in a transaction
+        of their own, pipelined on one connection: ``BEGIN`` and ``name``; once its rows are
+        here, ``then`` and the ``COMMIT`` are sent, and only then are the rows returned, with a
+        future of ``then``'s rows (they come with the ``COMMIT``'s reply) and a task that ends
+        when the ``COMMIT`` (and its WAL flush) did, raising what it raised. The server commits
+        whatever the caller does meanwhile (a handler blocking the event loop cannot hold the
+        transaction open). The rows the statements locked stay locked until then, so a write
+        of another connection about them waits and sees what the ``COMMIT`` decided.
+        ``generic``: the statements run their generic plan (see the ``generic_plans`` query).
+        One round trip to ``name``'s rows."""
         loop = asyncio.get_running_loop()
         rows: asyncio.Future[list[Row]] = loop.create_future()
-        later: asyncio.Future[list[list[Row]]] = loop.create_future()
+        later: asyncio.Future[list[Row]] = loop.create_future()
 
-        async def transaction() -> None:
+        async def transaction(name: str, then: str) -> None:
             async with self.pool.connection(timeout=timeout) as conn:
                 try:
                     async with conn.pipeline():
                         await conn.execute(query("begin"))
                         if generic:
                             await conn.execute(query("generic_plans"))
-                        cursor = conn.cursor()
-                        await cursor.execute(query(first[0]), first[1])
-                        got = await cursor.fetchall()
-                        cursors = []
-                        for name, params in then:
-                            cursors.append(cursor := conn.cursor())
-                            await cursor.execute(query(name), params)
+                        first = conn.cursor()
+                        await first.execute(query(name), params)
+                        got = await first.fetchall()
+                        second = conn.cursor()
+                        await second.execute(query(then), params)
                         await conn.execute(query("commit"))  # sent, not waited for
                         rows.set_result(got)
-                        later.set_result([await cursor.fetchall() for cursor in cursors])
+                        later.set_result(await second.fetchall())
                 except BaseException:
                     if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
                         with contextlib.suppress(psycopg.Error):
@@ -174,6 +173,6 @@ class WorkerDB:
                     waiting.set_exception(error)
             later.cancel()  # nobody reads it when rows failed (a no-op once it is done)
 
-        commit = asyncio.create_task(transaction(), name="pgqueue-commit")
+        commit = asyncio.create_task(transaction(name, then), name="pgqueue-commit")
         commit.add_done_callback(failed)
         return await rows, later, commit

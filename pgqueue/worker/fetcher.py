@@ -353,7 +353,7 @@ class Fetcher(Service):
         a lost lease and drops what they return: the job runs again (at least once), and
         nothing is ever written under that token."""
         rows, later, commit = await self.db.before_commit(
-            ("claim_jobs", params), [("next_due", params)], generic=True
+            "claim_jobs", "next_due", params, generic=True
         )
         keys = [(row[0], row[6]) for row in rows]
         self.completer.claim_pending(keys)
@@ -362,7 +362,7 @@ class Fetcher(Service):
         self._hand_over(rows, self._main_sent_at)
         # Read with the COMMIT's reply: the claim costs this idle worker one connection and
         # no statement more, and its jobs are running meanwhile.
-        (self._due,) = await later
+        self._due = await later
         return rows
 
     def _claim_committed(self, commit: asyncio.Task[None], keys: list[tuple[int, int]]) -> None:
