@@ -19,7 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue import config
-from pgqueue.db import connections, refusals
+from pgqueue.db import connections, pool_check, refusals
 from pgqueue.db import plan as plans
 from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
 from pgqueue.results_listener import ResultListener
@@ -108,8 +108,9 @@ class Pools:
                         connection_class=self._connect_failures.sync_connection_class(),
                         timeout=CONNECT_TIMEOUT,
                         # A connection the server dropped (a restart, a failover) is found
-                        # and replaced when handed out, not by the enqueue that uses it.
-                        check=ConnectionPool.check_connection,
+                        # and replaced when handed out, not by the enqueue that uses it
+                        # (a round trip only when something arrived on its socket).
+                        check=pool_check.check,
                     )
                     pool.open(wait=True)
                     self._pool = pool
@@ -136,7 +137,7 @@ class Pools:
                 name="pgqueue-client-async",
                 connection_class=self._connect_failures.async_connection_class(),
                 timeout=CONNECT_TIMEOUT,
-                check=AsyncConnectionPool.check_connection,  # as for the sync pool
+                check=pool_check.check_async,  # as for the sync pool
             )
             self._async_pools[loop] = pool
             await pool.open(wait=True)

@@ -165,13 +165,64 @@ class Completer(Service):
         #: jobs (the fetcher of a worker held back by a limit claims again).
         self.on_written: Callable[[bool], None] | None = None
         self._write_lock: asyncio.Lock | None = None
+        #: Claims whose COMMIT is still on its way (the fetcher starts an idle worker's jobs
+        #: as soon as the claim's rows arrive): None while it is, or the outcomes that arrived
+        #: meanwhile. Nothing is written under such a lease until its claim committed.
+        self._uncommitted: dict[tuple[int, int], list[Outcome] | None] = {}
+        #: Claims whose COMMIT failed: the lease was never ours, and after a server crash its
+        #: token may be handed out again, so nothing about these attempts is ever written.
+        self._not_ours: set[tuple[int, int]] = set()
 
     def interval(self) -> float:
         return 60.0  # woken by submit(); the interval is only a safety net
 
     def submit(self, outcome: Outcome) -> None:
+        key = (outcome.job.id, outcome.job.lease_token)
+        if key in self._uncommitted:
+            self._uncommitted[key] = [*(self._uncommitted[key] or ()), outcome]
+            return
+        if key in self._not_ours:
+            self._not_ours.discard(key)
+            self.log.warning(
+                "claim did not commit; outcome not written job_id=%s task=%s attempt=%s",
+                outcome.job.id,
+                outcome.job.task,
+                outcome.job.attempt,
+            )
+            return
         self.pending.append(outcome)
         self.wake()
+
+    def claim_pending(self, keys: list[tuple[int, int]]) -> None:
+        """These (id, lease token) were claimed by a transaction not committed yet: hold
+        their outcomes until :meth:`claim_committed` or :meth:`claim_failed`."""
+        for key in keys:
+            self._uncommitted[key] = None
+
+    def claim_committed(self, keys: list[tuple[int, int]]) -> None:
+        for key in keys:
+            for outcome in self._uncommitted.pop(key, None) or ():
+                self.submit(outcome)
+
+    def claim_failed(
+        self, keys: list[tuple[int, int]], still_running: set[tuple[int, int]]
+    ) -> None:
+        """The claim's COMMIT failed (or its fate is unknown): drop what these attempts
+        produced, and what those ``still_running`` will."""
+        for key in keys:
+            for outcome in self._uncommitted.pop(key, None) or ():
+                self._not_ours.add(key)
+                self.submit(outcome)  # logged and dropped
+            if key in still_running:
+                self._not_ours.add(key)
+
+    def forget_not_ours(self, held: set[tuple[int, int]]) -> None:
+        """Forget failed claims whose handlers have returned without an outcome."""
+        self._not_ours &= held
+
+    def not_ours(self) -> set[tuple[int, int]]:
+        """Held jobs whose claim has not committed (or never did): no heartbeat for them."""
+        return self._not_ours | self._uncommitted.keys()
 
     def wake_on_exit(self, job_id: int, lease_token: int) -> None:
         """Notify this job's queue when its outcome is written (see ack_jobs_waking)."""
@@ -191,7 +242,7 @@ class Completer(Service):
         return [(o.job.id, o.job.lease_token) for o in (*self.in_flight, *self.pending)]
 
     def idle(self) -> bool:
-        return not self.pending and not self.in_flight
+        return not self.pending and not self.in_flight and not self._uncommitted
 
     async def run_once(self) -> None:
         # One writer at a time: shutdown's final flush must wait for a write in flight (which

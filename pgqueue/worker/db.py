@@ -7,6 +7,8 @@ between statements.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -54,6 +56,11 @@ def application_name(dsn: str, role: str, worker_id: str) -> str | None:
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     loaders.register(conn)
 
+
+_IN_TRANSACTION = (
+    psycopg.pq.TransactionStatus.INTRANS,
+    psycopg.pq.TransactionStatus.INERROR,
+)
 
 #: Statements that join a batch (unnest of the job ids) to the jobs table. They are never
 #: prepared: after five runs PostgreSQL may switch a prepared statement to a generic plan that
@@ -110,3 +117,62 @@ class WorkerDB:
             prepare = False if name in PLANNED_EACH_TIME else None
             await cur.execute(query(name), params, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
+
+    async def before_commit(
+        self,
+        name: str,
+        then: str,
+        params: Mapping[str, Any],
+        *,
+        generic: bool = False,
+        timeout: float = 30.0,
+    ) -> tuple[list[Row], asyncio.Future[list[Row]], asyncio.Task[None]]:
+        """Run the queries ``name`` and then ``then`` (both with ``params``) in a transaction
+        of their own, pipelined on one connection: ``BEGIN`` and ``name``; once its rows are
+        here, ``then`` and the ``COMMIT`` are sent, and only then are the rows returned, with a
+        future of ``then``'s rows (they come with the ``COMMIT``'s reply) and a task that ends
+        when the ``COMMIT`` (and its WAL flush) did, raising what it raised. The server commits
+        whatever the caller does meanwhile (a handler blocking the event loop cannot hold the
+        transaction open). The rows the statements locked stay locked until then, so a write
+        of another connection about them waits and sees what the ``COMMIT`` decided.
+        ``generic``: the statements run their generic plan (see the ``generic_plans`` query).
+        One round trip to ``name``'s rows."""
+        loop = asyncio.get_running_loop()
+        rows: asyncio.Future[list[Row]] = loop.create_future()
+        later: asyncio.Future[list[Row]] = loop.create_future()
+
+        async def transaction(name: str, then: str) -> None:
+            async with self.pool.connection(timeout=timeout) as conn:
+                try:
+                    async with conn.pipeline():
+                        await conn.execute(query("begin"))
+                        if generic:
+                            await conn.execute(query("generic_plans"))
+                        first = conn.cursor()
+                        await first.execute(query(name), params)
+                        got = await first.fetchall()
+                        second = conn.cursor()
+                        await second.execute(query(then), params)
+                        await conn.execute(query("commit"))  # sent, not waited for
+                        rows.set_result(got)
+                        later.set_result(await second.fetchall())
+                except BaseException:
+                    if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
+                        with contextlib.suppress(psycopg.Error):
+                            await conn.execute(query("rollback"))
+                    raise
+
+        def failed(commit: asyncio.Task[None]) -> None:
+            """The transaction ended before all its rows came: the caller gets its error."""
+            error = None if commit.cancelled() else commit.exception()
+            waiting = later if rows.done() else rows
+            if not waiting.done():
+                if error is None:
+                    waiting.cancel()
+                else:
+                    waiting.set_exception(error)
+            later.cancel()  # nobody reads it when rows failed (a no-op once it is done)
+
+        commit = asyncio.create_task(transaction(name, then), name="pgqueue-commit")
+        commit.add_done_callback(failed)
+        return await rows, later, commit

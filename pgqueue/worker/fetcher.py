@@ -95,11 +95,15 @@ class Fetcher(Service):
         self._idle = _Idle.NO
         self._handshake_backoff = 0.0
         #: The main lane's claim while it is in flight (see run_once).
-        self._main: asyncio.Future[tuple[list[Row], float | None]] | None = None
+        self._main: asyncio.Future[tuple[list[Row], float | None, bool]] | None = None
         self._main_sent_at = 0.0
         #: The second claim lane's claim, while one is in flight (see _claim_ahead).
         self._ahead: asyncio.Task[None] | None = None
         self._ahead_sent = False
+        #: COMMITs of idle claims still on their way (see _claim_early).
+        self._commits: set[asyncio.Task[None]] = set()
+        #: next_due's rows, read with the last idle claim.
+        self._due: list[Row] | None = None
 
     def interval(self) -> float:
         return self._next_sleep
@@ -119,16 +123,20 @@ class Fetcher(Service):
         self.params["limit"] = free
         self.params["running"] = self._running_per_queue()
         self.held_back = False
+        # Nothing running or waiting here: the jobs of this claim start the moment its rows
+        # arrive, while its COMMIT is on its way (see _claim_early).
+        early = self.executor.idle() and not self.stopping.is_set()
         with self.executor.reserve(free):
             # Shielded: a shutdown that cancels this lane mid-claim must not cut the claim off
             # after the server committed it (its jobs would stay claimed until their leases
             # expired); run() lets it come back and hands its jobs back instead.
             self._main_sent_at = time.monotonic()
-            self._main = asyncio.ensure_future(self._claim(self.params))
+            self._main = asyncio.ensure_future(self._claim(self.params, early=early))
             # Cancelled here (even just after the claim came back), _main stays for run().
-            rows, throttled = await asyncio.shield(self._main)
+            rows, throttled, handed = await asyncio.shield(self._main)
             self._main = None
-        self._hand_over(rows, self._main_sent_at)
+        if not handed:
+            self._hand_over(rows, self._main_sent_at)
         claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
@@ -164,7 +172,9 @@ class Fetcher(Service):
             self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
             return
         self._throttle_backoff = 0.0
-        due = await self.db.fetch("next_due", self.params)
+        due, self._due = self._due, None  # read with an idle worker's claim (_claim_early)
+        if due is None:
+            due = await self.db.fetch("next_due", self.params)
         if due and due[0][1] and not self.flow:
             # Flow control applies (claim_jobs skipped its walk): claim the other way, now.
             self.flow = True
@@ -217,7 +227,9 @@ class Fetcher(Service):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(main), timeout=5.0)
                 if main.done() and not main.cancelled() and main.exception() is None:
-                    self._hand_over(main.result()[0], self._main_sent_at)
+                    rows, _, handed = main.result()
+                    if not handed:
+                        self._hand_over(rows, self._main_sent_at)
                 else:
                     main.cancel()
                     await asyncio.gather(main, return_exceptions=True)
@@ -233,6 +245,10 @@ class Fetcher(Service):
                 if not ahead.done():
                     ahead.cancel()
                 await asyncio.gather(ahead, return_exceptions=True)
+            if self._commits:
+                # Their outcomes are written (or dropped) only once they are done.
+                await asyncio.wait(set(self._commits), timeout=5.0)
+                await asyncio.sleep(0)  # their done callbacks
 
     async def _claim_ahead(self, room: int) -> None:
         """The second claim lane, while a backlog drains with prefetch. One claim in flight at a
@@ -250,7 +266,7 @@ class Fetcher(Service):
             with self.executor.reserve(free):
                 self._ahead_sent = True
                 sent_at = time.monotonic()
-                rows, _ = await self._claim(params)
+                rows, _, _ = await self._claim(params)
             self._hand_over(rows, sent_at)
         except TRANSIENT_ERRORS as exc:
             # The main lane meets the same outage and reports it.
@@ -288,16 +304,22 @@ class Fetcher(Service):
                 )
         self.observer.jobs_started(jobs)
 
-    async def _claim(self, params: dict[str, Any]) -> tuple[list[Row], float | None]:
+    async def _claim(
+        self, params: dict[str, Any], *, early: bool = False
+    ) -> tuple[list[Row], float | None, bool]:
         """Claim with the plain statement, or with pgqueue.claim while flow control applies.
-        Returns the jobs and, when limits held work back, the seconds until a retry may succeed
-        (0: unknown)."""
+        Returns the jobs, when limits held work back the seconds until a retry may succeed (0:
+        unknown), and whether the jobs were handed over already (``early``, see
+        _claim_early)."""
         if not self.flow:
             limit = params["limit"]
             params.update(self.cursor.params())
-            rows = await self.db.fetch("claim_jobs", params)
+            if early:
+                rows = await self._claim_early(params)
+            else:
+                rows = await self.db.fetch("claim_jobs", params)
             self.cursor.claimed(rows, full=len(rows) >= limit)
-            return rows, None
+            return rows, None, early
         self.cursor.reset()
         rows = await self.db.fetch("claim_flow", params)
         jobs: list[Row] = []
@@ -316,7 +338,49 @@ class Fetcher(Service):
             # Jobs that never got an outcome (a lost lease, a hand-back) would stay listed.
             claimed = {(row[0], row[6]) for row in jobs}  # not handed over yet
             self.completer.keep_wakes(claimed | set(self.executor.held()))
-        return jobs, throttled
+        return jobs, throttled, False
+
+    async def _claim_early(self, params: dict[str, Any]) -> list[Row]:
+        """The claim of an idle worker, its jobs started before its COMMIT returns: the WAL
+        flush of a second commit (after the producer's) was a large part of the time from
+        enqueue to start. The COMMIT is sent before the jobs are handed over, so the server
+        commits whatever the handlers do (one that blocks the event loop cannot keep the claim
+        open); ``next_due`` goes with it and comes back with its reply. Until that, the
+        claim's transaction holds the rows, so an ack or a heartbeat sent meanwhile waits for
+        it, and the completer holds the attempts' outcomes back (a server that crashes before
+        the flush forgets the claim, and a later claim after the restart would hand out the
+        same lease token). A COMMIT that fails, or whose fate is unknown, stops the handlers as for
+        a lost lease and drops what they return: the job runs again (at least once), and
+        nothing is ever written under that token."""
+        rows, later, commit = await self.db.before_commit(
+            "claim_jobs", "next_due", params, generic=True
+        )
+        keys = [(row[0], row[6]) for row in rows]
+        self.completer.claim_pending(keys)
+        self._commits.add(commit)
+        commit.add_done_callback(lambda task: self._claim_committed(task, keys))
+        self._hand_over(rows, self._main_sent_at)
+        # Read with the COMMIT's reply: the claim costs this idle worker one connection and
+        # no statement more, and its jobs are running meanwhile.
+        self._due = await later
+        return rows
+
+    def _claim_committed(self, commit: asyncio.Task[None], keys: list[tuple[int, int]]) -> None:
+        self._commits.discard(commit)
+        error = None if commit.cancelled() else commit.exception()
+        if not commit.cancelled() and error is None:
+            self.completer.claim_committed(keys)
+            return
+        for job_id, token in keys:
+            self.executor.stop_job(job_id, "lease lost", token)
+        running = {key for key in keys if key in self.executor.running}
+        self.completer.claim_failed(keys, running)
+        self.wake()  # rolled back, its jobs are ready again: claim them
+        self.log.warning(
+            "claim did not commit; its jobs were stopped and run again later job_ids=%s error=%r",
+            ",".join(str(job_id) for job_id, _ in keys) or "none",
+            "cancelled" if error is None else self.explain(error)[:300],
+        )
 
     def _running_per_queue(self) -> list[int]:
         """This worker's running jobs per queue (the claim's fair share accounts for them)."""

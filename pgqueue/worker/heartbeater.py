@@ -56,6 +56,11 @@ class Heartbeater(Service):
 
     async def run_once(self, timeout: float = 30.0) -> None:
         held = sorted(self.executor.held() + self.completer.held())
+        self.completer.forget_not_ours(set(held))
+        not_ours = self.completer.not_ours()
+        if not_ours:
+            # Claims not committed yet, or that never did: nothing is written under them.
+            held = [pair for pair in held if pair not in not_ours]
         if self.lost:
             # Forget losses whose handler has returned (their pair is held nowhere any more).
             self.lost.intersection_update(held)

@@ -1,0 +1,132 @@
+"""Single-job enqueue against the raw single insert, interleaved, fsync on.
+
+    python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
+                                        [--producers 1,8] [--tree PATH ...]
+
+One job per transaction (autocommit), P producer threads with a connection each. Every round
+measures, each in a fresh process, one after the other:
+
+* ``raw``: ``INSERT`` into a minimal table (``benchmarks.compare``'s raw ceiling);
+* ``jobs INSERT``: pgqueue's own one-job statement (``insert_job``) sent by bare psycopg,
+  prepared: the table, its constraints, indexes and triggers, no library;
+* ``PgQueue.enqueue``: the library call, of this checkout and of each ``--tree`` (a checkout
+  whose pgqueue the process imports instead), so a change is measured against its base in the
+  same rounds.
+
+Prints, per variant and producer count, the median jobs/s and the median of the rounds' ratios
+to ``raw`` (the machine's load moves all of a round together; the ratios move less).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+RAW_DDL = (
+    "CREATE TABLE IF NOT EXISTS raw_jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " queue text NOT NULL DEFAULT 'default', args jsonb NOT NULL DEFAULT '{}',"
+    " run_at timestamptz NOT NULL DEFAULT now());"
+    " CREATE INDEX IF NOT EXISTS raw_jobs_claim_idx ON raw_jobs (queue, run_at, id)"
+)
+RAW_INSERT = "INSERT INTO raw_jobs (args) VALUES (%s::jsonb)"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def measure(variant: str, dsn: str, producers: int, count: int) -> float:
+    """One figure, in this process (run by the parent with the tree's pgqueue on the path)."""
+    if variant == "raw":
+
+        def make() -> Callable[[], object]:
+            conn = psycopg.connect(dsn, autocommit=True)
+            return lambda: conn.execute(RAW_INSERT, ("{}",), prepare=True)
+
+    elif variant == "jobs INSERT":
+        from pgqueue.db.queries import query
+
+        params = {
+            "queue": "default", "task": "bench.job", "args": "{}", "priority": 0,
+            "run_at": None, "delay": None, "max_attempts": 5, "result_ttl": None,
+        }  # fmt: skip
+
+        def make() -> Callable[[], object]:
+            conn = psycopg.connect(dsn, autocommit=True)
+            return lambda: conn.execute(query("insert_job"), params, prepare=True).fetchone()
+
+    else:
+        from pgqueue import PgQueue
+
+        def make() -> Callable[[], object]:
+            app = PgQueue(dsn, pool_size=1)
+            return lambda: app.enqueue("bench.job", {})
+
+    from benchmarks.drivers.protocol import threaded_rate  # the tree's (standard library)
+
+    return threaded_rate(producers, count // producers, make)
+
+
+def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--dsn", help="an existing server (default: a new embedded one)")
+    p.add_argument("--count", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--producers", default="1,8")
+    p.add_argument("--tree", type=Path, action="append", default=[], help="another checkout")
+    p.add_argument("--measure", help=argparse.SUPPRESS)  # a child process: one figure
+    args = p.parse_args(argv)
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.dsn, int(args.producers), args.count)))
+        return {}
+
+    from benchmarks.common import fresh_database, machine, server
+
+    trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
+    variants = [("raw", ROOT), ("jobs INSERT", ROOT)]
+    variants += [(f"PgQueue.enqueue {name}", tree) for name, tree in trees.items()]
+    producer_counts = [int(n) for n in args.producers.split(",")]
+    with server(args.dsn) as admin:
+        dsn = fresh_database(admin, "pgqueue_enqueue_single")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(RAW_DDL)
+            durable = [
+                conn.execute(f"SHOW {s}").fetchone() for s in ("fsync", "synchronous_commit")
+            ]
+        print(machine(dsn), "| fsync, synchronous_commit:", [row[0] for row in durable if row])
+        figures: dict[tuple[str, int], list[float]] = {}
+        for round_ in range(args.rounds):
+            for producers in producer_counts:
+                for variant, tree in variants:
+                    env = {**os.environ, "PYTHONPATH": str(tree)}
+                    command = [
+                        sys.executable, str(Path(__file__).resolve()), "--measure", variant,
+                        "--dsn", dsn, "--producers", str(producers), "--count", str(args.count),
+                    ]  # fmt: skip
+                    out = subprocess.run(command, env=env, check=True, capture_output=True)
+                    value = float(out.stdout.decode().strip().splitlines()[-1])
+                    figures.setdefault((variant, producers), []).append(value)
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        conn.execute("TRUNCATE raw_jobs, pgqueue.jobs")
+            print(f"round {round_ + 1} done", flush=True)
+        print(f"\n{args.count} jobs per figure, {args.rounds} rounds: median jobs/s (min-max),")
+        print("median of the rounds' ratios to raw")
+        for producers in producer_counts:
+            raw = figures["raw", producers]
+            for variant, _ in variants:
+                values = figures[variant, producers]
+                ratio = statistics.median(v / r for v, r in zip(values, raw, strict=True))
+                print(
+                    f"  {producers} producer(s)  {variant:<32} {statistics.median(values):>7,.0f}"
+                    f" ({min(values):,.0f}-{max(values):,.0f})  {ratio:.2f}"
+                )
+    return figures
+
+
+if __name__ == "__main__":
+    main()

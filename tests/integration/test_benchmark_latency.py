@@ -1,0 +1,42 @@
+"""The latency, single-enqueue and sleeping-jobs benchmarks run end to end (tiny sizes, the
+suite's server, whose fsync is off: the figures mean nothing). Figures are never asserted,
+only that every step produced one."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import enqueue_single, latency, sleep_jobs
+
+pytestmark = pytest.mark.slow
+
+
+def test_latency_measures_every_stage(pg_server):
+    args = ["--jobs", "20", "--rate", "50", "--runs", "1", "--kinds", "async", "--allow-fsync-off"]
+    results = latency.main(["--dsn", pg_server.admin_dsn, *args])
+    (run,) = results["async this"]
+    assert run["jobs"] == 20
+    assert run["staged"] > 0
+    assert set(run["stages"]) == set(latency.STAGES)
+    assert results["raw"][0]["p50"] > 0
+
+
+def test_sleep_jobs_and_single_enqueue_produce_figures(pg_server):
+    args = [
+        "--jobs",
+        "100",
+        "--runs",
+        "1",
+        "--concurrency",
+        "8",
+        "--kinds",
+        "sync",
+        "--allow-fsync-off",
+    ]
+    sleeping = sleep_jobs.main(["--dsn", pg_server.admin_dsn, *args])
+    assert sleeping["sync this"][0] > 0
+    figures = enqueue_single.main(
+        ["--dsn", pg_server.admin_dsn, "--count", "20", "--rounds", "1", "--producers", "2"]
+    )
+    assert {variant for variant, _ in figures} == {"raw", "jobs INSERT", "PgQueue.enqueue this"}
+    assert all(values[0] > 0 for values in figures.values())

@@ -1,0 +1,91 @@
+"""An idle worker starts a claimed job as soon as the claim's rows arrive, before the claim's
+COMMIT returns; nothing is written about the attempt until that COMMIT succeeded, and a claim
+that never commits leaves nothing written under its lease token."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+import pytest
+
+from tests.helpers import ledger, scalar, thread_worker, wait_for
+from tests.integration import worker_app
+
+APP = worker_app.pgq
+
+# A deferred constraint trigger runs inside the COMMIT of the transaction that claimed a job
+# (OLD.state is not 'running', NEW.state is): it can make that COMMIT slow, or fail.
+CLAIM_COMMIT_TRIGGER = """
+CREATE SEQUENCE claim_commits;
+CREATE FUNCTION at_claim_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.state <> 'running' AND NEW.state = 'running' THEN
+        IF nextval('claim_commits') = 1 THEN  -- a sequence: the count survives a rollback
+            PERFORM pg_sleep(%(sleep)s);
+            IF %(fail)s THEN
+                RAISE EXCEPTION 'the first claim does not commit';
+            END IF;
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER at_claim_commit AFTER UPDATE ON pgqueue.jobs
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION at_claim_commit();
+"""
+
+
+def install_trigger(dsn: str, *, sleep: float, fail: bool) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Literal values: the body is a dollar-quoted string, not a place for parameters.
+        body = CLAIM_COMMIT_TRIGGER.replace("%(sleep)s", repr(float(sleep)))
+        conn.execute(body.replace("%(fail)s", "true" if fail else "false"))
+
+
+def idle(dsn: str) -> bool:
+    return bool(scalar(dsn, "SELECT count(*) FROM pgqueue.idle_workers"))
+
+
+def test_an_idle_worker_starts_a_job_while_its_claim_commits(app_dsn, pgq):
+    install_trigger(app_dsn, sleep=2.0, fail=False)
+    with thread_worker(APP, app_dsn, poll_interval=600):
+        wait_for(lambda: idle(app_dsn), message="the worker to go idle")
+        job = pgq.enqueue("sync_noop", {})
+        wait_for(lambda: ledger(app_dsn, "end"), timeout=5, message="the handler to run")
+        # The handler has run, and the claim is still committing: the row is not running
+        # yet for anyone else, and the outcome is held back (its ack would wait anyway).
+        state = scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (job,))
+        assert state == "ready"
+        wait_for(
+            lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 0,
+            timeout=10,
+            message="the ack once the claim committed",
+        )
+    assert [row[0] for row in ledger(app_dsn, "end")] == [job]
+
+
+@pytest.mark.parametrize("task", ["sync_noop", "instant"])
+def test_a_claim_that_does_not_commit_writes_nothing_and_the_job_runs_again(
+    app_dsn, pgq, caplog, task
+):
+    caplog.set_level(logging.WARNING, logger="pgqueue.worker")
+    install_trigger(app_dsn, sleep=0.3, fail=True)
+    with thread_worker(APP, app_dsn, poll_interval=600):
+        wait_for(lambda: idle(app_dsn), message="the worker to go idle")
+        job = pgq.enqueue(task, {})
+        wait_for(
+            lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 0,
+            timeout=15,
+            message="the job to run again and be acked",
+        )
+        time.sleep(0.3)  # anything left to write about the first attempt
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("claim did not commit; its jobs were stopped" in m for m in messages)
+    # The first attempt's handler finished (a no-op is done before the COMMIT fails); what it
+    # returned was dropped, not written under a token the next claim hands out again.
+    assert any(m.startswith("claim did not commit; outcome not written") for m in messages)
+    if task == "sync_noop":
+        assert [row[0] for row in ledger(app_dsn, "end")] == [job, job]
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.dead_letters") == 0
+    assert scalar(app_dsn, "SELECT nextval('claim_commits')") >= 3  # claimed twice
