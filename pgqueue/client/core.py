@@ -234,6 +234,8 @@ class PgQueue:
                 queue=task.queue,
                 priority=task.defaults["priority"],
                 max_attempts=task.defaults["max_attempts"],
+                meta=task.defaults["meta"],
+                tags=task.defaults["tags"],
                 **timing,
             )
             self.schedules[schedule.name] = schedule

@@ -251,6 +251,9 @@ class _Runner:
             datetime.fromisoformat(message["created_at"]),
             datetime.fromisoformat(message["run_at"]),
             bool(message["wants_result"]),
+            message.get("meta"),
+            message.get("tags"),
+            message.get("last_trace"),
         )
         ctx = JobContext(job, self.worker_id)
         channel = self.channel
