@@ -566,7 +566,7 @@ SELECT pgqueue.cancel(%(job_id)s)
 
 -- name: list_dead_letters
 SELECT id, queue, task, args, attempts, max_attempts, reason, last_error, errors, created_at,
-       dead_at
+       dead_at, meta, tags
 {{matching_dead_letters}}
  ORDER BY dead_at DESC, id DESC
  LIMIT %(limit)s
