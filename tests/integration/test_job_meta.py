@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from pgqueue import chain, inspect
 from pgqueue.cli import app as cli_app
 from pgqueue.errors import InvalidJobError
+from tests.dashboard_helpers import dashboard
 from tests.helpers import thread_worker, wait_for
 from tests.integration import traced_app
 
@@ -155,6 +156,15 @@ def test_meta_and_tags_follow_the_job_everywhere(app_dsn, pgq):
     assert [j["id"] for j in json.loads(result.output)["jobs"]] == [kept]
     detail = inspect.job_detail(pgq, dead)
     assert detail is not None and (detail["meta"], detail["tags"]) == (META, ["dead"])
+    with dashboard(app_dsn) as board:
+        status, _, body = board.request("/api/search?tag=kept&meta=n%3D3&meta=tenant%3Dacme")
+        assert status == 200 and [j["id"] for j in json.loads(body)["jobs"]] == [kept]
+        assert json.loads(body)["jobs"][0]["tags"] == ["kept"]
+        status, _, body = board.request(f"/api/jobs/{dead}")
+        assert status == 200 and (json.loads(body)["meta"], json.loads(body)["tags"]) == (
+            META,
+            ["dead"],
+        )
 
     # Replay brings them back with the job.
     assert pgq.admin.replay_dead_letters(ids=[dead]) == 1
