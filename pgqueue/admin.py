@@ -32,6 +32,8 @@ class DeadLetter(NamedTuple):
     errors: list[Any]
     created_at: datetime
     dead_at: datetime
+    meta: dict[str, Any] | None
+    tags: list[str] | None
 
 
 DEAD_LETTER_COLUMNS = DeadLetter._fields

@@ -7,6 +7,7 @@ Everything here is pure (no I/O): :func:`make_spec` validates a call and resolve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,7 +15,15 @@ from typing import Any
 
 from pgqueue.db.plan import CopyIn, Plan, Query
 from pgqueue.errors import InvalidJobError, QueueFullError
-from pgqueue.options import DEFAULTS, OPTION_NAMES, check_int, check_options
+from pgqueue.options import (
+    DEFAULTS,
+    MAX_META_BYTES,
+    OPTION_NAMES,
+    check_int,
+    check_options,
+    merge_meta,
+    merge_tags,
+)
 from pgqueue.payload import check_name, dumps
 
 # Below this many jobs a multi-row INSERT beats setting up a COPY.
@@ -70,6 +79,10 @@ class JobSpec:
     result_ttl: timedelta | None = None
     #: Ids of jobs that must succeed first (the job waits until they have).
     depends_on: tuple[int, ...] = ()
+    #: The job's metadata as JSON text (a JSON object), None when it has none.
+    meta_json: str | None = None
+    #: The job's tags, None when it has none.
+    tags: tuple[str, ...] | None = None
 
     def with_args_json(self, args_json: str) -> JobSpec:
         """A copy with other arguments (bulk enqueue makes one per job: spelled out, because
@@ -78,7 +91,19 @@ class JobSpec:
             self.task, args_json, self.queue, self.priority, self.max_attempts, self.run_at,
             self.delay, self.idempotency_key, self.concurrency_key, self.unique_for,
             self.unique_states, self.wait_if_full, self.result_ttl, self.depends_on,
+            self.meta_json, self.tags,
         )  # fmt: skip
+
+    def with_meta_json(self, meta_json: str | None) -> JobSpec:
+        """A copy with other metadata (JSON text of an object)."""
+        spec = self.with_args_json(self.args_json)
+        spec.meta_json = meta_json
+        return spec
+
+    @property
+    def tag_list(self) -> list[str] | None:
+        """The tags as a list (what psycopg writes as ``text[]``), or None."""
+        return list(self.tags) if self.tags is not None else None
 
     @property
     def needs_transaction(self) -> bool:
@@ -133,6 +158,11 @@ def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[st
     wait = fields["wait_if_full"]
     fields["wait_if_full"] = wait.total_seconds() if wait is not None else None
     fields["depends_on"] = given.get("depends_on", ())  # a task's jobs depend on nothing
+    # Metadata and tags add up: the call's keys over the task's, the call's tags after its.
+    meta = merge_meta(task_defaults.get("meta"), given.get("meta"))
+    del fields["meta"]
+    fields["meta_json"] = None if meta is None else dumps(meta, limit=MAX_META_BYTES, what="meta")
+    fields["tags"] = merge_tags(task_defaults.get("tags"), given.get("tags"))
     return JobSpec(task=task, args_json="{}", **fields)
 
 
@@ -156,6 +186,8 @@ def enqueue_one(spec: JobSpec) -> Plan[JobId]:
         "run_at": spec.run_at,
         "delay": spec.delay,
         "max_attempts": spec.max_attempts,
+        "meta": spec.meta_json,
+        "tags": spec.tag_list,
     }
     if spec.idempotency_key is None and spec.concurrency_key is None:
         # One statement and no function call: about 8% more single-job enqueues per second.
@@ -221,7 +253,13 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
         # (One pass, spelled out: this loop runs once per job of a bulk enqueue.)
         key = spec.idempotency_key
         now = spec.run_at is None and not spec.delay
-        if now and key is None and spec.concurrency_key is None:
+        if (
+            now
+            and key is None
+            and spec.concurrency_key is None
+            and spec.meta_json is None
+            and spec.tags is None
+        ):
             ready.append(
                 (job_id, spec.queue, spec.task, spec.args_json, spec.priority, spec.max_attempts)
             )
@@ -235,23 +273,26 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
         row = (job_id, spec.queue, spec.task, spec.args_json, spec.priority, run_at, state,
                spec.max_attempts, key, spec.concurrency_key)  # fmt: skip
         if key is None:
-            plain.append(row)
+            plain.append((*row, spec.meta_json, spec.tags))
             result[index] = _new_job_id(JobId, job_id)
         elif key in first_for_key:
             repeats.append((index, key))
         else:
             first_for_key[key] = index
             unique = ",".join(spec.unique_states) if spec.unique_states else None
-            keyed.append((index, (*row, spec.unique_for, unique)))
+            keyed.append((index, (*row, spec.unique_for, unique, spec.meta_json, spec.tags)))
     if len(ready) >= _COPY_THRESHOLD:
         yield CopyIn("copy_ready_jobs", ready)
     else:
-        plain.extend((i, q, t, a, p, db_now, "ready", m, None, None) for i, q, t, a, p, m in ready)
+        plain.extend(
+            (i, q, t, a, p, db_now, "ready", m, None, None, None, None)
+            for i, q, t, a, p, m in ready
+        )
     if plain:
         if len(plain) >= _COPY_THRESHOLD:
-            yield CopyIn("copy_jobs", plain)
+            yield CopyIn("copy_jobs", [(*r[:11], _tag_array(r[11])) for r in plain])
         else:
-            yield Query("insert_jobs", _columns(plain))
+            yield Query("insert_jobs", _columns(plain, _PLAIN_COLUMNS))
     if keyed:
         yield from _insert_keyed(keyed, result)
     for index, key in repeats:
@@ -298,7 +339,7 @@ def _insert_keyed(
     fresh = [(index, row) for index, row in keyed if row[8] not in kept]
     created_ids: set[int] = set()
     if fresh:
-        inserted = yield Query("insert_jobs_keyed", _columns([row for _, row in fresh]))
+        inserted = yield Query("insert_jobs_keyed", _columns([row for _, row in fresh], _KEYED))
         created_ids = {row[0] for row in inserted}
     if created_ids:
         # A holder that finished (keeping its key) while we inserted: take our job back.
@@ -341,14 +382,29 @@ JOB_COLUMNS = (
 )
 
 
+#: The parameters of insert_jobs: the first ten job columns, then metadata and tags.
+_PLAIN_COLUMNS = (*JOB_COLUMNS[:10], "metas", "tag_lists")
+#: The parameters of insert_jobs_keyed.
+_KEYED = (*JOB_COLUMNS, "metas", "tag_lists")
+
+
 def _columns(
     rows: Iterable[tuple[Any, ...]], names: Sequence[str] = JOB_COLUMNS
 ) -> dict[str, list[Any]]:
-    """Rows to one array per column (the ``unnest`` parameters of the multi-row inserts)."""
+    """Rows to one array per column (the ``unnest`` parameters of the multi-row inserts).
+    Tags (a column named ``tag_lists``) travel as JSON arrays: unnest would flatten an array
+    of arrays."""
     columns: dict[str, list[Any]] = {name: [] for name in names}
     width = 0
     for row in rows:
         width = len(row)
         for name, value in zip(names, row, strict=False):
             columns[name].append(value)
+    if "tag_lists" in columns:
+        columns["tag_lists"] = [None if t is None else json.dumps(t) for t in columns["tag_lists"]]
     return {name: values for name, values in list(columns.items())[:width]}
+
+
+def _tag_array(tags: tuple[str, ...] | None) -> list[str] | None:
+    """Tags as COPY writes them (a list becomes a ``text[]``)."""
+    return None if tags is None else list(tags)

@@ -13,11 +13,13 @@ from uuid import UUID
 
 import psycopg
 from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
 
 from pgqueue import search
 from pgqueue.client import PgQueue
 from pgqueue.db.plan import Plan, fetch_all, fetch_first
 from pgqueue.errors import InvalidJobError
+from pgqueue.options import check_meta, check_tags
 from pgqueue.search import JobFilter, SearchPage
 
 JOB_STATES = ("ready", "scheduled", "running")
@@ -60,6 +62,7 @@ class LiveJob(NamedTuple):
     worker_id: UUID | None
     lease_left: timedelta | None
     last_error: str | None
+    tags: list[str] | None
 
 
 class RunningJob(NamedTuple):
@@ -79,6 +82,8 @@ class RunningJob(NamedTuple):
     cancel_requested: bool
     progress: Any
     progress_at: datetime | None
+    meta: dict[str, Any] | None
+    tags: list[str] | None
 
 
 class WorkerStatus(NamedTuple):
@@ -145,14 +150,24 @@ def jobs(
     queue: str | None = None,
     state: str | None = None,
     task: str | None = None,
+    tags: Sequence[str] | None = None,
+    meta: Mapping[str, Any] | None = None,
     limit: int = 50,
 ) -> list[dict[str, Any]]:
-    """Live jobs (``pgqueue.jobs``), oldest first."""
+    """Live jobs (``pgqueue.jobs``), oldest first; ``tags``: only jobs with every one of
+    these tags, ``meta``: only jobs whose metadata contains this object."""
     if state is not None and state not in JOB_STATES:
         raise InvalidJobError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
     if limit < 1:
         raise InvalidJobError("limit must be at least 1")
-    params = {"queue": queue, "state": state, "task": task, "limit": limit}
+    params = {
+        "queue": queue,
+        "state": state,
+        "task": task,
+        "tags": list(check_tags(tags)) if tags else None,
+        "meta": Jsonb(check_meta(meta)) if meta else None,
+        "limit": limit,
+    }
     return pgq.run(_dicts("list_jobs", LiveJob, params))
 
 
@@ -176,9 +191,12 @@ def job_filter(
     until: datetime | None = None,
     finished_since: datetime | None = None,
     finished_until: datetime | None = None,
+    tags: Sequence[str] | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> JobFilter:
     """A :class:`~pgqueue.search.JobFilter` from keyword arguments (``state``: one state or
-    several, any of :data:`pgqueue.search.STATES`)."""
+    several, any of :data:`pgqueue.search.STATES`; ``tags``: every one of these tags;
+    ``meta``: the metadata contains this object)."""
     states = (state,) if isinstance(state, str) else (tuple(state) if state else None)
     return JobFilter(
         id=id,
@@ -191,6 +209,8 @@ def job_filter(
         until=until,
         finished_since=finished_since,
         finished_until=finished_until,
+        tags=tuple(tags) if tags else None,
+        meta=meta or None,
     )
 
 

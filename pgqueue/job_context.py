@@ -35,6 +35,12 @@ class ClaimedJob(NamedTuple):
     run_at: datetime
     #: The job keeps its return value (result_ttl set), so the worker stores it with the ack.
     wants_result: bool = False
+    #: The job's metadata and tags (None: it has none).
+    meta: dict[str, Any] | None = None
+    tags: list[str] | None = None
+    #: The trace context (W3C traceparent) of its latest failed attempt, when that attempt
+    #: was traced (see pgqueue.tracing): the new attempt's span links to it.
+    last_trace: str | None = None
     #: When this worker sent the claim (``time.monotonic()``): the database set the lease to
     #: expire ``lease`` seconds after it ran the claim, so the lease holds at least until
     #: ``leased_at + lease`` (what tells a retried write of a lost reply from a lost lease).
@@ -42,7 +48,7 @@ class ClaimedJob(NamedTuple):
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...], leased_at: float = 0.0) -> ClaimedJob:
-        return tuple.__new__(cls, (*row[:11], leased_at))
+        return tuple.__new__(cls, (*row[:14], leased_at))
 
 
 @dataclass(eq=False)
@@ -95,6 +101,18 @@ class JobContext:
     def args(self) -> dict[str, Any]:
         """The job's arguments, by parameter name."""
         return self.job.args
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The job's metadata (``enqueue(..., meta={...})``; empty when it has none). When
+        the job was enqueued inside a trace, it holds the trace context (``traceparent``)."""
+        meta = self.job.meta
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def tags(self) -> list[str]:
+        """The job's tags (``enqueue(..., tags=[...])``; empty when it has none)."""
+        return self.job.tags or []
 
     @property
     def run_at(self) -> datetime:

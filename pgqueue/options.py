@@ -29,7 +29,7 @@ from typing import Annotated, Any, TypedDict, cast, get_type_hints
 from pgqueue import config
 from pgqueue.errors import ConfigurationError, InvalidJobError
 from pgqueue.flow import CircuitBreaker, RateLimit, check_limit
-from pgqueue.payload import check_name, check_unicode
+from pgqueue.payload import check_name, check_unicode, dumps
 from pgqueue.retry import BackoffLike
 
 #: Final states a job can keep its idempotency key in (with ``unique_for``).
@@ -43,6 +43,11 @@ MAX_DURATION = timedelta(days=365 * _MAX_YEARS + _MAX_YEARS // 4)
 _MAX_SECONDS = MAX_DURATION.total_seconds()
 _MAX_KEY_LENGTH = 1000
 _SMALLINT = (-32768, 32767)
+#: The most JSON a job's metadata may take (after the task's and the call's are merged).
+MAX_META_BYTES = 8192
+#: The most tags a job may have, and the longest tag.
+MAX_TAGS = 20
+MAX_TAG_LENGTH = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,60 @@ def _final_states(value: object, what: str) -> tuple[str, ...]:
     return states
 
 
+def check_meta(value: object, what: str = "meta") -> dict[str, Any]:
+    """Metadata: a JSON object with string keys, checked as args are (no NaN, NUL or lone
+    surrogate), at most :data:`MAX_META_BYTES` of JSON."""
+    if not isinstance(value, Mapping):
+        raise InvalidJobError(
+            f"{what} must be a JSON object (a mapping), got {type(value).__name__}"
+        )
+    plain = dict(value)
+    dumps(plain, limit=MAX_META_BYTES, what=what)
+    return plain
+
+
+def check_tags(value: object, what: str = "tags") -> tuple[str, ...]:
+    """Tags: a list of non-empty strings of at most :data:`MAX_TAG_LENGTH` characters, at most
+    :data:`MAX_TAGS` of them; repeats are dropped, the order is kept."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidJobError(
+            f"{what} must be a list of strings, got {type(value).__name__}"
+            + (f" (write [{value!r:.40}] for one tag)" if isinstance(value, str) else "")
+        )
+    tags: dict[str, None] = {}
+    for tag in value:
+        if not isinstance(tag, str) or not tag or len(tag) > MAX_TAG_LENGTH or "\x00" in tag:
+            raise InvalidJobError(
+                f"{what} must be non-empty strings of at most {MAX_TAG_LENGTH} characters "
+                f"without NUL, got {tag!r:.80}"
+            )
+        check_unicode(tag, f"tag {tag!r:.40}")
+        tags[tag] = None
+    if len(tags) > MAX_TAGS:
+        raise InvalidJobError(f"a job may have at most {MAX_TAGS} tags, got {len(tags)}")
+    return tuple(tags)
+
+
+def merge_meta(
+    defaults: Mapping[str, Any] | None, given: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """A job's metadata: the task's, with the call's keys added over it (the call wins for a
+    key both set); None when neither sets any."""
+    if not defaults:
+        return dict(given) if given else None
+    return {**defaults, **(given or {})}
+
+
+def merge_tags(
+    defaults: Iterable[str] | None, given: Iterable[str] | None
+) -> tuple[str, ...] | None:
+    """A job's tags: the task's, then the call's, without repeats; None when neither sets
+    any."""
+    if not defaults:
+        return tuple(given) if given else None
+    return check_tags((*defaults, *(given or ())))
+
+
 def _seconds(value: object, what: str) -> float | None:
     # 0 (or a zero timedelta) means no timeout, as None does.
     return to_timedelta(value, what).total_seconds() or None
@@ -195,6 +254,14 @@ class JobBasics(TypedDict, total=False):
     """Lower runs first, -32768 to 32767 (default 0)."""
     max_attempts: Annotated[int | None, Check(_max_attempts, default=config.DEFAULT_MAX_ATTEMPTS)]
     """Attempts before the job is dead-lettered (default 5)."""
+    meta: Annotated[Mapping[str, Any] | None, Check(check_meta)]
+    """Metadata stored with the job (a JSON object with string keys, at most 8 KB of JSON):
+    shown by the views, the CLI and the dashboard, searchable, ``current_job().meta`` in the
+    handler. A call's keys are added over its task's (the call wins a key both set)."""
+    tags: Annotated[Iterable[str] | None, Check(check_tags)]
+    """Tags stored with the job (at most 20 non-empty strings of at most 100 characters;
+    repeats dropped, order kept): searchable, ``current_job().tags``. A call's tags are added
+    to its task's."""
 
 
 class JobDefaults(JobBasics, total=False):

@@ -30,7 +30,7 @@ from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first, fetch_value
 from pgqueue.errors import ConfigurationError
-from pgqueue.options import JobBasics, TaskOptions
+from pgqueue.options import MAX_META_BYTES, JobBasics, TaskOptions, check_meta, check_tags
 from pgqueue.payload import check_name, dumps
 
 MISSED_POLICIES = ("skip", "catch_up")
@@ -92,6 +92,9 @@ class Schedule:
     missed: str = "skip"
     grace: float = 60.0
     max_catch_up: int = 100
+    #: The metadata and tags of its ticks' jobs.
+    meta: Mapping[str, Any] | None = None
+    tags: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, "schedule name")
@@ -107,6 +110,10 @@ class Schedule:
             raise ConfigurationError("grace must not be negative")
         if self.max_catch_up < 1:
             raise ConfigurationError("max_catch_up must be at least 1")
+        if self.meta is not None:
+            object.__setattr__(self, "meta", check_meta(self.meta) or None)
+        if self.tags is not None:
+            object.__setattr__(self, "tags", check_tags(self.tags) or None)
 
     def params(self) -> dict[str, Any]:
         """The schedule as the parameters of the statements that store it."""
@@ -122,6 +129,8 @@ class Schedule:
             "missed": self.missed,
             "grace": timedelta(seconds=self.grace),
             "max_catch_up": self.max_catch_up,
+            "meta": None if self.meta is None else dumps(dict(self.meta), limit=MAX_META_BYTES),
+            "tags": None if self.tags is None else list(self.tags),
         }
 
 
@@ -195,6 +204,8 @@ class ScheduleRow(NamedTuple):
     last_enqueued_at: datetime | None
     ticks_enqueued: int
     ticks_skipped: int
+    meta: dict[str, Any] | None
+    tags: list[str] | None
 
 
 class _Definition(NamedTuple):

@@ -41,7 +41,7 @@ from psycopg.types.json import Jsonb
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
-from pgqueue.options import MAX_JOB_ID
+from pgqueue.options import MAX_JOB_ID, check_meta, check_tags
 
 LIVE_STATES = ("waiting", "scheduled", "ready", "running")
 HISTORY_STATES = ("succeeded", "cancelled")
@@ -66,6 +66,7 @@ class SearchRow(NamedTuple):
     finished_at: datetime | None
     error_class: str | None
     last_error: str | None
+    tags: list[str] | None
 
 
 class FoundJob(NamedTuple):
@@ -111,7 +112,8 @@ class JobFilter:
     ``finished_since``/``finished_until`` when it finished (succeeded, cancelled or died: a
     finished range leaves live jobs out). ``args``: the job's args contain this object
     (``jsonb @>``). ``error``: an attempt's error class or message contains this text
-    (case-insensitive)."""
+    (case-insensitive). ``tags``: the job has every one of these tags. ``meta``: the job's
+    metadata contains this object (``jsonb @>``: ``{"tenant": "acme"}``)."""
 
     id: int | None = None
     task: str | None = None
@@ -123,6 +125,8 @@ class JobFilter:
     until: datetime | None = None
     finished_since: datetime | None = None
     finished_until: datetime | None = None
+    tags: tuple[str, ...] | None = None
+    meta: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.id is not None and not _is_job_id(self.id):
@@ -146,6 +150,10 @@ class JobFilter:
                 json.dumps(dict(self.args), allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise InvalidJobError(f"args must be JSON: {exc}") from None
+        if self.tags is not None:
+            object.__setattr__(self, "tags", check_tags(self.tags) or None)
+        if self.meta is not None:
+            object.__setattr__(self, "meta", check_meta(self.meta) or None)
         for low, high in (("since", "until"), ("finished_since", "finished_until")):
             for name in (low, high):
                 when = getattr(self, name)
@@ -184,6 +192,8 @@ class JobFilter:
             "until": self.until,
             "finished_since": self.finished_since,
             "finished_until": self.finished_until,
+            "tags": None if self.tags is None else list(self.tags),
+            "meta": None if self.meta is None else Jsonb(dict(self.meta)),
         }
 
 

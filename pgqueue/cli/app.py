@@ -185,7 +185,8 @@ def migrate(
 @app.command(
     "enqueue",
     epilog=example(
-        """pgq enqueue emails.send --args '{"to": "a@example.com"}' --delay 5m --result-ttl 1h"""
+        """pgq enqueue emails.send --args '{"to": "a@example.com"}' --delay 5m --result-ttl 1h """
+        """--meta '{"tenant": "acme"}' --tag welcome"""
     ),
 )
 def enqueue(
@@ -228,6 +229,15 @@ def enqueue(
             metavar="DURATION",
         ),
     ] = None,
+    meta: Annotated[
+        str | None, typer.Option("--meta", help="Metadata stored with the job: a JSON object.")
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag", help="A tag stored with the job (repeat for several).", metavar="TAG"
+        ),
+    ] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -239,6 +249,10 @@ def enqueue(
             raise InvalidJobError(f"--args is not valid JSON: {exc}") from None
         if not isinstance(payload, dict):
             raise InvalidJobError('--args must be a JSON object, e.g. \'{"to": "a@example.com"}\'')
+        try:
+            metadata = json.loads(meta) if meta is not None else None
+        except json.JSONDecodeError as exc:
+            raise InvalidJobError(f"--meta is not valid JSON: {exc}") from None
         pgq = PgQueue(dsn)
         try:
             job_id = pgq.enqueue(
@@ -253,6 +267,8 @@ def enqueue(
                 concurrency_key=concurrency_key,
                 depends_on=depends_on or None,
                 result_ttl=result_ttl,
+                meta=metadata,
+                tags=tag or None,
             )
         finally:
             pgq.close()

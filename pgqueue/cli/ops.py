@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from pgqueue import inspect, ops
+from pgqueue import inspect, ops, search
 from pgqueue.cli import search_cmd
 from pgqueue.cli.common import (
     MAX_JOB_ID,
@@ -72,6 +72,8 @@ def jobs_list(
         str | None, typer.Option("--state", help="ready, scheduled or running.")
     ] = None,
     task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
+    tag: search_cmd.TagOption = None,
+    meta: search_cmd.MetaOption = None,
     limit: Annotated[
         int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many rows.")
     ] = 50,
@@ -80,10 +82,13 @@ def jobs_list(
     as_json: JsonOption = False,
 ) -> None:
     """List live jobs (waiting and running), oldest first."""
+    contains = search.parse_args_filter(meta or ())
     rows = with_reader(
         dsn,
         read_dsn,
-        lambda pgq: inspect.jobs(pgq, queue=queue, state=state, task=task, limit=limit),
+        lambda pgq: inspect.jobs(
+            pgq, queue=queue, state=state, task=task, tags=tag, meta=contains, limit=limit
+        ),
     )
     hidden = {"max_attempts", "created_at", "worker_id"}  # in --json and `pgq jobs show`
     print_rows(

@@ -27,6 +27,7 @@ from pgqueue.cli.common import (
     with_reader,
 )
 from pgqueue.errors import InvalidJobError
+from pgqueue.options import check_tags
 
 TIME_HELP = "ISO 8601 (UTC if no offset) or an age such as 30m, 2h, 7d."
 
@@ -53,6 +54,34 @@ def _args(values: list[str] | None) -> list[str] | None:
     except InvalidJobError as exc:
         raise typer.BadParameter(str(exc)) from None
     return values
+
+
+def _tags(values: list[str] | None) -> list[str] | None:
+    try:
+        return list(check_tags(values)) if values else None
+    except InvalidJobError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+#: ``--tag``, shared by ``pgq jobs list`` and ``pgq jobs search``.
+TagOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tag", callback=_tags, help="Only jobs with this tag (repeat: jobs with all of them)."
+    ),
+]
+#: ``--meta``, shared by ``pgq jobs list`` and ``pgq jobs search``.
+MetaOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--meta",
+        callback=_args,
+        help=(
+            "The job's metadata contains KEY=VALUE (VALUE as JSON if it parses, else text; "
+            "repeat to combine) or a JSON object."
+        ),
+    ),
+]
 
 
 def jobs_search(
@@ -85,6 +114,8 @@ def jobs_search(
             ),
         ),
     ] = None,
+    tag: TagOption = None,
+    meta: MetaOption = None,
     since: Annotated[
         str | None, typer.Option("--since", help=f"Enqueued at or after this. {TIME_HELP}")
     ] = None,
@@ -138,6 +169,8 @@ def jobs_search(
             state=state,
             error=error,
             args=contains,
+            tags=tag,
+            meta=search.parse_args_filter(meta or ()),
             since=times["--since"],
             until=times["--until"],
             finished_since=times["--finished-since"],
@@ -157,7 +190,17 @@ def jobs_search(
         return
     print_rows(
         page.jobs,
-        ["id", "state", "queue", "task", "attempts", "created_at", "finished_at", "last_error"],
+        [
+            "id",
+            "state",
+            "queue",
+            "task",
+            "attempts",
+            "created_at",
+            "finished_at",
+            "tags",
+            "last_error",
+        ],
         as_json=False,
         title="jobs",
     )

@@ -14,13 +14,14 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
+from dataclasses import replace
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import config
+from pgqueue import config, tracing
 from pgqueue.admin import CancelResult, job_progress
 from pgqueue.admin import cancel as cancel_job
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
@@ -234,6 +235,8 @@ class PgQueue:
                 queue=task.queue,
                 priority=task.defaults["priority"],
                 max_attempts=task.defaults["max_attempts"],
+                meta=task.defaults["meta"],
+                tags=task.defaults["tags"],
                 **timing,
             )
             self.schedules[schedule.name] = schedule
@@ -374,13 +377,28 @@ class PgQueue:
 
     def enqueue_spec(self, spec: JobSpec, conn: object | None = None) -> JobId:
         """Write one validated job (:meth:`spec`), waiting for room in a bounded queue up to its
-        ``wait_if_full``; returns its id."""
+        ``wait_if_full``; returns its id. Inside a trace, the job's metadata records it
+        (:mod:`pgqueue.tracing`)."""
+        sending = tracing.sending((spec,))
+        if sending is not None:
+            with sending:
+                return sending.sent(self._enqueue_spec(sending.stamp(spec), conn))
+        return self._enqueue_spec(spec, conn)
+
+    def _enqueue_spec(self, spec: JobSpec, conn: object | None) -> JobId:
         return self._write(
             partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
         )
 
     async def enqueue_spec_async(self, spec: JobSpec, conn: object | None = None) -> JobId:
         """The async twin of :meth:`enqueue_spec`."""
+        sending = tracing.sending((spec,))
+        if sending is not None:
+            with sending:
+                return sending.sent(await self._enqueue_spec_async(sending.stamp(spec), conn))
+        return await self._enqueue_spec_async(spec, conn)
+
+    async def _enqueue_spec_async(self, spec: JobSpec, conn: object | None) -> JobId:
         return await self._write_async(
             partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
         )
@@ -397,8 +415,15 @@ class PgQueue:
         A batch that would overflow a bounded queue (``max_depth``) raises
         :class:`~pgqueue.QueueFullError` before writing anything, or waits up to
         ``wait_if_full`` seconds for room."""
-        plan = partial(enqueue_many, _specs(jobs))
-        return self._write(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
+        specs = _specs(jobs)
+        sending = tracing.sending(specs)
+        if sending is None:
+            return self._write(
+                partial(enqueue_many, specs), conn, atomic=True, wait=wait_if_full, bulk=True
+            )
+        with sending:
+            plan = partial(enqueue_many, sending.stamp_all(specs))
+            return self._write(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
 
     async def enqueue_many_async(
         self,
@@ -408,8 +433,15 @@ class PgQueue:
         wait_if_full: float | None = None,
     ) -> list[JobId]:
         """The async twin of :meth:`enqueue_many`."""
-        plan = partial(enqueue_many, _specs(jobs))
-        return await self._write_async(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
+        specs = _specs(jobs)
+        sending = tracing.sending(specs)
+        if sending is None:
+            return await self._write_async(
+                partial(enqueue_many, specs), conn, atomic=True, wait=wait_if_full, bulk=True
+            )
+        with sending:
+            plan = partial(enqueue_many, sending.stamp_all(specs))
+            return await self._write_async(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
 
     def publish(
         self,
@@ -496,7 +528,13 @@ class PgQueue:
         self, compiled: Compiled, *, conn: ConnectionArg | None = None
     ) -> WorkflowRun:
         """Write a compiled workflow (``workflow.compile()``) atomically; returns its
-        :class:`~pgqueue.WorkflowRun`."""
+        :class:`~pgqueue.WorkflowRun`. Inside a trace, every member's metadata records it."""
+        sending = tracing.sending([node.spec for node in compiled.nodes])
+        if sending is not None:
+            with sending:
+                stamped = _stamped(compiled, sending)
+                written = self.run(enqueue_compiled(stamped), conn, atomic=True)
+                return WorkflowRun.of(self, written.workflow_id, written.job_ids, stamped)
         written = self.run(enqueue_compiled(compiled), conn, atomic=True)
         return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
 
@@ -504,6 +542,12 @@ class PgQueue:
         self, compiled: Compiled, *, conn: AsyncConnectionArg | None = None
     ) -> WorkflowRun:
         """The async twin of :meth:`enqueue_compiled`."""
+        sending = tracing.sending([node.spec for node in compiled.nodes])
+        if sending is not None:
+            with sending:
+                stamped = _stamped(compiled, sending)
+                written = await self.run_async(enqueue_compiled(stamped), conn, atomic=True)
+                return WorkflowRun.of(self, written.workflow_id, written.job_ids, stamped)
         written = await self.run_async(enqueue_compiled(compiled), conn, atomic=True)
         return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
 
@@ -586,6 +630,14 @@ class PgQueue:
     ) -> CancelResult:
         """The async twin of :meth:`cancel`."""
         return await self.run_async(cancel_job(job_id), conn)
+
+
+def _stamped(compiled: Compiled, sending: tracing.Sending) -> Compiled:
+    """A copy of ``compiled`` whose members (and on_failure step) record the trace."""
+    nodes = [replace(node, spec=sending.stamp(node.spec)) for node in compiled.nodes]
+    step = compiled.on_failure
+    on_failure = None if step is None else replace(step, spec=sending.stamp(step.spec))
+    return replace(compiled, nodes=nodes, on_failure=on_failure)
 
 
 def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ class CronSchedules(Part):
         """Create or update the schedule ``name``: ``task`` with ``args`` at every tick of
         ``cron_expression``. Options (:class:`~pgqueue.schedules.ScheduleOptions`): ``tz``,
         ``missed``, ``grace``, ``max_catch_up``, and the ticks' ``queue``, ``priority``,
-        ``max_attempts`` (default: the task's)."""
+        ``max_attempts``, ``meta`` and ``tags`` (default: the task's)."""
         plan = plans.save(
             [self._definition(name, cron_expression, task, args, options)], from_code=False
         )
@@ -78,6 +79,8 @@ class CronSchedules(Part):
             queue=spec.queue,
             priority=spec.priority,
             max_attempts=spec.max_attempts,
+            meta=None if spec.meta_json is None else json.loads(spec.meta_json),
+            tags=spec.tags,
             **timing,
         )
 

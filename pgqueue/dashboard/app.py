@@ -230,7 +230,8 @@ _TIME_FILTERS = ("since", "until", "finished_since", "finished_until")
 
 def _search_arguments(params: Any) -> dict[str, Any]:
     """``GET /api/search`` query parameters as :func:`pgqueue.inspect.search_jobs` arguments:
-    ``state`` and ``args`` (``KEY=VALUE``) may repeat, times are ISO 8601, empty means unset."""
+    ``state``, ``tag``, ``args`` and ``meta`` (``KEY=VALUE``) may repeat, times are ISO 8601,
+    empty means unset."""
     arguments: dict[str, Any] = {name: params[name] for name in _TEXT_FILTERS if params.get(name)}
     for name in _TIME_FILTERS:
         if params.get(name):
@@ -247,6 +248,12 @@ def _search_arguments(params: Any) -> dict[str, Any]:
     contains = search.parse_args_filter(a for a in params.getlist("args") if a)
     if contains is not None:
         arguments["args"] = contains
+    tags = [t for t in params.getlist("tag") if t]
+    if tags:
+        arguments["tags"] = tags
+    meta = search.parse_args_filter(m for m in params.getlist("meta") if m)
+    if meta is not None:
+        arguments["meta"] = meta
     if params.get("after"):
         arguments["after"] = params["after"]
     return arguments

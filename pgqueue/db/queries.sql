@@ -19,16 +19,18 @@ SELECT e.id, e.created
            %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
            coalesce(%(run_at)s::timestamptz, now() + %(delay)s::interval),
            %(max_attempts)s, %(idempotency_key)s, %(concurrency_key)s,
-           %(unique_for)s::interval, %(unique_states)s::text[]) AS e
+           %(unique_for)s::interval, %(unique_states)s::text[], %(meta)s::jsonb,
+           %(tags)s::text[]) AS e
 
 -- name: insert_job
 -- The common single job (no idempotency or concurrency key): a plain INSERT, no function call,
 -- with the same columns and rules as pgqueue.enqueue_job. It writes nothing when the queue is
 -- bounded (max_depth): then the caller goes through enqueue_job, which checks for room.
-INSERT INTO pgqueue.jobs (queue, task, args, priority, run_at, state, max_attempts, result_ttl)
+INSERT INTO pgqueue.jobs (queue, task, args, priority, run_at, state, max_attempts, result_ttl,
+                          meta, tags)
 SELECT %(queue)s, %(task)s, %(args)s::jsonb, %(priority)s::smallint, d.due,
        CASE WHEN d.due > now() THEN 'scheduled' ELSE 'ready' END, %(max_attempts)s::integer,
-       %(result_ttl)s::interval
+       %(result_ttl)s::interval, %(meta)s::jsonb, %(tags)s::text[]
   FROM (SELECT coalesce(%(run_at)s::timestamptz, now() + %(delay)s::interval, now()) AS due) AS d
  WHERE NOT EXISTS (SELECT FROM pgqueue.queues AS qs
                     WHERE qs.name = %(queue)s AND qs.max_depth IS NOT NULL)
@@ -58,23 +60,26 @@ SELECT now(),
 
 -- name: copy_jobs
 COPY pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts, idempotency_key,
-                   concurrency_key)
+                   concurrency_key, meta, tags)
 FROM STDIN
 
 -- name: copy_ready_jobs
--- Jobs that are ready now and have no keys: run_at (now(), the transaction's clock), state and
--- the keys come from the column defaults.
+-- Jobs that are ready now and have no keys, metadata or tags: run_at (now(), the transaction's
+-- clock), state, the keys, meta and tags come from the column defaults.
 COPY pgqueue.jobs (id, queue, task, args, priority, max_attempts)
 FROM STDIN
 
 -- name: insert_jobs
+-- Tags travel as one JSON array per job (unnest would flatten an array of arrays).
 INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          idempotency_key, concurrency_key)
-SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key, ckey
+                          idempotency_key, concurrency_key, meta, tags)
+SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, key, ckey, meta,
+       CASE WHEN tags IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(tags)) END
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
               %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
-              %(max_attempts)s::integer[], %(keys)s::text[], %(concurrency_keys)s::text[])
-       AS u(id, queue, task, args, priority, run_at, state, max_attempts, key, ckey)
+              %(max_attempts)s::integer[], %(keys)s::text[], %(concurrency_keys)s::text[],
+              %(metas)s::jsonb[], %(tag_lists)s::jsonb[])
+       AS u(id, queue, task, args, priority, run_at, state, max_attempts, key, ckey, meta, tags)
 
 -- name: insert_jobs_keyed
 -- ON CONFLICT needs SELECT on the key column, which a producer role does not have (it would
@@ -85,7 +90,8 @@ SELECT k.id
            %(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
            %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
            %(max_attempts)s::integer[], %(keys)s::text[], %(concurrency_keys)s::text[],
-           %(unique_fors)s::interval[], %(unique_states)s::text[]) AS k
+           %(unique_fors)s::interval[], %(unique_states)s::text[], %(metas)s::jsonb[],
+           %(tag_lists)s::jsonb[]) AS k
 
 -- name: kept_idempotency_keys
 -- Keys finished jobs still hold (unique_for not yet over). Through SECURITY DEFINER functions
@@ -199,7 +205,8 @@ UPDATE pgqueue.jobs AS j
   FROM candidates AS c
  WHERE j.id = c.id
 RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_token,
-          j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL
+          j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL, j.meta, j.tags,
+          j.errors -> -1 ->> 'trace'
 
 -- name: claim_flow
 -- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
@@ -207,7 +214,8 @@ RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_tok
 -- that flow control no longer applies (claim with claim_jobs again). wake_on_exit: the job took
 -- the last free place under a concurrency limit (see ack_jobs_waking).
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.max_attempts, c.lease_token, c.priority,
-       c.created_at, c.run_at, c.wants_result, c.throttled, c.wake_on_exit
+       c.created_at, c.run_at, c.wants_result, c.meta, c.tags, c.last_trace, c.throttled,
+       c.wake_on_exit
   FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
                      %(worker_id)s::uuid, %(running)s::integer[]) AS c
 
@@ -321,14 +329,15 @@ WITH done AS (
 ), recorded AS (
     INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
                                      max_attempts, created_at, started_at, errors, worker_id,
-                                     result, keep_until)
+                                     result, keep_until, meta, tags)
     SELECT d.id, d.queue, d.task, d.args,
            CASE WHEN d.cancel_requested THEN 'cancelled' ELSE 'succeeded' END, d.priority,
            d.attempts, d.max_attempts, d.created_at, d.started_at, d.errors, d.worker_id,
            CASE WHEN NOT d.cancel_requested THEN d.result_json::jsonb END,
            CASE WHEN d.result_ttl IS NOT NULL
                 THEN now() + greatest(d.result_ttl, (SELECT r.history_retention
-                                                       FROM pgqueue.retention AS r)) END
+                                                       FROM pgqueue.retention AS r)) END,
+           d.meta, d.tags
       FROM done AS d
       -- (The settings subqueries run once per statement, not per row.)
      WHERE d.cancel_requested OR d.result_ttl IS NOT NULL
@@ -398,7 +407,7 @@ WITH input AS (
 ), buried AS (
     INSERT INTO pgqueue.dead_letters (id, queue, task, args, priority, attempts, max_attempts,
                                       lease_token, idempotency_key, created_at, errors,
-                                      last_error, reason, worker_id)
+                                      last_error, reason, worker_id, meta, tags)
     SELECT id, queue, task, args, priority, attempts, max_attempts, lease_token,
            idempotency_key, created_at, errors || jsonb_build_array(final_error),
            final_error ->> 'message',
@@ -406,7 +415,7 @@ WITH input AS (
                 WHEN kind = 'no_retry' THEN 'not retried: the task''s retry policy excludes '
                                             || (final_error ->> 'error')
                 ELSE 'max attempts reached' END,
-           worker_id
+           worker_id, meta, tags
       FROM dead
 ), cancelled AS (
     DELETE FROM pgqueue.jobs AS j
@@ -415,10 +424,12 @@ WITH input AS (
     RETURNING j.*, l.error AS final_error, l.kind
 ), archived AS (
     INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
-                                     max_attempts, created_at, started_at, errors, worker_id)
+                                     max_attempts, created_at, started_at, errors, worker_id,
+                                     meta, tags)
     SELECT id, queue, task, args, 'cancelled', priority, attempts, max_attempts, created_at,
            started_at, CASE WHEN kind = 'cancelled' THEN errors
-                            ELSE errors || jsonb_build_array(final_error) END, worker_id
+                            ELSE errors || jsonb_build_array(final_error) END, worker_id,
+           meta, tags
       FROM cancelled
 ), woken AS (
     -- Wake idle workers so they (re)arm their timers for retried jobs; and, for jobs that took
@@ -472,7 +483,7 @@ WITH gone AS (
 )
 INSERT INTO pgqueue.dead_letters (id, queue, task, args, priority, attempts, max_attempts,
                                   lease_token, idempotency_key, created_at, errors, last_error,
-                                  reason, worker_id)
+                                  reason, worker_id, meta, tags)
 SELECT p.new_id, p.queue, p.task, p.args, p.priority, p.attempts, p.max_attempts, p.lease_token,
        p.idempotency_key, p.created_at,
        p.errors
@@ -487,7 +498,7 @@ SELECT p.new_id, p.queue, p.task, p.args, p.priority, p.attempts, p.max_attempts
                THEN '; id ' || p.id || ' is taken by another dead letter, so this job is '
                     || 'recorded as id ' || p.new_id
                ELSE '' END,
-       p.worker_id
+       p.worker_id, p.meta, p.tags
   FROM placed AS p
 RETURNING id
 
@@ -555,7 +566,7 @@ SELECT pgqueue.cancel(%(job_id)s)
 
 -- name: list_dead_letters
 SELECT id, queue, task, args, attempts, max_attempts, reason, last_error, errors, created_at,
-       dead_at
+       dead_at, meta, tags
 {{matching_dead_letters}}
  ORDER BY dead_at DESC, id DESC
  LIMIT %(limit)s
@@ -587,9 +598,9 @@ WITH batch AS (
     DELETE FROM pgqueue.dead_letters AS d USING batch AS b WHERE d.id = b.id RETURNING d.*
 )
 INSERT INTO pgqueue.jobs (id, queue, task, args, state, priority, run_at, attempts, max_attempts,
-                          lease_token, idempotency_key, created_at, errors)
+                          lease_token, idempotency_key, created_at, errors, meta, tags)
 SELECT id, queue, task, args, 'ready', priority, now(), 0, max_attempts, lease_token,
-       idempotency_key, created_at, errors
+       idempotency_key, created_at, errors, meta, tags
   FROM moved
 RETURNING id
 
@@ -640,14 +651,17 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 -- ---------------------------------------------------------------------------------------------
 
 -- name: list_jobs
--- Live jobs, oldest first, optionally by queue, state and task.
+-- Live jobs, oldest first, optionally by queue, state, task, tags (the job has all of them)
+-- and metadata (it contains this object).
 SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempts, j.max_attempts, j.run_at,
        j.created_at, j.worker_id, j.lease_expires_at - now() AS lease_left,
-       j.errors -> -1 ->> 'message' AS last_error
+       j.errors -> -1 ->> 'message' AS last_error, j.tags
   FROM pgqueue.jobs AS j
  WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
    AND (%(state)s::text IS NULL OR j.state = %(state)s)
    AND (%(task)s::text IS NULL OR j.task = %(task)s)
+   AND (%(tags)s::text[] IS NULL OR j.tags @> %(tags)s::text[])
+   AND (%(meta)s::jsonb IS NULL OR j.meta @> %(meta)s::jsonb)
  ORDER BY j.id
  LIMIT %(limit)s
 
@@ -677,7 +691,7 @@ SELECT pg_catalog.set_config('statement_timeout', %(timeout_ms)s, true)
 -- by every claim.
 SELECT j.id, j.state, j.queue, j.task, j.priority, j.attempts, j.max_attempts, j.created_at,
        j.run_at, NULL::timestamptz AS finished_at, j.errors -> -1 ->> 'error' AS error_class,
-       j.errors -> -1 ->> 'message' AS last_error
+       j.errors -> -1 ->> 'message' AS last_error, j.tags
   FROM pgqueue.jobs AS j
  WHERE (%(after_id)s::bigint IS NULL OR j.id < %(after_id)s)
    AND (%(id)s::bigint IS NULL OR j.id = %(id)s)
@@ -685,6 +699,8 @@ SELECT j.id, j.state, j.queue, j.task, j.priority, j.attempts, j.max_attempts, j
    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
    AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
    AND (%(args)s::jsonb IS NULL OR j.args @> %(args)s::jsonb)
+   AND (%(tags)s::text[] IS NULL OR j.tags @> %(tags)s::text[])
+   AND (%(meta)s::jsonb IS NULL OR j.meta @> %(meta)s::jsonb)
    AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
    AND (%(error)s::text IS NULL OR (j.errors <> '[]'::jsonb AND EXISTS (
@@ -697,7 +713,7 @@ SELECT j.id, j.state, j.queue, j.task, j.priority, j.attempts, j.max_attempts, j
 -- name: search_job_history
 SELECT h.id, h.state, h.queue, h.task, h.priority, h.attempts, h.max_attempts, h.created_at,
        NULL::timestamptz AS run_at, h.finished_at, h.errors -> -1 ->> 'error' AS error_class,
-       h.errors -> -1 ->> 'message' AS last_error
+       h.errors -> -1 ->> 'message' AS last_error, h.tags
   FROM pgqueue.job_history AS h
  WHERE (%(after_at)s::timestamptz IS NULL
         OR (h.finished_at, h.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
@@ -706,6 +722,8 @@ SELECT h.id, h.state, h.queue, h.task, h.priority, h.attempts, h.max_attempts, h
    AND (%(queue)s::text IS NULL OR h.queue = %(queue)s)
    AND (%(states)s::text[] IS NULL OR h.state = ANY(%(states)s::text[]))
    AND (%(args)s::jsonb IS NULL OR h.args @> %(args)s::jsonb)
+   AND (%(tags)s::text[] IS NULL OR h.tags @> %(tags)s::text[])
+   AND (%(meta)s::jsonb IS NULL OR h.meta @> %(meta)s::jsonb)
    AND (%(since)s::timestamptz IS NULL OR h.created_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR h.created_at < %(until)s)
    AND (%(finished_since)s::timestamptz IS NULL OR h.finished_at >= %(finished_since)s)
@@ -720,7 +738,8 @@ SELECT h.id, h.state, h.queue, h.task, h.priority, h.attempts, h.max_attempts, h
 -- name: search_dead_letters
 SELECT d.id, 'dead' AS state, d.queue, d.task, d.priority, d.attempts, d.max_attempts,
        d.created_at, NULL::timestamptz AS run_at, d.dead_at AS finished_at,
-       d.errors -> -1 ->> 'error' AS error_class, coalesce(d.last_error, d.reason) AS last_error
+       d.errors -> -1 ->> 'error' AS error_class, coalesce(d.last_error, d.reason) AS last_error,
+       d.tags
   FROM pgqueue.dead_letters AS d
  WHERE (%(after_at)s::timestamptz IS NULL
         OR (d.dead_at, d.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
@@ -728,6 +747,8 @@ SELECT d.id, 'dead' AS state, d.queue, d.task, d.priority, d.attempts, d.max_att
    AND (%(task)s::text IS NULL OR d.task = %(task)s)
    AND (%(queue)s::text IS NULL OR d.queue = %(queue)s)
    AND (%(args)s::jsonb IS NULL OR d.args @> %(args)s::jsonb)
+   AND (%(tags)s::text[] IS NULL OR d.tags @> %(tags)s::text[])
+   AND (%(meta)s::jsonb IS NULL OR d.meta @> %(meta)s::jsonb)
    AND (%(since)s::timestamptz IS NULL OR d.created_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR d.created_at < %(until)s)
    AND (%(finished_since)s::timestamptz IS NULL OR d.dead_at >= %(finished_since)s)
@@ -757,7 +778,7 @@ SELECT n.workflow_id, w.name AS workflow_name, n.name AS node_name, n.role, m.jo
 
 -- name: list_running_jobs
 SELECT id, queue, task, attempt, max_attempts, worker_id, host, pid, started_at, running_for,
-       lease_left, cancel_requested, progress, progress_at
+       lease_left, cancel_requested, progress, progress_at, meta, tags
   FROM pgqueue.running_jobs
  ORDER BY started_at, id
  LIMIT %(limit)s
@@ -891,13 +912,15 @@ RETURNING id
 
 -- name: insert_workflow_jobs
 INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          result_ttl, concurrency_key)
-SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, result_ttl, ckey
+                          result_ttl, concurrency_key, meta, tags)
+SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, result_ttl, ckey,
+       meta, CASE WHEN tags IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(tags)) END
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
               %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
               %(max_attempts)s::integer[], %(result_ttls)s::interval[],
-              %(concurrency_keys)s::text[])
-       AS u(id, queue, task, args, priority, run_at, state, max_attempts, result_ttl, ckey)
+              %(concurrency_keys)s::text[], %(metas)s::jsonb[], %(tag_lists)s::jsonb[])
+       AS u(id, queue, task, args, priority, run_at, state, max_attempts, result_ttl, ckey,
+            meta, tags)
 
 -- name: insert_workflow_nodes
 INSERT INTO pgqueue.workflow_nodes (job_id, workflow_id, name, parents, dependents, receive,
@@ -1283,29 +1306,30 @@ SELECT now()
 -- Create or update a schedule; a changed expression or time zone restarts it at next_tick.
 INSERT INTO pgqueue.schedules AS s (name, cron, timezone, task, args, queue, priority,
                                     max_attempts, missed, grace, max_catch_up, next_tick,
-                                    from_code)
+                                    from_code, meta, tags)
 VALUES (%(name)s, %(cron)s, %(timezone)s, %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
         %(max_attempts)s, %(missed)s, %(grace)s::interval, %(max_catch_up)s, %(next_tick)s,
-        %(from_code)s)
+        %(from_code)s, %(meta)s::jsonb, %(tags)s::text[])
 ON CONFLICT (name) DO UPDATE
    SET cron = excluded.cron, timezone = excluded.timezone, task = excluded.task,
        args = excluded.args, queue = excluded.queue, priority = excluded.priority,
        max_attempts = excluded.max_attempts, missed = excluded.missed, grace = excluded.grace,
        max_catch_up = excluded.max_catch_up, from_code = excluded.from_code,
+       meta = excluded.meta, tags = excluded.tags,
        next_tick = CASE WHEN (s.cron, s.timezone) IS DISTINCT FROM (excluded.cron,
                                                                      excluded.timezone)
                         THEN excluded.next_tick ELSE s.next_tick END,
        updated_at = now()
  WHERE (s.cron, s.timezone, s.task, s.args, s.queue, s.priority, s.max_attempts, s.missed,
-        s.grace, s.max_catch_up, s.from_code)
+        s.grace, s.max_catch_up, s.from_code, s.meta, s.tags)
        IS DISTINCT FROM (excluded.cron, excluded.timezone, excluded.task, excluded.args,
                          excluded.queue, excluded.priority, excluded.max_attempts,
                          excluded.missed, excluded.grace, excluded.max_catch_up,
-                         excluded.from_code)
+                         excluded.from_code, excluded.meta, excluded.tags)
 
 -- name: list_schedules
 SELECT name, cron, timezone, task, queue, args, missed, paused, next_tick, last_tick,
-       last_enqueued_at, ticks_enqueued, ticks_skipped
+       last_enqueued_at, ticks_enqueued, ticks_skipped, meta, tags
   FROM pgqueue.schedules
  ORDER BY name
 
@@ -1355,7 +1379,8 @@ SELECT x.tick, x.id, x.created
         CROSS JOIN LATERAL pgqueue.enqueue_job(
                   a.task, a.args, a.queue, a.priority, t.tick, a.max_attempts,
                   'pgqueue.cron:' || a.name || ':'
-                      || to_char(t.tick AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')) AS e
+                      || to_char(t.tick AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                  meta => a.meta, tags => a.tags) AS e
        ) AS x ON true
 
 -- name: next_schedule_in

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import logs
 from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.tracing import consumer
 from pgqueue.worker import frames
 from pgqueue.worker.executor import raised_outcome, returned_outcome
 from pgqueue.worker.outcome import Outcome
@@ -186,6 +187,9 @@ class _Runner:
         self.lock = threading.Lock()
         self.current: JobContext | None = None
         self.busy = False
+        #: OpenTelemetry: the child traces the attempts it runs when the app it imported set
+        #: a tracer provider (pgqueue.tracing).
+        self.tracer = consumer()
         #: A cancel read before its job started (the reader runs ahead of the main thread).
         self.early: dict[tuple[int, int], str] = {}
 
@@ -251,6 +255,9 @@ class _Runner:
             datetime.fromisoformat(message["created_at"]),
             datetime.fromisoformat(message["run_at"]),
             bool(message["wants_result"]),
+            message.get("meta"),
+            message.get("tags"),
+            message.get("last_trace"),
         )
         ctx = JobContext(job, self.worker_id)
         channel = self.channel
@@ -285,16 +292,31 @@ class _Runner:
             return _reply(Outcome.from_exception(job, "fail", exc, self.worker_id))
         if task.pass_context:
             args.insert(0, ctx)
+        tracer = self.tracer
+        span: Any = None
+        if tracer is None:
+            func = task.func
+        else:
+            span = tracer.start(job)
+            func = tracer.wrap(task.func, span, False)
         token = set_current(ctx)
+        outcome: Outcome | None = None
         try:
-            value = task.func(*args, **kwargs)
+            value = func(*args, **kwargs)
         except JobCancelled:
             return {"kind": "stopped"}
         except Exception as exc:
-            return _reply(raised_outcome(task, job, exc, self.worker_id))
+            if tracer is not None:
+                tracer.failed(span, exc)
+            outcome = raised_outcome(task, job, exc, self.worker_id)
+        else:
+            outcome = returned_outcome(task, job, value, self.worker_id)
         finally:
             reset_current(token)
-        return _reply(returned_outcome(task, job, value, self.worker_id))
+            if tracer is not None:
+                # Before the reply: a failed attempt's error record keeps the span's context.
+                tracer.finish(span, outcome)
+        return _reply(outcome)
 
 
 def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:

@@ -51,6 +51,7 @@ from pgqueue.errors import Fail, InvalidJobError, JobCancelled, JobTimeout, Retr
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.payload import dumps
 from pgqueue.tasks import Task
+from pgqueue.tracing import consumer
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.process_pool import ChildGone, ChildSettings, ProcessPool
 from pgqueue.worker.threads import HandlerThreads, ThreadCall
@@ -115,6 +116,8 @@ class Running:
     ctx: JobContext
     task: asyncio.Task[None] | None = None
     started: float = field(default_factory=time.monotonic)
+    #: The attempt's span when the worker traces (pgqueue.tracing), else None.
+    span: Any = None
 
 
 if sys.version_info >= (3, 12):
@@ -167,6 +170,8 @@ class Executor:
         #: Claimed jobs waiting for a slot (prefetch), in claim order.
         self.waiting: deque[ClaimedJob] = deque()
         self._mean_duration: float | None = None
+        #: OpenTelemetry: a span per attempt when the app set a tracer provider, else None.
+        self.tracer = consumer()
         self.slot_freed = asyncio.Event()
         self._starting = False  # inside _start_waiting (an eager job may end inside start())
         #: Places held by claims in flight (see reserve).
@@ -255,6 +260,9 @@ class Executor:
         running = Running(job, JobContext(job, self.worker_id))
         self.running[job.id, job.lease_token] = running
         task = self.tasks.get(job.task)
+        if self.tracer is not None and not (self.pool is not None and task and not task.is_async):
+            # (A child process traces the attempts it runs itself.)
+            running.span = self.tracer.start(job)
         if task is not None and not task.is_async and self.pool is None:
             self._start_in_thread(running, task)
         else:
@@ -303,15 +311,16 @@ class Executor:
                 outcome = await self._run_in_child(running, task)
             else:
                 args, kwargs = prepared
+                func = self._handler(task, running)
                 try:
                     if task.timeout is None:
                         token = set_current(ctx)
                         try:
-                            value = await task.func(*args, **kwargs)
+                            value = await func(*args, **kwargs)
                         finally:
                             reset_current(token)
                     else:
-                        value = await self._run_async(task, ctx, args, kwargs)
+                        value = await self._run_async(task, func, ctx, args, kwargs)
                 except (asyncio.CancelledError, Exception) as exc:
                     outcome = self._raised(running, task, exc)
                 else:
@@ -324,8 +333,19 @@ class Executor:
             self.slot_freed.set()
         self._record(running, outcome)
 
+    def _handler(self, task: Task[..., Any], running: Running) -> Callable[..., Any]:
+        """The task's function, run in the attempt's span when there is one."""
+        if running.span is None:
+            return task.func
+        assert self.tracer is not None
+        return self.tracer.wrap(task.func, running.span, task.is_async)
+
     def _record(self, running: Running, outcome: Outcome | None) -> None:
         """Hand an attempt's outcome (if it has one to write) to the completer."""
+        if running.span is not None:
+            assert self.tracer is not None
+            self.tracer.finish(running.span, outcome)
+            running.span = None
         if outcome is not None:
             duration = outcome.duration = time.monotonic() - running.started
             mean = self._mean_duration
@@ -352,7 +372,7 @@ class Executor:
             loop.call_soon(self._finish, running, prepared)
             return
         args, kwargs = prepared
-        call = ThreadCall(task.func, args, kwargs, running.ctx, running)
+        call = ThreadCall(self._handler(task, running), args, kwargs, running.ctx, running)
         if task.timeout is not None:
             call.timer = loop.call_later(task.timeout, self._thread_timeout, call, task)
         threads = self._threads
@@ -431,6 +451,9 @@ class Executor:
     def _raised(self, running: Running, task: Task[..., Any], exc: BaseException) -> Outcome | None:
         """What the attempt amounts to when the handler raised (or was cancelled)."""
         job, ctx = running.job, running.ctx
+        if running.span is not None and not isinstance(exc, asyncio.CancelledError | JobCancelled):
+            assert self.tracer is not None
+            self.tracer.failed(running.span, exc)
         if isinstance(exc, asyncio.CancelledError):
             return self._stopped(running, None)
         if isinstance(exc, JobCancelled):
@@ -507,7 +530,12 @@ class Executor:
         return self._stopped(running, None)
 
     async def _run_async(
-        self, task: Task[..., Any], ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
+        self,
+        task: Task[..., Any],
+        func: Callable[..., Any],
+        ctx: JobContext,
+        args: list[Any],
+        kwargs: dict[str, Any],
     ) -> Any:
         """An async handler with a timeout."""
         assert task.timeout is not None
@@ -518,7 +546,7 @@ class Executor:
             task.timeout, self.stop_job, ctx.id, "timeout", ctx.job.lease_token
         )
         try:
-            return await task.func(*args, **kwargs)
+            return await func(*args, **kwargs)
         finally:
             timer.cancel()
             reset_current(token)

@@ -327,13 +327,13 @@ class Fetcher(Service):
         for row in rows:
             if row[0] is not None:
                 jobs.append(row)
-                if row[12]:
+                if row[15]:
                     # It took a limit's last free place: its exit wakes held-back claimers.
                     self.completer.wake_on_exit(row[0], row[6])
-            elif row[11] < 0:
+            elif row[14] < 0:
                 self.flow = False  # no flow control applies any more
             elif throttled is None:
-                throttled = float(row[11])
+                throttled = float(row[14])
         if self.completer.waking() > 2 * self.executor.concurrency + 100:
             # Jobs that never got an outcome (a lost lease, a hand-back) would stay listed.
             claimed = {(row[0], row[6]) for row in jobs}  # not handed over yet

@@ -379,6 +379,9 @@ class Child:
                 "created_at": job.created_at.isoformat(),
                 "run_at": job.run_at.isoformat(),
                 "wants_result": job.wants_result,
+                "meta": job.meta if isinstance(job.meta, dict) else None,
+                "tags": job.tags,
+                "last_trace": job.last_trace,
             }
         )
         return reply

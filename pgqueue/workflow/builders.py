@@ -13,14 +13,23 @@ receive nothing (a handler can read its parents' results with ``pgq.result()``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pgqueue.enqueue import JobSpec
 from pgqueue.errors import InvalidJobError
-from pgqueue.options import to_timedelta
+from pgqueue.options import (
+    MAX_META_BYTES,
+    check_meta,
+    check_tags,
+    merge_meta,
+    merge_tags,
+    to_timedelta,
+)
+from pgqueue.payload import dumps
 from pgqueue.tasks import JobCall
 
 if TYPE_CHECKING:
@@ -64,7 +73,9 @@ class Compiled:
 
 
 class Workflow:
-    """Shared by every builder: options, compiling and enqueueing."""
+    """Shared by every builder: options, compiling and enqueueing. ``meta`` and ``tags`` are
+    the workflow's: every member (and the ``on_failure`` step) gets them, a member's own keys
+    over the workflow's and its own tags after the workflow's."""
 
     def __init__(
         self,
@@ -72,6 +83,8 @@ class Workflow:
         name: str | None = None,
         on_failure: JobCall | None = None,
         result_ttl: float | timedelta | None = None,
+        meta: Mapping[str, Any] | None = None,
+        tags: Iterable[str] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or len(name) > 200):
             raise InvalidJobError("a workflow name must be a string of at most 200 characters")
@@ -83,6 +96,8 @@ class Workflow:
         self.name = name
         self.on_failure = on_failure
         self.result_ttl = _ttl(result_ttl)
+        self.meta = None if meta is None else check_meta(meta)
+        self.tags = None if tags is None else check_tags(tags)
 
     def compile(self) -> Compiled:
         """The workflow's jobs and edges, validated and ready to be written (``enqueue`` calls
@@ -98,7 +113,24 @@ class Workflow:
         if self.on_failure is not None:
             arg = self.on_failure.result_arg()
             compiled.on_failure = FailureStep(self.on_failure.spec(receives=True), arg)
+        if self.meta or self.tags:
+            compiled.nodes = [
+                replace(node, spec=self._marked(node.spec)) for node in compiled.nodes
+            ]
+            if compiled.on_failure is not None:
+                step = compiled.on_failure
+                compiled.on_failure = replace(step, spec=self._marked(step.spec))
         return compiled
+
+    def _marked(self, spec: JobSpec) -> JobSpec:
+        """A member's spec with the workflow's metadata and tags added under its own."""
+        own = json.loads(spec.meta_json) if spec.meta_json is not None else None
+        meta = merge_meta(self.meta, own)
+        spec = spec.with_meta_json(
+            None if meta is None else dumps(meta, limit=MAX_META_BYTES, what="meta")
+        )
+        spec.tags = merge_tags(self.tags, spec.tags)
+        return spec
 
     def enqueue(self, *, conn: ConnectionArg | None = None) -> WorkflowRun:
         """Write every job of the workflow in one transaction (the caller's, with ``conn``)."""
@@ -122,8 +154,12 @@ class _Composite(Workflow):
         name: str | None = None,
         on_failure: JobCall | None = None,
         result_ttl: float | timedelta | None = None,
+        meta: Mapping[str, Any] | None = None,
+        tags: Iterable[str] | None = None,
     ) -> None:
-        super().__init__(name=name, on_failure=on_failure, result_ttl=result_ttl)
+        super().__init__(
+            name=name, on_failure=on_failure, result_ttl=result_ttl, meta=meta, tags=tags
+        )
         # group(task.s(i) for i in ...) as well as group(a.s(), b.s())
         if len(steps) == 1 and isinstance(steps[0], Iterable):
             steps = tuple(steps[0])
@@ -131,10 +167,14 @@ class _Composite(Workflow):
             if isinstance(step, Workflow) and not isinstance(step, _Composite):
                 raise InvalidJobError(f"a {type(step).__name__} cannot be nested in a chain/group")
             if isinstance(step, _Composite) and (
-                step.on_failure is not None or step.result_ttl is not None
+                step.on_failure is not None
+                or step.result_ttl is not None
+                or step.meta is not None
+                or step.tags is not None
             ):
                 raise InvalidJobError(
-                    "on_failure and result_ttl belong to the outermost workflow, not a nested one"
+                    "on_failure, result_ttl, meta and tags belong to the outermost workflow, "
+                    "not a nested one"
                 )
             if not isinstance(step, JobCall | _Composite):
                 raise InvalidJobError(
@@ -176,10 +216,20 @@ def chord(
     name: str | None = None,
     on_failure: JobCall | None = None,
     result_ttl: float | timedelta | None = None,
+    meta: Mapping[str, Any] | None = None,
+    tags: Iterable[str] | None = None,
 ) -> Chain:
     """A group and a callback that receives the list of all the group's results, once."""
     members = header if isinstance(header, Group) else Group(header)
-    return Chain(members, callback, name=name, on_failure=on_failure, result_ttl=result_ttl)
+    return Chain(
+        members,
+        callback,
+        name=name,
+        on_failure=on_failure,
+        result_ttl=result_ttl,
+        meta=meta,
+        tags=tags,
+    )
 
 
 def _add(
@@ -248,8 +298,12 @@ class DAG(Workflow):
         name: str | None = None,
         on_failure: JobCall | None = None,
         result_ttl: float | timedelta | None = None,
+        meta: Mapping[str, Any] | None = None,
+        tags: Iterable[str] | None = None,
     ) -> None:
-        super().__init__(name=name, on_failure=on_failure, result_ttl=result_ttl)
+        super().__init__(
+            name=name, on_failure=on_failure, result_ttl=result_ttl, meta=meta, tags=tags
+        )
         self._calls: list[JobCall] = []
         self._depends: list[tuple[Node | str | int, ...]] = []
         self._names: dict[str, int] = {}

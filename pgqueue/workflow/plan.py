@@ -158,7 +158,7 @@ def _write(
         state = "waiting" if waits else ("scheduled" if run_at > db_now else "ready")
         job_rows.append(
             (*job_row(job_id, spec, run_at, state, spec.result_ttl or result_ttl),
-             spec.concurrency_key)
+             spec.concurrency_key, spec.meta_json, spec.tags)
         )  # fmt: skip
         edges.extend((parent, job_id) for parent in spec.depends_on if parent in live)
         node_rows.append(
@@ -177,7 +177,7 @@ def _write(
     if keyed_tasks:
         # As for any job with a concurrency key: its task's claims check the keys from now on.
         yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
-    columns = (*JOB_COLUMNS[:8], "result_ttls", "concurrency_keys")
+    columns = (*JOB_COLUMNS[:8], "result_ttls", "concurrency_keys", "metas", "tag_lists")
     yield Query("insert_workflow_jobs", _columns(job_rows, columns))
     yield Query("insert_workflow_nodes", {"workflow_id": workflow_id, "nodes": Jsonb(node_rows)})
     if edges:
@@ -207,4 +207,8 @@ def _failure_json(step: FailureStep | None, result_ttl: timedelta) -> str | None
     }
     if step.result_arg is not None:
         document["result_arg"] = step.result_arg
+    if spec.meta_json is not None:
+        document["meta"] = json.loads(spec.meta_json)
+    if spec.tags is not None:
+        document["tags"] = list(spec.tags)
     return json.dumps(document)

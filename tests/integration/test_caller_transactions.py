@@ -115,6 +115,20 @@ APIS = [
         applied=_has_jobs("calls.add"),
     ),
     Api(
+        "enqueue_meta_tags",
+        lambda pgq, t, c: t.add.enqueue(1, 2, meta={"k": "v"}, tags=["x"], conn=c),
+        lambda pgq, t, c: t.add.enqueue_async(1, 2, meta={"k": "v"}, tags=["x"], conn=c),
+        applied=_has_jobs("calls.add"),
+    ),
+    Api(
+        "enqueue_many_tags",
+        lambda pgq, t, c: pgq.enqueue_many([t.add.s(i, i, tags=["x"]) for i in range(100)], conn=c),
+        lambda pgq, t, c: pgq.enqueue_many_async(
+            [t.add.s(i, i, tags=["x"]) for i in range(100)], conn=c
+        ),
+        applied=_has_jobs("calls.add", 100),
+    ),
+    Api(
         "enqueue_concurrency_key",
         lambda pgq, t, c: t.limited.enqueue(1, concurrency_key="tenant-1", conn=c),
         lambda pgq, t, c: t.limited.enqueue_async(1, concurrency_key="tenant-1", conn=c),

@@ -74,6 +74,7 @@ def signup(dsn: str, email: str) -> JobId:
         conn.execute("INSERT INTO users (email) VALUES (%s)", [email])
         # Typed enqueue: the options first, then exactly the task's own arguments.
         job_id: JobId = send_email.options(conn=conn, priority=-1).enqueue(email, subject="Hi")
+        send_email.options(meta={"tenant": "acme"}, tags=["welcome"]).enqueue(email)
     if not job_id.created:
         raise RuntimeError("an idempotency key matched")
     return job_id

@@ -16,7 +16,10 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def job(leased_at: float, job_id: int = 1, token: int = 1) -> ClaimedJob:
-    row: tuple[Any, ...] = (job_id, "default", "t", {}, 1, 3, token, 0, NOW, NOW, False)
+    row: tuple[Any, ...] = (
+        *(job_id, "default", "t", {}, 1, 3, token, 0, NOW, NOW, False),
+        *(None, None, None),  # meta, tags, last_trace
+    )
     return ClaimedJob.from_row(row, leased_at)
 
 

@@ -106,7 +106,9 @@ def test_every_job_option_is_a_field_of_the_job() -> None:
     from pgqueue.options import OPTION_NAMES, JobOptions
 
     assert JobOptions.__optional_keys__ == OPTION_NAMES
-    assert {f.name for f in fields(JobSpec)} >= OPTION_NAMES
+    # Metadata travels as JSON text, as args do (validated and serialised once).
+    assert {f.name for f in fields(JobSpec)} | {"meta"} >= OPTION_NAMES
+    assert "meta_json" in {f.name for f in fields(JobSpec)}
     job = spec({"priority": 3, "delay": 5, "wait_if_full": 2, "idempotency_key": "k"})
     assert (job.priority, job.delay, job.wait_if_full, job.idempotency_key) == (
         3,

@@ -317,6 +317,7 @@ async function runSearch(params) {
       el("td", {}, j.state), el("td", {}, j.queue), el("td", {}, j.task),
       el("td", {}, `${j.attempts}/${j.max_attempts}`),
       el("td", {}, when(j.created_at)), el("td", {}, when(j.finished_at)),
+      el("td", { class: "tags" }, (j.tags || []).join(", ")),
       el("td", { class: "error" }, j.error_class ? `${j.error_class}: ${j.last_error}` : (j.last_error || ""))),
     "no jobs match");
   status.textContent = `${page.jobs.length} job(s)` + (page.cursor ? ", more on the next page" : "");
@@ -348,7 +349,8 @@ async function loadJob(id) {
   const title = document.getElementById("job-title");
   document.body.dataset.job = "";
   const response = await fetch(`/api/jobs/${encodeURIComponent(id)}`, { credentials: "same-origin" });
-  const parts = ["job-fields", "job-args", "job-result", "job-errors", "job-workflow", "job-actions"];
+  const parts = ["job-fields", "job-args", "job-meta", "job-tags", "job-result", "job-errors",
+    "job-workflow", "job-actions"];
   if (!response.ok) {
     title.textContent = `job ${id}: ${await response.text()}`;
     for (const part of parts) {
@@ -364,6 +366,11 @@ async function loadJob(id) {
     ...JOB_FIELDS.filter((f) => job[f] !== undefined && job[f] !== null).map((f) =>
       el("tr", { "data-field": f }, el("th", {}, f), el("td", {}, String(job[f])))));
   document.getElementById("job-args").textContent = JSON.stringify(job.args, null, 2);
+  document.getElementById("job-meta").textContent = job.meta ? JSON.stringify(job.meta, null, 2) : "none";
+  document.getElementById("job-tags").replaceChildren(
+    ...(job.tags && job.tags.length
+      ? job.tags.map((tag) => el("a", { class: "tag", href: "#/search?" + new URLSearchParams({ tag }) }, tag))
+      : [el("span", { class: "empty" }, "no tags")]));
   document.getElementById("job-result").replaceChildren(
     ...(job.result !== undefined && job.result !== null
       ? [el("h3", {}, "Result"), el("pre", { id: "job-result-value" }, JSON.stringify(job.result, null, 2))]
@@ -373,7 +380,8 @@ async function loadJob(id) {
     ...(errors.length ? errors.map((e) =>
       el("div", { class: "attempt", "data-attempt": e.attempt },
         el("strong", {}, `attempt ${e.attempt}: ${e.error || ""}: ${e.message || ""}`),
-        el("span", { class: "empty" }, ` ${e.at || ""} ${e.worker_id ? "worker " + String(e.worker_id).slice(0, 8) : ""}`),
+        el("span", { class: "empty" }, ` ${e.at || ""} ${e.worker_id ? "worker " + String(e.worker_id).slice(0, 8) : ""}`
+          + (e.trace ? ` trace ${e.trace}` : "")),
         el("pre", { class: "traceback" }, e.traceback || "(no traceback)")))
       : [el("p", { class: "empty" }, "no failed attempts")]));
   const wf = job.workflow;
