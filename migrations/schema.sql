@@ -628,6 +628,11 @@ DECLARE
     holder      bigint;
     holder_state text;
     holder_task text;
+    -- Look the holder up before inserting with a mode (to replace it; throttled and pending
+    -- keys are mostly enqueued again while held). A plain key is inserted first, as before the
+    -- modes: most bring a new key, and then the insert alone is cheaper.
+    look        boolean := enqueue_job.on_conflict <> 'keep' OR enqueue_job.throttle IS NOT NULL
+                           OR enqueue_job.unique_among = 'pending';
 BEGIN
     IF enqueue_job.unique_among IS DISTINCT FROM 'live'
        AND enqueue_job.unique_among IS DISTINCT FROM 'pending' THEN
@@ -687,10 +692,12 @@ BEGIN
             -- The job holding the key (what the unique index holds; a 'pending' job that
             -- started shares the key text but no longer holds it). Each statement here takes a
             -- new snapshot, so a concurrent enqueuer's job is seen once it committed.
-            SELECT j.id, j.state, j.task INTO holder, holder_state, holder_task
-              FROM pgqueue.jobs AS j
-             WHERE j.idempotency_key = job_key
-               AND (j.key_until_started IS NOT TRUE OR j.lease_token = 0);
+            IF look THEN
+                SELECT j.id, j.state, j.task INTO holder, holder_state, holder_task
+                  FROM pgqueue.jobs AS j
+                 WHERE j.idempotency_key = job_key
+                   AND (j.key_until_started IS NOT TRUE OR j.lease_token = 0);
+            END IF;
             IF holder IS NOT NULL THEN
                 IF enqueue_job.on_conflict = 'keep' OR holder_state = 'running'
                    OR holder_task <> enqueue_job.task THEN
@@ -723,6 +730,10 @@ BEGIN
         END IF;
         IF limit_depth IS NOT NULL AND NOT pgqueue.take_queue_room(enqueue_job.queue,
                                                                     limit_depth) THEN
+            IF job_key IS NOT NULL AND NOT look THEN
+                look := true;  -- a job holding the key is returned whether or not there is room
+                CONTINUE;
+            END IF;
             RAISE EXCEPTION 'queue % is full (max_depth %)',
                 quote_literal(enqueue_job.queue), limit_depth
                 USING ERRCODE = 'PGQ01',
@@ -760,8 +771,9 @@ BEGIN
             END IF;
             RETURN;
         END IF;
-        -- A job enqueued concurrently took the key (its transaction committed while our insert
-        -- waited for it): look again.
+        -- A job holds the key (one enqueued concurrently may have committed while our insert
+        -- waited for it): look at it.
+        look := true;
     END LOOP;
 END
 $$;

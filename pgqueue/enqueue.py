@@ -157,12 +157,23 @@ def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[st
     fields["wait_if_full"] = wait.total_seconds() if wait is not None else None
     fields["depends_on"] = given.get("depends_on", ())  # a task's jobs depend on nothing
     fields["unique_by"] = fields["unique_by"] or False
+    fields["unique_among"] = fields["unique_among"] or "live"
+    fields["on_conflict"] = fields["on_conflict"] or "keep"
     return JobSpec(task=task, args_json="{}", **fields)
 
 
+#: The options that say anything about a job's key (unset, none of them costs a check).
+_KEY_OPTIONS = frozenset(
+    ("idempotency_key", "unique_by", "unique_among", "on_conflict", "throttle", "unique_for",
+     "unique_states")
+)  # fmt: skip
+
+
 def _check_dedupe(given: Mapping[str, Any], merged: dict[str, Any]) -> None:
-    """The key options together (see :mod:`pgqueue.dedupe`); ``merged`` loses a task's
-    ``unique_by`` when the call gives its own key."""
+    """The key options together (see :mod:`pgqueue.dedupe`); ``merged`` (the options set,
+    nothing None) loses a task's ``unique_by`` when the call gives its own key."""
+    if _KEY_OPTIONS.isdisjoint(merged):
+        return
     if given.get("idempotency_key") is not None:
         if given.get("unique_by"):
             raise InvalidJobError("pass either idempotency_key or unique_by, not both")
@@ -175,9 +186,9 @@ def _check_dedupe(given: Mapping[str, Any], merged: dict[str, Any]) -> None:
             )
         modes = [
             name
-            for name in ("unique_among", "on_conflict", "throttle")
-            if merged.get(name) not in (None, DEFAULTS.get(name))
-        ]
+            for name, default in (("unique_among", "live"), ("on_conflict", "keep"))
+            if merged.get(name) not in (None, default)
+        ] + (["throttle"] if merged.get("throttle") else [])
         if modes:
             raise InvalidJobError(
                 f"{' and '.join(modes)} need{'s' if len(modes) == 1 else ''} a key: "

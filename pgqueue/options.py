@@ -225,12 +225,12 @@ class JobDefaults(JobBasics, total=False):
     unique_by: Annotated[bool | str | Iterable[str] | None, Check(check_unique_by)]
     """Derive the idempotency key from the task and its arguments: ``True`` (all of them) or
     the names of the ones that count; ``False`` turns a task's ``unique_by`` off for a call."""
-    unique_among: Annotated[Literal["live", "pending"] | None, Check(_unique_among, "live")]
+    # (No Check default for these two: the job's field defaults to it, so a job that leaves
+    # them unset costs no check and no lookup of theirs at enqueue.)
+    unique_among: Annotated[Literal["live", "pending"] | None, Check(_unique_among)]
     """When a job holds its key: ``"live"`` (default: until it finishes) or ``"pending"``
     (until a worker starts it, so a new job can be enqueued while it runs)."""
-    on_conflict: Annotated[
-        Literal["keep", "replace", "replace_args"] | None, Check(_on_conflict, "keep")
-    ]
+    on_conflict: Annotated[Literal["keep", "replace", "replace_args"] | None, Check(_on_conflict)]
     """Enqueueing a held key again: ``"keep"`` (default: the holder stays as it is),
     ``"replace"`` (a holder not yet running gets this call's args and run_at: debounce),
     ``"replace_args"`` (its args only)."""
