@@ -76,7 +76,6 @@ def check_argument_names(names: tuple[str, ...], parameters: Iterable[str], task
 def check_choice(value: object, what: str, choices: tuple[str, ...]) -> str:
     """One of ``choices``."""
     if not isinstance(value, str) or value not in choices:
-        raise InvalidJobError(
-            f"{what} must be {' or '.join(map(repr, choices))}, got {value!r:.80}"
-        )
+        *first, last = map(repr, choices)
+        raise InvalidJobError(f"{what} must be {', '.join(first)} or {last}, got {value!r:.80}")
     return value

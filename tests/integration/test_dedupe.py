@@ -257,20 +257,24 @@ def test_replace_never_touches_a_running_job(pgq, conn, tasks):
     assert theirs == mine and not theirs.replaced and row(conn, mine)[1] == {"month": "m"}
 
 
-@pytest.mark.parametrize("unique_among", ["live", "pending"])
-def test_replace_racing_the_claim(dsn, conn, tasks, unique_among):
-    """The claim locks the row first: the replace waits for it and then finds the job running,
+@pytest.mark.parametrize(
+    ("unique_among", "on_conflict"),
+    [("live", "replace"), ("pending", "replace"), ("pending", "keep")],
+)
+def test_an_enqueue_racing_the_claim(dsn, conn, tasks, unique_among, on_conflict):
+    """The claim locks the row first: the enqueue waits for it and then finds the job running,
     so it returns the running job (live) or enqueues a new one (pending); never changes it."""
-    job = tasks.sync.enqueue(9, 1, unique_among=unique_among)
+    modes = {"unique_among": unique_among, "on_conflict": on_conflict}
+    job = tasks.sync.enqueue(9, 1, **modes)
     results: list[Any] = []
     with psycopg.connect(dsn) as worker:
         [(claimed, _)] = claim(worker, "t.sync")  # in an open transaction: the row is locked
         producer = threading.Thread(
-            target=lambda: results.append(tasks.sync.enqueue(9, 2, unique_among=unique_among))
+            target=lambda: results.append(tasks.sync.enqueue(9, 2, **modes))
         )
         producer.start()
         producer.join(0.5)
-        assert producer.is_alive(), "the replace waits for the claim's row lock"
+        assert producer.is_alive(), "the enqueue waits for the claim's row lock"
         worker.commit()
     producer.join(10)
     [result] = results
@@ -279,6 +283,17 @@ def test_replace_racing_the_claim(dsn, conn, tasks, unique_among):
         assert result == job and not result.created and not result.replaced
     else:
         assert result.created and row(conn, result)[1] == {"doc": 9, "version": 2}
+
+
+def test_a_pending_job_returned_to_a_transaction_starts_after_it(dsn, conn, tasks):
+    """ "Refresh again after this change": the pending job an enqueue returns inside a
+    transaction cannot start before that transaction ends, so it sees what it wrote."""
+    job = tasks.refresh.enqueue(11)
+    with psycopg.connect(dsn) as producer:
+        assert tasks.refresh.enqueue(11, conn=producer) == job
+        assert claim(conn, "t.refresh") == []  # held back until the producer commits
+        producer.commit()
+    assert [c[0] for c in claim(conn, "t.refresh")] == [job]
 
 
 def test_a_replace_holds_the_job_until_it_commits_or_rolls_back(dsn, conn, tasks):

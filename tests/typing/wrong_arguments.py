@@ -41,6 +41,8 @@ def wrong_options() -> None:
     pgq.periodic("* * * * *", prority=1)  # error: call-arg
     pgq.enqueue("add", {"a": 1}, priorty=1)  # error: call-arg
     pgq.enqueue("add", {"a": 1}, delay="soon")  # error: arg-type
+    pgq.enqueue("add", {"a": 1}, on_conflict="merge")  # error: arg-type
+    add.options(unique_among="running").enqueue(1, 2)  # error: arg-type
 
 
 async def wrong_async() -> None:

@@ -54,6 +54,8 @@ DECLARE
     -- modes: most bring a new key, and then the insert alone is cheaper.
     look        boolean := enqueue_job.on_conflict <> 'keep' OR enqueue_job.throttle IS NOT NULL
                            OR enqueue_job.unique_among = 'pending';
+    -- Our insert just met the key: go straight to its holder.
+    met         boolean := false;
 BEGIN
     IF enqueue_job.unique_among IS DISTINCT FROM 'live'
        AND enqueue_job.unique_among IS DISTINCT FROM 'pending' THEN
@@ -103,12 +105,14 @@ BEGIN
     END IF;
     LOOP
         IF job_key IS NOT NULL THEN
-            SELECT k.job_id INTO id FROM pgqueue.idempotency_keys AS k
-             WHERE k.key = job_key AND k.expires_at > now();
-            IF id IS NOT NULL THEN
-                created := false;
-                replaced := false;
-                RETURN;
+            IF NOT met THEN
+                SELECT k.job_id INTO id FROM pgqueue.idempotency_keys AS k
+                 WHERE k.key = job_key AND k.expires_at > now();
+                IF id IS NOT NULL THEN
+                    created := false;
+                    replaced := false;
+                    RETURN;
+                END IF;
             END IF;
             -- The job holding the key (what the unique index holds; a 'pending' job that
             -- started shares the key text but no longer holds it). Each statement here takes a
@@ -120,6 +124,25 @@ BEGIN
                    AND (j.key_until_started IS NOT TRUE OR j.lease_token = 0);
             END IF;
             IF holder IS NOT NULL THEN
+                IF until_started AND enqueue_job.on_conflict = 'keep'
+                   AND holder_state <> 'running' THEN
+                    -- The caller relies on that job to run after what it wrote (a refresh
+                    -- after this change): it must not start before the caller's transaction
+                    -- ends. Locked, the claims skip it until then. A claim that locked it first
+                    -- is waited for: the job then runs, no longer holds the key, and the loop
+                    -- enqueues a new one. (Only a job that is not running is ever locked here:
+                    -- the worker's writes about running jobs never wait for a producer.)
+                    PERFORM FROM pgqueue.jobs AS j
+                      WHERE j.id = holder AND j.state <> 'running'
+                        AND j.idempotency_key = job_key
+                        AND (j.key_until_started IS NOT TRUE OR j.lease_token = 0)
+                        FOR KEY SHARE;
+                    IF NOT FOUND THEN
+                        holder := NULL;
+                        met := false;
+                        CONTINUE;
+                    END IF;
+                END IF;
                 IF enqueue_job.on_conflict = 'keep' OR holder_state = 'running'
                    OR holder_task <> enqueue_job.task THEN
                     id := holder;
@@ -146,7 +169,12 @@ BEGIN
                     RETURN;
                 END IF;
                 holder := NULL;
+                met := false;
                 CONTINUE;  -- the holder started or finished meanwhile
+            END IF;
+            IF met THEN
+                met := false;
+                CONTINUE;  -- the holder finished meanwhile (its key may be kept): look again
             END IF;
         END IF;
         IF limit_depth IS NOT NULL AND NOT pgqueue.take_queue_room(enqueue_job.queue,
@@ -195,6 +223,7 @@ BEGIN
         -- A job holds the key (one enqueued concurrently may have committed while our insert
         -- waited for it): look at it.
         look := true;
+        met := true;
     END LOOP;
 END
 $$;
