@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pgqueue.db.plan import CopyIn, Plan, Query
+from pgqueue.dedupe import derived_key
 from pgqueue.errors import InvalidJobError, QueueFullError
 from pgqueue.options import (
     DEFAULTS,
@@ -31,23 +32,29 @@ _COPY_THRESHOLD = 64
 
 
 class JobId(int):
-    """A job id (an ``int``) that also tells whether this call created the job.
+    """A job id (an ``int``) that also tells what this call did.
 
-    ``created`` is False when an idempotency key matched a live job and its id was returned.
+    ``created`` is False when an idempotency key matched an existing job and its id was
+    returned; ``replaced`` is True when that job had not started and this call replaced its
+    arguments (``on_conflict="replace"`` or ``"replace_args"``).
     """
 
-    # A class default: bulk enqueue makes one JobId per job, and most were created, so only
+    # Class defaults: bulk enqueue makes one JobId per job, and most were created, so only
     # the exceptions carry an attribute of their own.
     created: bool = True
+    replaced: bool = False
 
-    def __new__(cls, value: int, created: bool = True) -> JobId:
+    def __new__(cls, value: int, created: bool = True, replaced: bool = False) -> JobId:
         self = super().__new__(cls, value)
         if not created:
             self.created = False
+        if replaced:
+            self.replaced = True
         return self
 
     def __repr__(self) -> str:
-        return f"JobId({int(self)}, created={self.created})"
+        replaced = ", replaced=True" if self.replaced else ""
+        return f"JobId({int(self)}, created={self.created}{replaced})"
 
     __str__ = int.__repr__  # str(job_id) == "42", as for any int
 
@@ -83,15 +90,25 @@ class JobSpec:
     meta_json: str | None = None
     #: The job's tags, None when it has none.
     tags: tuple[str, ...] | None = None
+    #: Derive idempotency_key from the task and its arguments (True: all; or these names).
+    unique_by: bool | tuple[str, ...] = False
+    #: Until when the job holds its key: "live" (it finishes) or "pending" (it starts).
+    unique_among: str = "live"
+    #: What enqueueing the key again does to a holder not yet running: keep, replace, ...
+    on_conflict: str = "keep"
+    #: At most one job per key per period.
+    throttle: timedelta | None = None
 
-    def with_args_json(self, args_json: str) -> JobSpec:
-        """A copy with other arguments (bulk enqueue makes one per job: spelled out, because
-        ``dataclasses.replace`` costs several times as much)."""
+    def with_args_json(self, args_json: str, idempotency_key: str | None = None) -> JobSpec:
+        """A copy with other arguments (and the key derived from them, if any). Bulk enqueue
+        makes one per job: spelled out, because ``dataclasses.replace`` costs several times
+        as much."""
         return JobSpec(
             self.task, args_json, self.queue, self.priority, self.max_attempts, self.run_at,
-            self.delay, self.idempotency_key, self.concurrency_key, self.unique_for,
-            self.unique_states, self.wait_if_full, self.result_ttl, self.depends_on,
-            self.meta_json, self.tags,
+            self.delay, idempotency_key or self.idempotency_key, self.concurrency_key,
+            self.unique_for, self.unique_states, self.wait_if_full, self.result_ttl,
+            self.depends_on, self.meta_json, self.tags, self.unique_by, self.unique_among,
+            self.on_conflict, self.throttle,
         )  # fmt: skip
 
     def with_meta_json(self, meta_json: str | None) -> JobSpec:
@@ -104,6 +121,11 @@ class JobSpec:
     def tag_list(self) -> list[str] | None:
         """The tags as a list (what psycopg writes as ``text[]``), or None."""
         return list(self.tags) if self.tags is not None else None
+
+    @property
+    def has_mode(self) -> bool:
+        """A deduplication mode other than the default (held while live, keep the holder)."""
+        return self.unique_among != "live" or self.on_conflict != "keep" or bool(self.throttle)
 
     @property
     def needs_transaction(self) -> bool:
@@ -138,7 +160,12 @@ def with_args(template: JobSpec, args: Mapping[str, Any], payload_limit: int) ->
     if not isinstance(args, Mapping):
         raise InvalidJobError(f"args must be a JSON object (a mapping), got {type(args).__name__}")
     plain = args if type(args) is dict else dict(args)
-    return template.with_args_json(dumps(plain, limit=payload_limit))
+    args_json = dumps(plain, limit=payload_limit)
+    unique_by = template.unique_by
+    if unique_by and template.idempotency_key is None:
+        names = unique_by if isinstance(unique_by, tuple) else None
+        return template.with_args_json(args_json, derived_key(template.task, plain, names))
+    return template.with_args_json(args_json)
 
 
 def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> JobSpec:
@@ -148,11 +175,7 @@ def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[st
     given = {name: value for name, value in check_options(options).items() if value is not None}
     task_defaults = check_options(defaults)
     merged = {**DEFAULTS, **{k: v for k, v in task_defaults.items() if v is not None}, **given}
-    key = merged.get("idempotency_key")
-    if key is None and (merged.get("unique_for") or merged.get("unique_states")):
-        raise InvalidJobError("unique_for and unique_states need an idempotency_key")
-    if merged.get("unique_states") and not merged.get("unique_for"):
-        raise InvalidJobError("unique_states needs unique_for (how long to keep the key)")
+    _check_dedupe(given, merged)
     # Every option is a field of the job: its value, the task's, or the default.
     fields: dict[str, Any] = {name: merged.get(name) for name in OPTION_NAMES}
     wait = fields["wait_if_full"]
@@ -163,7 +186,58 @@ def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[st
     del fields["meta"]
     fields["meta_json"] = None if meta is None else dumps(meta, limit=MAX_META_BYTES, what="meta")
     fields["tags"] = merge_tags(task_defaults.get("tags"), given.get("tags"))
+    fields["unique_by"] = fields["unique_by"] or False
+    fields["unique_among"] = fields["unique_among"] or "live"
+    fields["on_conflict"] = fields["on_conflict"] or "keep"
     return JobSpec(task=task, args_json="{}", **fields)
+
+
+#: The options that say anything about a job's key (unset, none of them costs a check).
+_KEY_OPTIONS = frozenset(
+    ("idempotency_key", "unique_by", "unique_among", "on_conflict", "throttle", "unique_for",
+     "unique_states")
+)  # fmt: skip
+
+
+def _check_dedupe(given: Mapping[str, Any], merged: dict[str, Any]) -> None:
+    """The key options together (see :mod:`pgqueue.dedupe`); ``merged`` (the options set,
+    nothing None) loses a task's ``unique_by`` when the call gives its own key."""
+    if _KEY_OPTIONS.isdisjoint(merged):
+        return
+    if given.get("idempotency_key") is not None:
+        if given.get("unique_by"):
+            raise InvalidJobError("pass either idempotency_key or unique_by, not both")
+        merged["unique_by"] = False
+    keyed = merged.get("idempotency_key") is not None or bool(merged.get("unique_by"))
+    if not keyed:
+        if merged.get("unique_for") or merged.get("unique_states"):
+            raise InvalidJobError(
+                "unique_for and unique_states need an idempotency_key (or unique_by)"
+            )
+        modes = [
+            name
+            for name, default in (("unique_among", "live"), ("on_conflict", "keep"))
+            if merged.get(name) not in (None, default)
+        ] + (["throttle"] if merged.get("throttle") else [])
+        if modes:
+            raise InvalidJobError(
+                f"{' and '.join(modes)} need{'s' if len(modes) == 1 else ''} a key: "
+                "pass idempotency_key=... or unique_by=True (or the argument names)"
+            )
+    if merged.get("unique_states") and not merged.get("unique_for"):
+        raise InvalidJobError("unique_states needs unique_for (how long to keep the key)")
+    if merged.get("unique_among") == "pending" and (
+        merged.get("unique_for") or merged.get("throttle")
+    ):
+        raise InvalidJobError(
+            'unique_among="pending" releases the key when the job starts; unique_for and '
+            "throttle keep it after the job finished: choose one"
+        )
+    if merged.get("throttle") and (merged.get("unique_for") or merged.get("unique_states")):
+        raise InvalidJobError(
+            "throttle keeps the key for the rest of its period whatever the job's end: "
+            "leave out unique_for and unique_states"
+        )
 
 
 def enqueue_one(spec: JobSpec) -> Plan[JobId]:
@@ -203,13 +277,16 @@ def enqueue_one(spec: JobSpec) -> Plan[JobId]:
             "concurrency_key": spec.concurrency_key,
             "unique_for": spec.unique_for,
             "unique_states": list(spec.unique_states) if spec.unique_states else None,
+            "unique_among": spec.unique_among,
+            "on_conflict": spec.on_conflict,
+            "throttle": spec.throttle,
         },
         guarded=True,  # a full queue raises PGQ01 (QueueFullError): keep the caller's transaction
     )
-    job_id, created = rows[0]
+    job_id, created, replaced = rows[0]
     if created and spec.result_ttl is not None:
         yield Query("set_result_ttl", {"ids": [job_id], "ttls": [spec.result_ttl]})
-    return JobId(job_id, created)
+    return JobId(job_id, created, replaced)
 
 
 def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
@@ -217,7 +294,9 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
 
     Jobs with an idempotency key go through a multi-row ``INSERT ... ON CONFLICT DO NOTHING``;
     a key repeated inside the batch yields the first job's id for every repeat, and a key held
-    by a live job or kept by a finished one (``unique_for``) yields that job's id. Bounded
+    by a live job or kept by a finished one (``unique_for``) yields that job's id. Jobs with a
+    deduplication mode (``unique_among="pending"``, ``on_conflict``, ``throttle``) go through
+    ``pgqueue.enqueue_job`` one by one, in input order, in one statement. Bounded
     queues (``max_depth``) are checked first: the whole batch is refused if it would overflow
     one. Run the plan in a transaction: the jobs appear together or not at all.
     """
@@ -246,6 +325,8 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     keyed: list[tuple[int, tuple[Any, ...]]] = []
     first_for_key: dict[str, int] = {}
     repeats: list[tuple[int, str]] = []
+    # Jobs with a deduplication mode: pgqueue.enqueue_job each, in input order.
+    moded: list[tuple[int, JobSpec, datetime]] = []
     # Jobs that are ready now and carry no key take the column defaults for run_at (now(): the
     # transaction's clock, the db_now read above), state and the keys: shorter rows to send.
     ready: list[tuple[Any, ...]] = []
@@ -275,6 +356,8 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
         if key is None:
             plain.append((*row, spec.meta_json, spec.tags))
             result[index] = _new_job_id(JobId, job_id)
+        elif spec.has_mode:
+            moded.append((index, spec, run_at))
         elif key in first_for_key:
             repeats.append((index, key))
         else:
@@ -295,6 +378,10 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
             yield Query("insert_jobs", _columns(plain, _PLAIN_COLUMNS))
     if keyed:
         yield from _insert_keyed(keyed, result)
+    if moded:
+        written = yield Query("enqueue_jobs_in_order", _moded_columns(moded))
+        for (index, _, _), (job_id, created, replaced) in zip(moded, written, strict=True):
+            result[index] = JobId(job_id, created, replaced)
     for index, key in repeats:
         first = result[first_for_key[key]]
         assert first is not None
@@ -363,6 +450,28 @@ def _insert_keyed(
             raise InvalidJobError(
                 f"idempotency key {row[8]!r} was released while enqueueing; retry"
             )
+
+
+def _moded_columns(moded: Sequence[tuple[int, JobSpec, datetime]]) -> dict[str, list[Any]]:
+    """The parameters of enqueue_jobs_in_order: one array per enqueue_job argument."""
+    specs = [spec for _, spec, _ in moded]
+    return {
+        "tasks": [s.task for s in specs],
+        "args": [s.args_json for s in specs],
+        "queues": [s.queue for s in specs],
+        "priorities": [s.priority for s in specs],
+        "run_ats": [run_at for _, _, run_at in moded],
+        "max_attempts": [s.max_attempts for s in specs],
+        "keys": [s.idempotency_key for s in specs],
+        "concurrency_keys": [s.concurrency_key for s in specs],
+        "unique_fors": [s.unique_for for s in specs],
+        "unique_states": [",".join(s.unique_states) if s.unique_states else None for s in specs],
+        "metas": [s.meta_json for s in specs],
+        "tag_lists": [None if s.tags is None else json.dumps(s.tags) for s in specs],
+        "unique_among": [s.unique_among for s in specs],
+        "on_conflict": [s.on_conflict for s in specs],
+        "throttles": [s.throttle for s in specs],
+    }
 
 
 #: The parameters of insert_jobs / insert_jobs_keyed, in row order (rows may stop early).

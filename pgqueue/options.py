@@ -24,9 +24,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, TypedDict, cast, get_type_hints
+from typing import Annotated, Any, Literal, TypedDict, cast, get_type_hints
 
 from pgqueue import config
+from pgqueue.dedupe import ON_CONFLICT, UNIQUE_AMONG, check_choice, check_unique_by
 from pgqueue.errors import ConfigurationError, InvalidJobError
 from pgqueue.flow import CircuitBreaker, RateLimit, check_limit
 from pgqueue.payload import check_name, check_unicode, dumps
@@ -217,6 +218,25 @@ def merge_tags(
     return check_tags((*defaults, *(given or ())))
 
 
+def _unique_among(value: object, what: str) -> str:
+    return check_choice(value, what, UNIQUE_AMONG)
+
+
+def _on_conflict(value: object, what: str) -> str:
+    return check_choice(value, what, ON_CONFLICT)
+
+
+def _period(value: object, what: str) -> timedelta:
+    # Whole seconds: the period's start is part of the key, written the same way by every
+    # producer (pgqueue.enqueue_job computes it from the database clock).
+    delta = _positive_duration(value, what)
+    if delta < timedelta(seconds=1) or delta.microseconds:
+        raise InvalidJobError(
+            f"{what} must be a whole number of seconds (at least 1), got {value!r}"
+        )
+    return delta
+
+
 def _seconds(value: object, what: str) -> float | None:
     # 0 (or a zero timedelta) means no timeout, as None does.
     return to_timedelta(value, what).total_seconds() or None
@@ -269,6 +289,20 @@ class JobDefaults(JobBasics, total=False):
 
     result_ttl: Annotated[float | timedelta | None, Check(_positive_duration)]
     """Keep the job's return value this long (seconds or a timedelta; see ``pgq.result()``)."""
+    unique_by: Annotated[bool | str | Iterable[str] | None, Check(check_unique_by)]
+    """Derive the idempotency key from the task and its arguments: ``True`` (all of them) or
+    the names of the ones that count; ``False`` turns a task's ``unique_by`` off for a call."""
+    # (No Check default for these two: the job's field defaults to it, so a job that leaves
+    # them unset costs no check and no lookup of theirs at enqueue.)
+    unique_among: Annotated[Literal["live", "pending"] | None, Check(_unique_among)]
+    """When a job holds its key: ``"live"`` (default: until it finishes) or ``"pending"``
+    (until a worker starts it, so a new job can be enqueued while it runs)."""
+    on_conflict: Annotated[Literal["keep", "replace", "replace_args"] | None, Check(_on_conflict)]
+    """Enqueueing a held key again: ``"keep"`` (default: the holder stays as it is),
+    ``"replace"`` (a holder not yet running gets this call's args and run_at: debounce),
+    ``"replace_args"`` (its args only)."""
+    throttle: Annotated[float | timedelta | None, Check(_period)]
+    """At most one job per key per period (whole seconds, by the database clock)."""
 
 
 class JobOptions(JobDefaults, total=False):

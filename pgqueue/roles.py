@@ -68,6 +68,8 @@ _ENQUEUE_COLUMNS = (
     "unique_for",
     "unique_states",
     "result_ttl",
+    "meta",
+    "tags",
 )
 _PRODUCER_FUNCTIONS = (
     "enqueue_job",

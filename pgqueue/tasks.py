@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from pgqueue.dedupe import check_argument_names
 from pgqueue.enqueue import JobId, JobSpec, spec_template, with_args
 from pgqueue.errors import ConfigurationError, InvalidJobError
 from pgqueue.options import (
@@ -94,6 +95,10 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = signature_of(func, skip_first=pass_context)
         self.binder = ArgBinder(self.signature, self.name)
+        try:
+            check_unique_by_names(self, self.defaults.get("unique_by"))
+        except InvalidJobError as exc:
+            raise ConfigurationError(str(exc)) from None
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", self.name)
 
@@ -193,6 +198,7 @@ class JobCall:
         template = templates.get(key) if templates is not None and key is not None else None
         if template is None:
             template = spec_template(self.task.name, self.options, defaults=self.task.defaults)
+            check_unique_by_names(self.task, template.unique_by)
             if templates is not None and key is not None:
                 templates[key] = template
         return with_args(template, self.args, self.task.app.max_payload_bytes)
@@ -209,6 +215,15 @@ class JobCall:
     async def enqueue_async(self, conn: AsyncConnectionArg | None = None) -> JobId:
         """The async twin of :meth:`enqueue`."""
         return await self.task.app.enqueue_spec_async(self.spec(), conn=conn)
+
+
+def check_unique_by_names(task: Task[..., Any], unique_by: object) -> None:
+    """Raise :class:`InvalidJobError` when ``unique_by`` names an argument the task does not
+    take (a typo would otherwise leave it out of every key)."""
+    if isinstance(unique_by, tuple) and not any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in task.signature.parameters.values()
+    ):
+        check_argument_names(unique_by, task.signature.parameters, task.name)
 
 
 def _template_key(task: Task[..., Any], options: Mapping[str, Any]) -> Any:

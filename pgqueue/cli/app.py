@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -186,7 +186,8 @@ def migrate(
     "enqueue",
     epilog=example(
         """pgq enqueue emails.send --args '{"to": "a@example.com"}' --delay 5m --result-ttl 1h """
-        """--meta '{"tenant": "acme"}' --tag welcome"""
+        """--meta '{"tenant": "acme"}' --tag welcome""",
+        """pgq enqueue index.doc --args '{"doc": 7}' --unique --on-conflict replace --delay 2s""",
     ),
 )
 def enqueue(
@@ -207,6 +208,39 @@ def enqueue(
     idempotency_key: Annotated[
         str | None,
         typer.Option(help="Return the live job with this key instead of adding a duplicate."),
+    ] = None,
+    unique: Annotated[
+        bool,
+        typer.Option(
+            "--unique", help="Key the job by its task and all its arguments (unique_by=True)."
+        ),
+    ] = False,
+    unique_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--unique-by",
+            help="Key the job by its task and this argument (repeat for several).",
+            metavar="ARG",
+        ),
+    ] = None,
+    unique_among: Annotated[
+        Literal["live", "pending"] | None,
+        typer.Option(help="The key is held until the job finishes (live) or starts (pending)."),
+    ] = None,
+    on_conflict: Annotated[
+        Literal["keep", "replace", "replace_args"] | None,
+        typer.Option(
+            help="A pending job with the key: keep it, or replace its args and run time "
+            "(replace) or its args (replace_args)."
+        ),
+    ] = None,
+    throttle: Annotated[
+        float | None,
+        typer.Option(
+            parser=duration,
+            help="At most one job per key per period (e.g. 1m).",
+            metavar="DURATION",
+        ),
     ] = None,
     concurrency_key: Annotated[
         str | None,
@@ -249,6 +283,8 @@ def enqueue(
             raise InvalidJobError(f"--args is not valid JSON: {exc}") from None
         if not isinstance(payload, dict):
             raise InvalidJobError('--args must be a JSON object, e.g. \'{"to": "a@example.com"}\'')
+        if unique and unique_by:
+            raise typer.BadParameter("pass either --unique or --unique-by", param_hint="--unique")
         try:
             metadata = json.loads(meta) if meta is not None else None
         except json.JSONDecodeError as exc:
@@ -264,6 +300,10 @@ def enqueue(
                 priority=priority,
                 max_attempts=max_attempts,
                 idempotency_key=idempotency_key,
+                unique_by=True if unique else (unique_by or None),
+                unique_among=unique_among,
+                on_conflict=on_conflict,
+                throttle=throttle,
                 concurrency_key=concurrency_key,
                 depends_on=depends_on or None,
                 result_ttl=result_ttl,
@@ -273,9 +313,14 @@ def enqueue(
         finally:
             pgq.close()
     if as_json:
-        typer.echo(json.dumps({"id": int(job_id), "created": job_id.created}))
+        typer.echo(
+            json.dumps({"id": int(job_id), "created": job_id.created, "replaced": job_id.replaced})
+        )
+    elif job_id.created:
+        typer.echo(str(int(job_id)))
     else:
-        typer.echo(str(int(job_id)) if job_id.created else f"{int(job_id)} (existing job)")
+        what = "replaced the pending job's arguments" if job_id.replaced else "existing job"
+        typer.echo(f"{int(job_id)} ({what})")
 
 
 @app.command("stats", epilog=example("pgq stats --json"))

@@ -37,7 +37,7 @@ from pgqueue.payload import check_name
 from pgqueue.progress import Progress
 from pgqueue.results import Deadline, read_outcome, wait_for_result
 from pgqueue.schedules import PeriodicOptions, Schedule, ScheduleTiming
-from pgqueue.tasks import JobCall, P, R, Task
+from pgqueue.tasks import JobCall, P, R, Task, check_unique_by_names
 from pgqueue.workflow.builders import Compiled, Workflow
 from pgqueue.workflow.inspect import get_workflow, list_workflows
 from pgqueue.workflow.plan import enqueue_compiled
@@ -347,9 +347,12 @@ class PgQueue:
             else (self.tasks.get(name) if isinstance(name, str) else None)
         )
         defaults = registered.defaults if registered is not None else {}
-        return make_spec(
+        spec = make_spec(
             name, args or {}, options, defaults=defaults, payload_limit=self.max_payload_bytes
         )
+        if registered is not None and options.get("unique_by"):
+            check_unique_by_names(registered, spec.unique_by)
+        return spec
 
     def enqueue(
         self,

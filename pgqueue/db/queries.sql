@@ -12,15 +12,15 @@ SELECT 1
 -- ---------------------------------------------------------------------------------------------
 
 -- name: enqueue_job
--- One job; the SQL function owns the idempotency-key logic. delay is an interval from the
--- database clock, never the client's.
-SELECT e.id, e.created
+-- One job; the SQL function owns the idempotency-key logic and the deduplication modes. delay
+-- is an interval from the database clock, never the client's.
+SELECT e.id, e.created, e.replaced
   FROM pgqueue.enqueue_job(
            %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
            coalesce(%(run_at)s::timestamptz, now() + %(delay)s::interval),
            %(max_attempts)s, %(idempotency_key)s, %(concurrency_key)s,
            %(unique_for)s::interval, %(unique_states)s::text[], %(meta)s::jsonb,
-           %(tags)s::text[]) AS e
+           %(tags)s::text[], %(unique_among)s, %(on_conflict)s, %(throttle)s::interval) AS e
 
 -- name: insert_job
 -- The common single job (no idempotency or concurrency key): a plain INSERT, no function call,
@@ -102,6 +102,28 @@ SELECT k.key, k.job_id FROM pgqueue.kept_keys(%(keys)s::text[]) AS k
 -- Bulk enqueue, after inserting keyed jobs: a holder that finished and kept its key while we
 -- inserted wins; our job is taken back (this statement's snapshot sees the holder's commit).
 SELECT d.id, d.idempotency_key, d.holder FROM pgqueue.drop_raced_keyed_jobs(%(ids)s::bigint[]) AS d
+
+-- name: enqueue_jobs_in_order
+-- Bulk enqueue of the jobs with a deduplication mode (unique_among 'pending', on_conflict
+-- 'replace'/'replace_args', throttle): pgqueue.enqueue_job for each, in input order, in one
+-- statement. Each call's statements see the earlier calls' jobs, so a key repeated in the batch
+-- behaves as consecutive single enqueues would (a replace updates the batch's own earlier job).
+-- unique_states travel as comma-separated text, tags as JSON arrays (unnest would flatten an
+-- array of arrays).
+SELECT e.id, e.created, e.replaced
+  FROM unnest(%(tasks)s::text[], %(args)s::text[], %(queues)s::text[], %(priorities)s::integer[],
+              %(run_ats)s::timestamptz[], %(max_attempts)s::integer[], %(keys)s::text[],
+              %(concurrency_keys)s::text[], %(unique_fors)s::interval[],
+              %(unique_states)s::text[], %(metas)s::jsonb[], %(tag_lists)s::jsonb[],
+              %(unique_among)s::text[], %(on_conflict)s::text[], %(throttles)s::interval[])
+       WITH ORDINALITY AS u(task, args, queue, priority, run_at, max_attempts, key, ckey, ufor,
+                            ustates, meta, tags, among, on_conflict, throttle, n)
+ CROSS JOIN LATERAL pgqueue.enqueue_job(
+           u.task, u.args::jsonb, u.queue, u.priority, u.run_at, u.max_attempts, u.key, u.ckey,
+           u.ufor, string_to_array(u.ustates, ','), u.meta,
+           CASE WHEN u.tags IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(u.tags)) END,
+           u.among, u.on_conflict, u.throttle) AS e
+ ORDER BY u.n
 
 -- name: mark_keyed_tasks
 SELECT pgqueue.mark_keyed(%(tasks)s::text[])
@@ -578,7 +600,8 @@ SELECT count(*)
 -- name: replay_dead_letters
 -- Move one batch of matching dead letters back to the queue with fresh attempts (same id, errors
 -- kept for the record, lease_token carried on so no stale worker can touch the new attempt).
--- A dead letter whose idempotency key is held by a live job is left where it is.
+-- A dead letter whose idempotency key is held by a live job is left where it is (the holder, as
+-- the unique index says: a unique_among 'pending' job that started no longer holds its key).
 WITH batch AS (
     SELECT d.id
       FROM pgqueue.dead_letters AS d
@@ -590,7 +613,8 @@ WITH batch AS (
        AND (%(since)s::timestamptz IS NULL OR d.dead_at >= %(since)s)
        AND (%(until)s::timestamptz IS NULL OR d.dead_at < %(until)s)
        AND NOT EXISTS (SELECT 1 FROM pgqueue.jobs AS j
-                        WHERE j.idempotency_key = d.idempotency_key)
+                        WHERE j.idempotency_key = d.idempotency_key
+                          AND (j.key_until_started IS NOT TRUE OR j.lease_token = 0))
      ORDER BY d.id
      LIMIT %(batch_size)s
        FOR UPDATE SKIP LOCKED

@@ -90,9 +90,10 @@ def _write(
 ) -> Plan[Written]:
     for node in nodes:
         if node.spec.idempotency_key is not None:
+            derived = " (the task's unique_by: pass unique_by=False)" if node.spec.unique_by else ""
             raise InvalidJobError(
                 f"idempotency_key cannot be used for workflow jobs or with depends_on "
-                f"(task {node.spec.task!r})"
+                f"(task {node.spec.task!r}){derived}"
             )
         if node.receive is not None and node.spec.depends_on:
             raise InvalidJobError(

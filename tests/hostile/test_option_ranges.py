@@ -31,6 +31,8 @@ BAD_OPTIONS: list[tuple[dict[str, object], str]] = [
         "unique_for must be between 0 and 1000 years",
     ),
     ({"wait_if_full": 1e300}, "wait_if_full must be between 0 and 1000 years"),
+    ({"idempotency_key": "k", "throttle": 1e300}, "throttle must be between 0 and 1000 years"),
+    ({"idempotency_key": "k", "throttle": float("inf")}, "throttle must be between 0 and 1000"),
     ({"depends_on": [HUGE_ID]}, "between 1 and 9223372036854775807"),
     ({"depends_on": [1, 0]}, "between 1 and 9223372036854775807"),
     ({"priority": 2**70}, "priority must be between -32768 and 32767"),
@@ -63,6 +65,8 @@ def test_far_but_storable_values_are_stored(dsn):
         far = pgq.enqueue("noop", {}, delay=timedelta(days=365 * 999))
         latest = pgq.enqueue("noop", {}, run_at=datetime(9999, 12, 31, 23, 59, tzinfo=UTC))
         kept = pgq.enqueue("noop", {}, result_ttl=timedelta(days=365 * 999))
+        # The longest throttle: one period since 1970, its key kept for 999 years.
+        throttled = pgq.enqueue("noop", {}, idempotency_key="t", throttle=timedelta(days=365 * 999))
     finally:
         pgq.close()
     years = scalar(
@@ -75,6 +79,10 @@ def test_far_but_storable_values_are_stored(dsn):
     assert scalar(dsn, "SELECT extract(year FROM run_at) FROM pgqueue.jobs WHERE id = %s",
                   (latest,)) == 9999  # fmt: skip
     assert scalar(dsn, "SELECT result_ttl FROM pgqueue.jobs WHERE id = %s", (kept,)) is not None
+    assert (
+        scalar(dsn, "SELECT idempotency_key FROM pgqueue.jobs WHERE id = %s", (throttled,))
+        == "t@1970-01-01T00:00:00Z"
+    )
 
 
 # (command, the option the usage error names)

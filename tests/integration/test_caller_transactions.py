@@ -94,6 +94,28 @@ def _committed_job(pgq: PgQueue, tasks: Any) -> int:
     return int(tasks.add.enqueue(1, 2))
 
 
+# Deduplication modes: a replace (an UPDATE of the pending job) and a bulk enqueue of jobs
+# with modes (pgqueue.enqueue_job per job, in one statement).
+_DEBOUNCE = {"idempotency_key": "deb", "unique_among": "pending", "on_conflict": "replace"}
+
+
+def _dedupe(pgq: PgQueue, tasks: Any, conn: Any) -> None:
+    assert tasks.add.enqueue(5, 5, conn=conn, **_DEBOUNCE).replaced
+    pgq.enqueue_many([tasks.add.s(i, i, unique_by=True, throttle=60) for i in range(3)], conn=conn)
+
+
+async def _dedupe_async(pgq: PgQueue, tasks: Any, conn: Any) -> None:
+    assert (await tasks.add.enqueue_async(5, 5, conn=conn, **_DEBOUNCE)).replaced
+    await pgq.enqueue_many_async(
+        [tasks.add.s(i, i, unique_by=True, throttle=60) for i in range(3)], conn=conn
+    )
+
+
+def _deduped(admin: psycopg.Connection[Any], _state: Any) -> bool:
+    args = admin.execute("SELECT args FROM pgqueue.jobs WHERE idempotency_key = 'deb'").fetchone()
+    return args == ({"a": 5, "b": 5},) and _job_count(admin, "calls.add") == 4
+
+
 APIS = [
     Api(
         "enqueue",
@@ -127,6 +149,13 @@ APIS = [
             [t.add.s(i, i, tags=["x"]) for i in range(100)], conn=c
         ),
         applied=_has_jobs("calls.add", 100),
+    ),
+    Api(
+        "enqueue_dedupe_modes",
+        _dedupe,
+        _dedupe_async,
+        setup=lambda pgq, t: t.add.enqueue(1, 2, **_DEBOUNCE),
+        applied=_deduped,
     ),
     Api(
         "enqueue_concurrency_key",

@@ -68,6 +68,33 @@ def test_enqueue_idempotency_and_json_output(dsn):
     assert a["created"] and not b["created"] and a["id"] == b["id"]
 
 
+def test_enqueue_deduplication_flags(dsn, conn):
+    debounce = ["--unique", "--unique-among", "pending", "--on-conflict", "replace", "--dsn", dsn]
+    first = invoke("enqueue", "index.doc", "--args", '{"doc": 7}', "--delay", "1m", *debounce)
+    again = invoke("enqueue", "index.doc", "--args", '{"doc": 7}', "--json", *debounce)
+    job = int(first.output.strip())
+    assert json.loads(again.output) == {"id": job, "created": False, "replaced": True}
+    text = invoke("enqueue", "index.doc", "--args", '{"doc": 7}', *debounce)
+    assert text.output.strip() == f"{job} (replaced the pending job's arguments)"
+    # By some arguments only; throttled per minute.
+    by = ["--unique-by", "doc", "--throttle", "1m", "--dsn", dsn]
+    one = invoke("enqueue", "index.doc", "--args", '{"doc": 8, "v": 1}', *by).output.strip()
+    two = invoke("enqueue", "index.doc", "--args", '{"doc": 8, "v": 2}', *by).output.strip()
+    assert two == f"{one} (existing job)"
+    key = conn.execute("SELECT idempotency_key FROM pgqueue.jobs WHERE id = %s", (int(one),))
+    assert key.fetchone()[0].startswith("index.doc:")
+    for args, message in [
+        (["--unique", "--unique-by", "doc"], "pass either --unique or --unique-by"),
+        (["--on-conflict", "merge"], "'merge' is not one of"),
+        (["--unique-among", "pending"], "unique_among needs a key"),
+        (["--unique", "--throttle", "1.5s"], "whole number of seconds"),
+    ]:
+        result = runner.invoke(app, ["enqueue", "index.doc", *args, "--dsn", dsn])
+        assert result.exit_code in (1, 2), (args, result.output)
+        assert message in " ".join(result.output.split()), (args, result.output)
+    assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone()[0] == 2
+
+
 def test_enqueue_bad_input_is_a_clear_error_and_writes_nothing(dsn, conn):
     for args, message in [
         (["--args", "{oops"], "--args is not valid JSON"),

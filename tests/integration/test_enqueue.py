@@ -300,7 +300,7 @@ def test_sql_enqueue_function_for_psql_and_triggers(conn):
     same = conn.execute(
         "SELECT * FROM pgqueue.enqueue_job('reports.build', idempotency_key => 'm')"
     ).fetchone()
-    assert again[1] is True and same == (again[0], False)
+    assert again[1] is True and same == (again[0], False, False)
     [row] = jobs(conn, "id = %s", (job_id,))
     assert row[1:6] == ("reports", "reports.build", {"month": "2026-11"}, "ready", 3)
 

@@ -86,13 +86,26 @@ def test_producer_can_enqueue_but_not_read_or_change_jobs(app_dsn, roles):
             [producer.spec("noop", {}, {"idempotency_key": "u1", "unique_for": 60})]
         )
         assert kept.created and unique[0].created
+        # deduplication modes: the replace is an UPDATE, run by enqueue_job as its owner
+        debounce = {"idempotency_key": "d", "unique_among": "pending", "on_conflict": "replace"}
+        debounced = producer.enqueue(
+            "noop", {"n": 1}, idempotency_key="d", unique_among="pending", on_conflict="replace"
+        )
+        modes = producer.enqueue_many(
+            [
+                producer.spec("noop", {"n": 2}, debounce),
+                producer.spec("noop", {"n": 3}, {"unique_by": True, "throttle": 60}),
+            ]
+        )
+        assert modes[0] == debounced and modes[0].replaced and modes[1].created
     finally:
         producer.close()
     with psycopg.connect(producer_dsn) as conn:
         assert conn.execute("SELECT pgqueue.enqueue('noop')").fetchone()[0] > 0
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "5s"
         assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "30s"
-    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 1 + 1 + 1 + 100 + 1 + 2 + 1
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 1 + 1 + 1 + 100 + 1 + 2 + 1 + 2
+    assert scalar(app_dsn, "SELECT args FROM pgqueue.jobs WHERE id = %s", (debounced,)) == {"n": 2}
     assert scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (delayed,)) == (
         "scheduled"
     )
@@ -252,7 +265,7 @@ def test_a_producer_cannot_enqueue_an_id_that_is_taken_or_was_never_handed_out(a
         conn.execute(
             "SELECT * FROM pgqueue.insert_keyed_jobs(ARRAY[%s]::bigint[], '{default}', '{noop}',"
             " '{\"{}\"}', '{0}', ARRAY[now()], '{ready}', '{5}', ARRAY[%s], '{NULL}', '{NULL}',"
-            " '{NULL}')",
+            " '{NULL}', '{NULL}', '{NULL}')",
             (job_id, f"key-{job_id}"),
         )
 

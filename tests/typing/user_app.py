@@ -85,6 +85,9 @@ def totals(numbers: list[int]) -> int:
     job = add.options(queue="math", run_at=datetime.now(UTC)).enqueue(1, b=2)
     ids: list[JobId] = pgq.enqueue_many([add.s(n, n) for n in numbers])
     by_name = pgq.enqueue("billing.charge", {"order": 7}, queue="billing")
+    debounced = add.options(unique_by=("a",), unique_among="pending", on_conflict="replace")
+    if debounced.enqueue(1, 2).replaced:
+        pgq.enqueue("billing.charge", {"order": 7}, idempotency_key="o:7", throttle=60)
     result = pgq.result(job, timeout=30)
     return direct + int(result) + len(ids) + int(by_name)
 

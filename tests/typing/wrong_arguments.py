@@ -43,6 +43,8 @@ def wrong_options() -> None:
     pgq.enqueue("add", {"a": 1}, delay="soon")  # error: arg-type
     pgq.enqueue("add", {"a": 1}, meta=["x"])  # error: arg-type
     pgq.enqueue("add", {"a": 1}, tags=3)  # error: arg-type
+    pgq.enqueue("add", {"a": 1}, on_conflict="merge")  # error: arg-type
+    add.options(unique_among="running").enqueue(1, 2)  # error: arg-type
 
 
 async def wrong_async() -> None:
