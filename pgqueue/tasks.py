@@ -29,6 +29,7 @@ from pgqueue.options import (
     OPTION_NAMES,
     JobOptions,
     TaskOptions,
+    check_key,
     check_options,
     check_task_options,
 )
@@ -88,19 +89,28 @@ class Task(Generic[P, R]):
         self.concurrency_limit: int | None = checked.get("concurrency_limit")
         self.key_limit: int | None = checked.get("key_limit")
         self.rate_limit: RateLimit | None = checked.get("rate_limit")
+        self.key_rate_limit: RateLimit | None = checked.get("key_rate_limit")
         self.circuit_breaker: CircuitBreaker | None = checked.get("circuit_breaker")
         self.events: tuple[str, ...] = checked.get("on") or ()
         self.pass_context = pass_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = signature_of(func, skip_first=pass_context)
         self.binder = ArgBinder(self.signature, self.name)
+        #: the argument (or path into one) whose value is each job's key
+        self.limit_by: JobKey | None = (
+            JobKey(checked["limit_by"], self.signature, self.name)
+            if checked.get("limit_by") is not None
+            else None
+        )
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", self.name)
 
     @property
     def declares_limits(self) -> bool:
-        """Whether the task declares a concurrency, per-key or rate limit."""
-        return any(v is not None for v in (self.concurrency_limit, self.key_limit, self.rate_limit))
+        """Whether the task declares a concurrency, per-key or rate limit (``limit_by`` counts:
+        it lifts the default limit of one running job per key)."""
+        limits = (self.concurrency_limit, self.key_limit, self.rate_limit, self.key_rate_limit)
+        return self.limit_by is not None or any(v is not None for v in limits)
 
     def retry_delay(self, attempt: int, error: BaseException | None = None) -> float:
         """Seconds before the next attempt after ``attempt`` attempts (the task's backoff)."""
@@ -195,7 +205,10 @@ class JobCall:
             template = spec_template(self.task.name, self.options, defaults=self.task.defaults)
             if templates is not None and key is not None:
                 templates[key] = template
-        return with_args(template, self.args, self.task.app.max_payload_bytes)
+        spec = with_args(template, self.args, self.task.app.max_payload_bytes)
+        if self.task.limit_by is not None and spec.concurrency_key is None:
+            spec.concurrency_key = self.task.limit_by.of(self.args)
+        return spec
 
     def result_arg(self) -> str | None:
         """The parameter that receives parents' results in a workflow (the first one not
@@ -209,6 +222,49 @@ class JobCall:
     async def enqueue_async(self, conn: AsyncConnectionArg | None = None) -> JobId:
         """The async twin of :meth:`enqueue`."""
         return await self.task.app.enqueue_spec_async(self.spec(), conn=conn)
+
+
+class JobKey:
+    """A task's ``limit_by``: which argument (or path into a dict argument) holds each job's
+    key. A value of None, or one missing (no argument, no default, no such path), gives the
+    job no key; a string or an integer is the key; anything else is an error."""
+
+    def __init__(self, path: str, signature: inspect.Signature, task: str) -> None:
+        self.path = path
+        self.task = task
+        self.name, *self.parts = path.split(".")
+        parameters = signature.parameters
+        parameter = parameters.get(self.name)
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        if parameter is None and not takes_any:
+            raise ConfigurationError(
+                f"limit_by={path!r} of task {task!r}: the task has no argument {self.name!r}"
+            )
+        #: the argument's default, when a call leaves it out
+        self.default: Any = None
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            self.default = parameter.default
+
+    def of(self, args: Mapping[str, Any]) -> str | None:
+        """The key of the job with these arguments."""
+        value = args.get(self.name, self.default)
+        for part in self.parts:
+            if value is None:
+                return None
+            if not isinstance(value, Mapping):
+                raise InvalidJobError(
+                    f"limit_by={self.path!r} of task {self.task!r}: the value before {part!r} "
+                    f"is {type(value).__name__}, not an object"
+                )
+            value = value.get(part)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise InvalidJobError(
+                f"limit_by={self.path!r} of task {self.task!r}: a key must be a string or an "
+                f"integer, got {type(value).__name__}"
+            )
+        return check_key(str(value), f"the key of limit_by={self.path!r}")
 
 
 def _template_key(task: Task[..., Any], options: Mapping[str, Any]) -> Any:
