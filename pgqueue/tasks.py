@@ -235,8 +235,11 @@ class JobKey:
         self.name, *self.parts = path.split(".")
         parameters = signature.parameters
         parameter = parameters.get(self.name)
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-        if parameter is None and not takes_any:
+        #: the ``**kwargs`` parameter, where a name that is no parameter of its own is stored
+        self.var_keyword = next(
+            (p.name for p in parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None
+        )
+        if parameter is None and self.var_keyword is None:
             raise ConfigurationError(
                 f"limit_by={path!r} of task {task!r}: the task has no argument {self.name!r}"
             )
@@ -247,7 +250,11 @@ class JobKey:
 
     def of(self, args: Mapping[str, Any]) -> str | None:
         """The key of the job with these arguments."""
-        value = args.get(self.name, self.default)
+        if self.name in args:
+            value = args[self.name]
+        else:
+            extra = args.get(self.var_keyword) if self.var_keyword is not None else None
+            value = extra.get(self.name) if isinstance(extra, Mapping) else self.default
         for part in self.parts:
             if value is None:
                 return None

@@ -52,6 +52,10 @@ def sync_inventory(sku: str) -> None:
         raise Retry(delay=60)
 
 
+@pgq.task(limit_by="account.id", key_limit=2, key_rate_limit="10/s")
+def sync_account(account: dict[str, int]) -> None: ...
+
+
 @pgq.task(result_ttl=3600)
 async def resize(image_id: int, width: int = 100) -> dict[str, int]:
     await asyncio.sleep(0)
@@ -84,6 +88,8 @@ def totals(numbers: list[int]) -> int:
     job = add.options(queue="math", run_at=datetime.now(UTC)).enqueue(1, b=2)
     ids: list[JobId] = pgq.enqueue_many([add.s(n, n) for n in numbers])
     by_name = pgq.enqueue("billing.charge", {"order": 7}, queue="billing")
+    pgq.flow.configure_queue("billing", fair=True)
+    sync_account.enqueue({"id": 7})
     result = pgq.result(job, timeout=30)
     return direct + int(result) + len(ids) + int(by_name)
 
