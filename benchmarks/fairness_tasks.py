@@ -1,8 +1,7 @@
 """Tasks the fairness benchmark runs: `pgq work benchmarks.fairness_tasks:pgq`.
 
 ``fairness.work`` is a no-op whose key is its tenant (``limit_by``); the probe tenant's job
-writes when it was enqueued and claimed (the database clock) and how many flood jobs still
-waited when it started.
+writes when it was enqueued and claimed (the database clock).
 ``fairness.plain`` is the same job without a key (the plain claim's figures).
 """
 
@@ -20,7 +19,7 @@ QUEUE = "tenants"
 PROBE = "tenant-b"
 EVENTS_DDL = """
 CREATE TABLE IF NOT EXISTS bench_fairness (
-    job_id bigint, created_at timestamptz, started_at timestamptz, flood_waiting bigint)
+    job_id bigint, created_at timestamptz, started_at timestamptz)
 """
 
 
@@ -33,12 +32,9 @@ async def work(tenant: str) -> None:
     ) as conn:
         # started_at: when the claim took it (the claim's clock).
         await conn.execute(
-            "INSERT INTO bench_fairness"
-            " SELECT j.id, j.created_at, j.started_at,"
-            "        (SELECT count(*) FROM pgqueue.jobs AS f"
-            "          WHERE f.queue = %s AND f.state = 'ready' AND f.concurrency_key <> %s)"
-            "   FROM pgqueue.jobs AS j WHERE j.id = %s",
-            (QUEUE, PROBE, current_job().id),
+            "INSERT INTO bench_fairness (job_id, created_at, started_at)"
+            " SELECT j.id, j.created_at, j.started_at FROM pgqueue.jobs AS j WHERE j.id = %s",
+            (current_job().id,),
         )
 
 
