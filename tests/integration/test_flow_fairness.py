@@ -222,3 +222,56 @@ def test_rolled_back_enqueue_leaves_no_rank_and_no_key(fleet_dsn, client: Any):
         client.enqueue_many([fair_app.tenant.s("Z") for _ in range(3)], conn=tx)
         tx.rollback()
     assert scalar(fleet_dsn, "SELECT count(*) FROM pgqueue.jobs") == before
+
+
+# -- the claim itself, without workers ----------------------------------------------------------
+
+
+def claim(dsn: str, tasks: list[str], limit: int) -> list[tuple[Any, ...]]:
+    """One pgqueue.claim of queue 'q' (what claim_flow runs): (id, key, throttled) rows."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT c.id, j.concurrency_key, c.throttled"
+            "  FROM pgqueue.claim(ARRAY['q'], %s, %s, '1 minute', gen_random_uuid()) AS c"
+            "  LEFT JOIN pgqueue.jobs AS j ON j.id = c.id",
+            (tasks, limit),
+        ).fetchall()
+
+
+def test_making_a_queue_fair_ranks_its_backlog_and_unranked_jobs_are_not_lost(dsn, pgq):
+    a = [pgq.enqueue("t", {}, queue="q", concurrency_key="a") for _ in range(3)]
+    b = [pgq.enqueue("t", {}, queue="q", concurrency_key="b") for _ in range(2)]
+    urgent = pgq.enqueue("t", {}, queue="q", priority=-1)  # no key, a priority of its own
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs WHERE fair_rank IS NOT NULL") == 0
+    assert pgq.flow.configure_queue("q", fair=True)["fair"] is True
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ranks = dict(conn.execute("SELECT id, fair_rank FROM pgqueue.jobs").fetchall())
+        # A job written by hand has no rank: it is still claimed, once it is at the head of
+        # first-come-first-served order (this one is the oldest).
+        hand = conn.execute(
+            "INSERT INTO pgqueue.jobs (queue, task, concurrency_key, run_at)"
+            " VALUES ('q', 't', 'c', now() - interval '1 hour') RETURNING id"
+        ).fetchone()[0]
+        conn.execute("UPDATE pgqueue.task_limits SET key_limit = NULL WHERE task = 't'")
+    assert [ranks[i] for i in a] == [0, 1, 2] and [ranks[i] for i in b] == [0, 1]
+    claimed = {row[0] for row in claim(dsn, ["t"], 5)}
+    # Priority -1 first, then priority 0: the unranked job, then one job of each key per round.
+    assert claimed == {urgent, hand, a[0], b[0], a[1]}
+    clocks = "SELECT array_agg(clock ORDER BY priority) FROM pgqueue.fair_clocks WHERE queue = 'q'"
+    assert scalar(dsn, clocks) == [0, 1]  # per priority: the largest rank claimed
+    # A key that had nothing waiting starts at the clock, not behind a's backlog.
+    late = pgq.enqueue("t", {}, queue="q", concurrency_key="d")
+    assert scalar(dsn, "SELECT fair_rank FROM pgqueue.jobs WHERE id = %s", (late,)) == 1
+
+
+def test_fair_queue_without_keyed_jobs_is_claimed_without_limits(dsn, pgq):
+    pgq.flow.configure_queue("q", fair=True)
+    ids = pgq.enqueue_many([pgq.spec("plain", {"n": n}, {"queue": "q"}) for n in range(4)])
+    rows = claim(dsn, ["plain"], 3)
+    # Claimed in order (the jobs without a key are one key) and no "-1": the worker must keep
+    # claiming a fair queue with pgqueue.claim.
+    assert sorted(r[0] for r in rows) == ids[:3] and all(r[2] is None for r in rows)
+    assert scalar(dsn, "SELECT pgqueue.flow_controlled(ARRAY['q'], ARRAY['plain'])") is True
+    pgq.flow.configure_queue("q", fair=False)
+    assert scalar(dsn, "SELECT pgqueue.flow_controlled(ARRAY['q'], ARRAY['plain'])") is False
+    assert [r[2] for r in claim(dsn, ["plain"], 3)] == [None, -1.0]  # the last job, and "-1"
