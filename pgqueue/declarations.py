@@ -34,7 +34,14 @@ def declarations(app: Declaring) -> Plan[None]:
     yield from flow.sync_task_declarations(
         sorted(app.tasks),
         {
-            t.name: (t.concurrency_limit, t.key_limit, t.rate_limit)
+            t.name: flow.DeclaredLimits(
+                t.concurrency_limit,
+                # Jobs with a concurrency key run one at a time per key unless the task says
+                # otherwise; keys from limit_by are partitions, limited only as declared.
+                t.key_limit if t.key_limit is not None or t.limit_by is not None else 1,
+                t.rate_limit,
+                t.key_rate_limit,
+            )
             for t in tasks
             if t.declares_limits
         },

@@ -298,7 +298,8 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     deduplication mode (``unique_among="pending"``, ``on_conflict``, ``throttle``) go through
     ``pgqueue.enqueue_job`` one by one, in input order, in one statement. Bounded
     queues (``max_depth``) are checked first: the whole batch is refused if it would overflow
-    one. Run the plan in a transaction: the jobs appear together or not at all.
+    one. Jobs of fair queues (without an idempotency key) are written with their ranks, by a
+    COPY of their own. Run the plan in a transaction: the jobs appear together or not at all.
     """
     if not specs:
         return []
@@ -313,7 +314,7 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
         "prepare_bulk",
         {"count": len(specs), "queues": list(per_queue), "counts": list(per_queue.values())},
     )
-    db_now, ids, full_queues, max_depths, depths = rows[0]
+    db_now, ids, full_queues, max_depths, depths, fair_queues = rows[0]
     if full_queues:
         queue = full_queues[0]
         raise QueueFullError(queue, max_depths[0], depths[0], per_queue[queue])
@@ -321,6 +322,9 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     if keyed_tasks:
         yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
     result: list[JobId | None] = [None] * len(specs)
+    pending: Sequence[JobSpec | None] = specs
+    if fair_queues:
+        pending = yield from _enqueue_fair(specs, ids, set(fair_queues), db_now, result)
     plain: list[tuple[Any, ...]] = []
     keyed: list[tuple[int, tuple[Any, ...]]] = []
     first_for_key: dict[str, int] = {}
@@ -330,8 +334,11 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     # Jobs that are ready now and carry no key take the column defaults for run_at (now(): the
     # transaction's clock, the db_now read above), state and the keys: shorter rows to send.
     ready: list[tuple[Any, ...]] = []
-    for index, (spec, job_id) in enumerate(zip(specs, ids, strict=True)):
+    for index, (job, job_id) in enumerate(zip(pending, ids, strict=True)):
         # (One pass, spelled out: this loop runs once per job of a bulk enqueue.)
+        if job is None:
+            continue  # written with its rank (_enqueue_fair)
+        spec = job
         key = spec.idempotency_key
         now = spec.run_at is None and not spec.delay
         if (
@@ -395,6 +402,50 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     if kept:
         yield Query("set_result_ttl", {"ids": [i for i, _ in kept], "ttls": [t for _, t in kept]})
     return ids_out
+
+
+def _enqueue_fair(
+    specs: Sequence[JobSpec],
+    ids: Sequence[int],
+    fair_queues: set[str],
+    db_now: datetime,
+    result: list[JobId | None],
+) -> Plan[list[JobSpec | None]]:
+    """Write the batch's jobs of fair queues with their ranks: the jobs of one (queue,
+    priority, key) take consecutive ranks from where that key stands (``fair_ranks_of``).
+    Jobs with an idempotency key are left to ``insert_keyed_jobs``, which ranks them itself.
+    Returns the specs with the written ones replaced by None."""
+    rest: list[JobSpec | None] = list(specs)
+    groups: dict[tuple[str, int, str | None], list[int]] = {}
+    for index, spec in enumerate(specs):
+        if spec.queue in fair_queues and spec.idempotency_key is None:
+            groups.setdefault((spec.queue, spec.priority, spec.concurrency_key), []).append(index)
+    if not groups:
+        return rest
+    keys = list(groups)
+    bases = yield Query(
+        "fair_ranks_of",
+        {
+            "queues": [queue for queue, _, _ in keys],
+            "priorities": [priority for _, priority, _ in keys],
+            "keys": [key for _, _, key in keys],
+        },
+    )
+    rows: list[tuple[Any, ...]] = []
+    for (base,), members in zip(bases, groups.values(), strict=True):
+        for offset, index in enumerate(members):
+            spec = specs[index]
+            run_at = due_at(spec, db_now)
+            state = "scheduled" if run_at > db_now else "ready"
+            rows.append(
+                (ids[index], spec.queue, spec.task, spec.args_json, spec.priority, run_at, state,
+                 spec.max_attempts, None, spec.concurrency_key, base + offset, spec.meta_json,
+                 _tag_array(spec.tags))
+            )  # fmt: skip
+            result[index] = _new_job_id(JobId, ids[index])
+            rest[index] = None
+    yield CopyIn("copy_fair_jobs", rows)
+    return rest
 
 
 def due_at(spec: JobSpec, db_now: datetime) -> datetime:

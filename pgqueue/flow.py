@@ -138,6 +138,7 @@ class QueueSettings(NamedTuple):
     concurrency_limit: int | None
     rate_limit: float | None
     rate_burst: float | None
+    fair: bool
 
 
 class TaskLimits(NamedTuple):
@@ -145,10 +146,12 @@ class TaskLimits(NamedTuple):
 
     task: str
     concurrency_limit: int | None
-    key_limit: int
+    key_limit: int | None
     keyed: bool
     rate_limit: float | None
     rate_burst: float | None
+    key_rate_limit: float | None
+    key_rate_burst: float | None
     from_code: bool
 
 
@@ -184,12 +187,12 @@ def _changes(values: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _rate_changes(rate_limit: Any) -> dict[str, Any]:
+def _rate_changes(rate_limit: Any, prefix: str = "") -> dict[str, Any]:
     rate = None if rate_limit is None or rate_limit is UNSET else RateLimit.parse(rate_limit)
     return {
-        "set_rate": rate_limit is not UNSET,
-        "rate_limit": rate.rate if rate else None,
-        "rate_burst": rate.bucket if rate else None,
+        f"set_{prefix}rate": rate_limit is not UNSET,
+        f"{prefix}rate_limit": rate.rate if rate else None,
+        f"{prefix}rate_burst": rate.bucket if rate else None,
     }
 
 
@@ -205,6 +208,9 @@ class QueueChanges(TypedDict, total=False):
     """Its jobs running at once, fleet-wide."""
     rate_limit: str | float | RateLimit | Unset | None
     """Its jobs started per second, fleet-wide (``"20/s"``)."""
+    fair: bool | Unset | None
+    """Serve its keys (jobs' ``concurrency_key``) round-robin instead of first come, first
+    served (None: False)."""
 
 
 class TaskLimitChanges(TypedDict, total=False):
@@ -214,9 +220,11 @@ class TaskLimitChanges(TypedDict, total=False):
     concurrency_limit: int | Unset | None
     """Its jobs running at once, fleet-wide."""
     key_limit: int | Unset | None
-    """Its running jobs per ``concurrency_key`` (None: 1)."""
+    """Its running jobs per key (``concurrency_key``) (None: no limit per key)."""
     rate_limit: str | float | RateLimit | Unset | None
     """Its jobs started per second, fleet-wide (``"20/s"``)."""
+    key_rate_limit: str | float | RateLimit | Unset | None
+    """Its jobs started per second per key, fleet-wide (``"10/s"``)."""
 
 
 def configure_queue(queue: str, **settings: Unpack[QueueChanges]) -> Plan[dict[str, Any]]:
@@ -224,13 +232,21 @@ def configure_queue(queue: str, **settings: Unpack[QueueChanges]) -> Plan[dict[s
     weight = settings.get("weight", UNSET)
     max_depth = settings.get("max_depth", UNSET)
     concurrency_limit = settings.get("concurrency_limit", UNSET)
+    fair = settings.get("fair", UNSET)
     if weight is not UNSET and weight is not None:
         check_limit(weight, "weight")
     for value, what in ((max_depth, "max_depth"), (concurrency_limit, "concurrency_limit")):
         if value is not UNSET:
             check_limit(value, what)
+    if fair is not UNSET and fair is not None and not isinstance(fair, bool):
+        raise ConfigurationError(f"fair must be True or False, got {fair!r}")
     params = _changes(
-        {"weight": weight, "max_depth": max_depth, "concurrency_limit": concurrency_limit}
+        {
+            "weight": weight,
+            "max_depth": max_depth,
+            "concurrency_limit": concurrency_limit,
+            "fair": fair if fair is UNSET else bool(fair),
+        }
     )
     params.update(queue=queue, **_rate_changes(settings.get("rate_limit", UNSET)))
     row = yield from fetch_one("configure_queue", params, row=class_row(QueueSettings))
@@ -244,9 +260,10 @@ def configure_task(task: str, **limits: Unpack[TaskLimitChanges]) -> Plan[dict[s
     if concurrency_limit is not UNSET:
         check_limit(concurrency_limit, "concurrency_limit")
     if key_limit is not UNSET:
-        key_limit = check_limit(key_limit, "key_limit") or 1
+        check_limit(key_limit, "key_limit")
     params = _changes({"concurrency_limit": concurrency_limit, "key_limit": key_limit})
     params.update(task=task, **_rate_changes(limits.get("rate_limit", UNSET)))
+    params.update(_rate_changes(limits.get("key_rate_limit", UNSET), "key_"))
     row = yield from fetch_one("configure_task", params, row=class_row(TaskLimits))
     return row._asdict()
 
@@ -266,6 +283,22 @@ def list_breakers() -> Plan[list[dict[str, Any]]]:
     return [row._asdict() for row in rows]
 
 
+#: Key buckets deleted per statement by :func:`prune_key_buckets`.
+KEY_BUCKET_BATCH = 500
+
+
+def prune_key_buckets(batch_size: int = KEY_BUCKET_BATCH) -> Plan[int]:
+    """Delete per-key token buckets that are full again (a missing row is a full bucket), in
+    batches, so keys that never come back leave nothing behind; returns how many. Run it on an
+    autocommit connection (the workers' pruner does, every ``prune_interval``)."""
+    deleted = 0
+    while True:
+        rows = yield Query("prune_key_buckets", {"batch_size": batch_size})
+        deleted += int(rows[0][0])
+        if rows[0][0] < batch_size:
+            return deleted
+
+
 def set_breaker(task: str, state: str, open_for: float | None = None) -> Plan[bool]:
     """Close (reset) or open (trip) a breaker by hand; False if the task has none."""
     if state not in ("closed", "open"):
@@ -281,23 +314,35 @@ def set_breaker(task: str, state: str, open_for: float | None = None) -> Plan[bo
     return bool(rows)
 
 
+class DeclaredLimits(NamedTuple):
+    """What a task's code declares (``key_limit`` None: no limit per key)."""
+
+    concurrency_limit: int | None
+    key_limit: int | None
+    rate_limit: RateLimit | None
+    key_rate_limit: RateLimit | None = None
+
+
 def sync_task_declarations(
     known: list[str],
-    limits: Mapping[str, tuple[int | None, int | None, RateLimit | None]],
+    limits: Mapping[str, DeclaredLimits],
     breakers: Mapping[str, CircuitBreaker],
 ) -> Plan[None]:
     """Write what the code declares for its tasks (limits, breakers); clear what a task no
     longer declares but an earlier deploy did (rows with from_code)."""
     names = sorted(limits)
+    declared = [limits[n] for n in names]
     yield Query(
         "sync_task_limits",
         {
             "known": known,
             "tasks": names,
-            "concurrency": [limits[n][0] for n in names],
-            "key_limits": [limits[n][1] or 1 for n in names],
-            "rates": [r.rate if (r := limits[n][2]) else None for n in names],
-            "bursts": [r.bucket if (r := limits[n][2]) else None for n in names],
+            "concurrency": [d.concurrency_limit for d in declared],
+            "key_limits": [d.key_limit for d in declared],
+            "rates": [r.rate if (r := d.rate_limit) else None for d in declared],
+            "bursts": [r.bucket if (r := d.rate_limit) else None for d in declared],
+            "key_rates": [r.rate if (r := d.key_rate_limit) else None for d in declared],
+            "key_bursts": [r.bucket if (r := d.key_rate_limit) else None for d in declared],
         },
     )
     tasks = sorted(breakers)

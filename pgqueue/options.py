@@ -144,7 +144,9 @@ def _aware(value: object, what: str) -> datetime:
     return value
 
 
-def _key(value: object, what: str) -> str:
+def check_key(value: object, what: str) -> str:
+    """A key (idempotency or concurrency): a non-empty string of at most 1,000 characters
+    without NUL."""
     if not isinstance(value, str) or not value or len(value) > _MAX_KEY_LENGTH or "\x00" in value:
         raise InvalidJobError(
             f"{what} must be a non-empty string of at most {_MAX_KEY_LENGTH} "
@@ -250,6 +252,18 @@ def _rate(value: object, _: str) -> RateLimit:
     return RateLimit.parse(cast("str | float | RateLimit", value))
 
 
+def _limit_by(value: object, what: str) -> str:
+    # An argument name, or a dotted path into a dict argument ("order.customer_id"): argument
+    # names are identifiers, so a dot can only mean a path.
+    parts = value.split(".") if isinstance(value, str) else []
+    if not parts or not all(part.isidentifier() for part in parts):
+        raise ConfigurationError(
+            f"{what} must name an argument, or a dotted path into a dict argument "
+            f"('customer_id', 'order.customer_id'), got {value!r:.80}"
+        )
+    return cast("str", value)
+
+
 def _breaker(value: object, _: str) -> CircuitBreaker:
     if not isinstance(value, CircuitBreaker):
         raise ConfigurationError("circuit_breaker must be a pgqueue.CircuitBreaker")
@@ -312,10 +326,12 @@ class JobOptions(JobDefaults, total=False):
     """When the job may run (a timezone-aware datetime)."""
     delay: Annotated[float | timedelta | None, Check(to_timedelta)]
     """Run the job no sooner than this from now (seconds or a timedelta)."""
-    idempotency_key: Annotated[str | None, Check(_key)]
+    idempotency_key: Annotated[str | None, Check(check_key)]
     """At most one live job holds a key: enqueueing it again returns that job's id."""
-    concurrency_key: Annotated[str | None, Check(_key)]
-    """Jobs sharing a key run at most ``key_limit`` at once (a task option, default 1)."""
+    concurrency_key: Annotated[str | None, Check(check_key)]
+    """The job's key (a task's ``limit_by`` sets it from an argument): jobs sharing a key run
+    at most ``key_limit`` at once (a task option, default 1), start at most
+    ``key_rate_limit`` per second, and take turns with other keys in a fair queue."""
     unique_for: Annotated[float | timedelta | None, Check(_positive_duration)]
     """Keep the idempotency key this long after the job finished in one of
     ``unique_states``."""
@@ -342,11 +358,18 @@ class TaskOptions(JobDefaults, total=False):
     """Exceptions that are never retried (wins over ``retry_on``)."""
     concurrency_limit: Annotated[int | None, Check(_limit)]
     """Jobs of this task running at once, fleet-wide."""
+    limit_by: Annotated[str | None, Check(_limit_by)]
+    """The argument whose value is each job's key (its ``concurrency_key``), or a dotted path
+    into a dict argument (``"order.customer_id"``): ``key_limit``, ``key_rate_limit`` and a
+    fair queue go by it."""
     key_limit: Annotated[int | None, Check(_limit)]
-    """Running jobs per ``concurrency_key`` (default 1)."""
+    """Running jobs per key, fleet-wide (default 1; with ``limit_by``: no limit)."""
     rate_limit: Annotated[str | float | RateLimit | None, Check(_rate)]
     """Jobs started per second, fleet-wide: ``"20/s"``, ``"100/m"`` or a
     :class:`~pgqueue.RateLimit`."""
+    key_rate_limit: Annotated[str | float | RateLimit | None, Check(_rate)]
+    """Jobs started per second per key, fleet-wide: a token bucket for each key
+    (``"10/s"``)."""
     circuit_breaker: Annotated[CircuitBreaker | None, Check(_breaker)]
     """Stop claiming the task while it keeps failing (a :class:`~pgqueue.CircuitBreaker`)."""
     on: Annotated[str | tuple[str, ...] | list[str] | None, Check(_events)]

@@ -70,6 +70,8 @@ _ENQUEUE_COLUMNS = (
     "result_ttl",
     "meta",
     "tags",
+    # a job's place in a fair queue (bulk enqueue COPYs it; pgqueue.fair_rank gives it)
+    "fair_rank",
 )
 _PRODUCER_FUNCTIONS = (
     "enqueue_job",
@@ -80,6 +82,7 @@ _PRODUCER_FUNCTIONS = (
     "drop_raced_keyed_jobs",
     "queue_depth_up_to",
     "mark_keyed",
+    "fair_rank",
     # Run by the id check on the producer's inserts (also executable by PUBLIC, so an upgrade
     # does not break enqueue before this script is rerun).
     "check_job_ids",
@@ -177,9 +180,11 @@ def _grants(names: RoleNames) -> Iterator[sql.Composed]:
     yield sql.SQL("GRANT SELECT (id) ON {} TO {}").format(table("jobs"), producer)
     yield sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(table("jobs_id_seq"), producer)
     # result_ttl is set in the enqueue's own transaction (pgq.result); bounded queues are
-    # checked against their max_depth before a bulk enqueue.
+    # checked against their max_depth before a bulk enqueue, and fair queues' jobs are ranked.
     yield sql.SQL("GRANT UPDATE (result_ttl) ON {} TO {}").format(table("jobs"), producer)
-    yield sql.SQL("GRANT SELECT (name, max_depth) ON {} TO {}").format(table("queues"), producer)
+    yield sql.SQL("GRANT SELECT (name, max_depth, fair) ON {} TO {}").format(
+        table("queues"), producer
+    )
     # The wake-up trigger runs as the inserting role: it notifies only while a worker is idle.
     yield sql.SQL("GRANT SELECT ON {} TO {}").format(table("idle_workers"), producer)
     for function in _PRODUCER_FUNCTIONS:

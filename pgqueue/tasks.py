@@ -30,6 +30,7 @@ from pgqueue.options import (
     OPTION_NAMES,
     JobOptions,
     TaskOptions,
+    check_key,
     check_options,
     check_task_options,
 )
@@ -89,6 +90,7 @@ class Task(Generic[P, R]):
         self.concurrency_limit: int | None = checked.get("concurrency_limit")
         self.key_limit: int | None = checked.get("key_limit")
         self.rate_limit: RateLimit | None = checked.get("rate_limit")
+        self.key_rate_limit: RateLimit | None = checked.get("key_rate_limit")
         self.circuit_breaker: CircuitBreaker | None = checked.get("circuit_breaker")
         self.events: tuple[str, ...] = checked.get("on") or ()
         self.pass_context = pass_context
@@ -99,13 +101,21 @@ class Task(Generic[P, R]):
             check_unique_by_names(self, self.defaults.get("unique_by"))
         except InvalidJobError as exc:
             raise ConfigurationError(str(exc)) from None
+        #: the argument (or path into one) whose value is each job's key
+        self.limit_by: JobKey | None = (
+            JobKey(checked["limit_by"], self.signature, self.name)
+            if checked.get("limit_by") is not None
+            else None
+        )
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", self.name)
 
     @property
     def declares_limits(self) -> bool:
-        """Whether the task declares a concurrency, per-key or rate limit."""
-        return any(v is not None for v in (self.concurrency_limit, self.key_limit, self.rate_limit))
+        """Whether the task declares a concurrency, per-key or rate limit (``limit_by`` counts:
+        it lifts the default limit of one running job per key)."""
+        limits = (self.concurrency_limit, self.key_limit, self.rate_limit, self.key_rate_limit)
+        return self.limit_by is not None or any(v is not None for v in limits)
 
     def retry_delay(self, attempt: int, error: BaseException | None = None) -> float:
         """Seconds before the next attempt after ``attempt`` attempts (the task's backoff)."""
@@ -201,7 +211,10 @@ class JobCall:
             check_unique_by_names(self.task, template.unique_by)
             if templates is not None and key is not None:
                 templates[key] = template
-        return with_args(template, self.args, self.task.app.max_payload_bytes)
+        spec = with_args(template, self.args, self.task.app.max_payload_bytes)
+        if self.task.limit_by is not None and spec.concurrency_key is None:
+            spec.concurrency_key = self.task.limit_by.of(self.args)
+        return spec
 
     def result_arg(self) -> str | None:
         """The parameter that receives parents' results in a workflow (the first one not
@@ -224,6 +237,56 @@ def check_unique_by_names(task: Task[..., Any], unique_by: object) -> None:
         p.kind is inspect.Parameter.VAR_KEYWORD for p in task.signature.parameters.values()
     ):
         check_argument_names(unique_by, task.signature.parameters, task.name)
+
+
+class JobKey:
+    """A task's ``limit_by``: which argument (or path into a dict argument) holds each job's
+    key. A value of None, or one missing (no argument, no default, no such path), gives the
+    job no key; a string or an integer is the key; anything else is an error."""
+
+    def __init__(self, path: str, signature: inspect.Signature, task: str) -> None:
+        self.path = path
+        self.task = task
+        self.name, *self.parts = path.split(".")
+        parameters = signature.parameters
+        parameter = parameters.get(self.name)
+        #: the ``**kwargs`` parameter, where a name that is no parameter of its own is stored
+        self.var_keyword = next(
+            (p.name for p in parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None
+        )
+        if parameter is None and self.var_keyword is None:
+            raise ConfigurationError(
+                f"limit_by={path!r} of task {task!r}: the task has no argument {self.name!r}"
+            )
+        #: the argument's default, when a call leaves it out
+        self.default: Any = None
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            self.default = parameter.default
+
+    def of(self, args: Mapping[str, Any]) -> str | None:
+        """The key of the job with these arguments."""
+        if self.name in args:
+            value = args[self.name]
+        else:
+            extra = args.get(self.var_keyword) if self.var_keyword is not None else None
+            value = extra.get(self.name) if isinstance(extra, Mapping) else self.default
+        for part in self.parts:
+            if value is None:
+                return None
+            if not isinstance(value, Mapping):
+                raise InvalidJobError(
+                    f"limit_by={self.path!r} of task {self.task!r}: the value before {part!r} "
+                    f"is {type(value).__name__}, not an object"
+                )
+            value = value.get(part)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise InvalidJobError(
+                f"limit_by={self.path!r} of task {self.task!r}: a key must be a string or an "
+                f"integer, got {type(value).__name__}"
+            )
+        return check_key(str(value), f"the key of limit_by={self.path!r}")
 
 
 def _template_key(task: Task[..., Any], options: Mapping[str, Any]) -> Any:

@@ -14,12 +14,12 @@ from pgqueue.errors import ConfigurationError
 from pgqueue.flow import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS, UNSET, RateLimit
 
 queue_app = typer.Typer(
-    help="Per-queue flow control: weight, max depth, limits.",
+    help="Per-queue flow control: weight, max depth, limits, fairness.",
     epilog=example("pgq queue list"),
     no_args_is_help=True,
 )
 task_app = typer.Typer(
-    help="Per-task limits: concurrency, per-key, rate.",
+    help="Per-task limits: concurrency, rate, and per key.",
     epilog=example("pgq task list"),
     no_args_is_help=True,
 )
@@ -52,10 +52,10 @@ def _int(value: str | None, what: str) -> Any:
         ) from None
 
 
-def _rate(value: str | None, burst: float | None) -> Any:
+def _rate(value: str | None, burst: float | None, alone: str = "--burst needs --rate") -> Any:
     if value is None:
         if burst is not None:
-            raise ConfigurationError("--burst needs --rate")
+            raise ConfigurationError(alone)
         return UNSET
     if value.strip().lower() == "none":
         return None
@@ -74,6 +74,13 @@ def queue_set(
     concurrency: Concurrency = None,
     rate: RateSetting = None,
     burst: Burst = None,
+    fair: Annotated[
+        bool | None,
+        typer.Option(
+            "--fair/--no-fair",
+            help="Serve the queue's keys (jobs' concurrency keys) round-robin, or in order.",
+        ),
+    ] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Change a queue's settings (workers apply them at their next claim)."""
@@ -85,6 +92,7 @@ def queue_set(
             max_depth=_int(max_depth, "max-depth"),
             concurrency_limit=_int(concurrency, "concurrency"),
             rate_limit=_rate(rate, burst),
+            fair=UNSET if fair is None else fair,
         ),
     )
     print_rows([row], QUEUE_COLUMNS, as_json=False, title="queue")
@@ -97,15 +105,25 @@ def queue_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     print_rows(rows, QUEUE_COLUMNS, as_json=as_json, title="queues")
 
 
-@task_app.command("set", epilog=example("pgq task set emails.send --key-limit 1 --rate 100/m"))
+@task_app.command(
+    "set", epilog=example("pgq task set emails.send --key-limit 2 --key-rate 10/s --rate 100/m")
+)
 def task_set(
     task: Annotated[str, typer.Argument(help="Task name.")],
     concurrency: Concurrency = None,
     key_limit: Annotated[
-        str | None, typer.Option(metavar="N|none", help="Running at once per concurrency key.")
+        str | None,
+        typer.Option(metavar="N|none", help="Running at once per key (none: no limit per key)."),
     ] = None,
     rate: RateSetting = None,
     burst: Burst = None,
+    key_rate: Annotated[
+        str | None,
+        typer.Option(metavar="10/s|600/m|none", help="Token bucket rate per key."),
+    ] = None,
+    key_burst: Annotated[
+        float | None, typer.Option(help="Token bucket size per key (default: one period).")
+    ] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Change a task's limits (a worker start re-applies what the code declares)."""
@@ -116,6 +134,7 @@ def task_set(
             concurrency_limit=_int(concurrency, "concurrency"),
             key_limit=_int(key_limit, "key-limit"),
             rate_limit=_rate(rate, burst),
+            key_rate_limit=_rate(key_rate, key_burst, "--key-burst needs --key-rate"),
         ),
     )
     print_rows([row], TASK_COLUMNS, as_json=False, title="task")

@@ -177,10 +177,12 @@ class PgQueue:
         are retried (default: every ``Exception``; ``no_retry_on`` wins).
 
         Flow control, enforced across all workers: ``concurrency_limit`` (jobs of this task
-        running at once), ``key_limit`` (running jobs per ``concurrency_key``, default 1),
-        ``rate_limit`` (``"20/s"`` or a :class:`~pgqueue.RateLimit`), ``circuit_breaker``
-        (a :class:`~pgqueue.CircuitBreaker`). ``on`` subscribes the task to events (see
-        :meth:`publish`).
+        running at once), ``rate_limit`` (``"20/s"`` or a :class:`~pgqueue.RateLimit`),
+        ``circuit_breaker`` (a :class:`~pgqueue.CircuitBreaker`); per key (a job's
+        ``concurrency_key``, or the argument ``limit_by`` names, e.g. ``"customer_id"``):
+        ``key_limit`` (running jobs per key; default 1, with ``limit_by`` none) and
+        ``key_rate_limit`` (starts per second per key). ``on`` subscribes the task to events
+        (see :meth:`publish`).
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
@@ -352,6 +354,9 @@ class PgQueue:
         )
         if registered is not None and options.get("unique_by"):
             check_unique_by_names(registered, spec.unique_by)
+        limit_by = registered.limit_by if registered is not None else None
+        if limit_by is not None and spec.concurrency_key is None:
+            spec.concurrency_key = limit_by.of(args or {})
         return spec
 
     def enqueue(

@@ -28,7 +28,8 @@ class FlowControl(Part):
         """Change a queue's settings (:class:`~pgqueue.flow.QueueChanges`; left out: as it
         is, None: cleared): ``weight`` (fair share of a worker's slots), ``max_depth``
         (backpressure), ``concurrency_limit`` (running at once, fleet-wide), ``rate_limit``
-        (``"20/s"``). Returns the queue's settings."""
+        (``"20/s"``), ``fair`` (serve its keys round-robin: one key's backlog cannot hold
+        back another key's jobs). Returns the queue's settings."""
         return self._client.run(flow.configure_queue(queue, **settings), conn)
 
     async def configure_queue_async(
@@ -45,8 +46,9 @@ class FlowControl(Part):
         self, task: str, *, conn: ConnectionArg | None = None, **limits: Unpack[TaskLimitChanges]
     ) -> dict[str, Any]:
         """Change a task's limits in the database (:class:`~pgqueue.flow.TaskLimitChanges`:
-        ``concurrency_limit``, ``key_limit``, ``rate_limit``); the next worker start
-        re-applies what the code declares for that task. Returns the task's limits."""
+        ``concurrency_limit``, ``key_limit``, ``rate_limit``, ``key_rate_limit``); the next
+        worker start re-applies what the code declares for that task. Returns the task's
+        limits."""
         return self._client.run(flow.configure_task(task, **limits), conn)
 
     async def configure_task_async(
@@ -91,7 +93,7 @@ class FlowControl(Part):
         return await self._client.run_async(flow.list_queue_settings(), conn)
 
     def task_limits(self, *, conn: ConnectionArg | None = None) -> list[dict[str, Any]]:
-        """Every task's limits (``pgqueue.task_limits``): concurrency, per-key limit, rate."""
+        """Every task's limits (``pgqueue.task_limits``): concurrency, rate, and per key."""
         return self._client.run(flow.list_task_limits(), conn)
 
     async def task_limits_async(

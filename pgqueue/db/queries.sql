@@ -25,7 +25,8 @@ SELECT e.id, e.created, e.replaced
 -- name: insert_job
 -- The common single job (no idempotency or concurrency key): a plain INSERT, no function call,
 -- with the same columns and rules as pgqueue.enqueue_job. It writes nothing when the queue is
--- bounded (max_depth): then the caller goes through enqueue_job, which checks for room.
+-- bounded (max_depth) or fair: then the caller goes through enqueue_job, which checks for room
+-- and ranks the job.
 INSERT INTO pgqueue.jobs (queue, task, args, priority, run_at, state, max_attempts, result_ttl,
                           meta, tags)
 SELECT %(queue)s, %(task)s, %(args)s::jsonb, %(priority)s::smallint, d.due,
@@ -33,7 +34,7 @@ SELECT %(queue)s, %(task)s, %(args)s::jsonb, %(priority)s::smallint, d.due,
        %(result_ttl)s::interval, %(meta)s::jsonb, %(tags)s::text[]
   FROM (SELECT coalesce(%(run_at)s::timestamptz, now() + %(delay)s::interval, now()) AS due) AS d
  WHERE NOT EXISTS (SELECT FROM pgqueue.queues AS qs
-                    WHERE qs.name = %(queue)s AND qs.max_depth IS NOT NULL)
+                    WHERE qs.name = %(queue)s AND (qs.max_depth IS NOT NULL OR qs.fair))
 RETURNING id
 
 -- name: allocate_job_ids
@@ -45,11 +46,14 @@ SELECT now() AS now, array_agg(nextval('pgqueue.jobs_id_seq')) AS ids
 -- name: prepare_bulk
 -- Bulk enqueue's one round trip before writing: the database clock, the batch's ids, and the
 -- bounded queues (max_depth) that cannot take this many more jobs (counting stops at
--- max_depth, so the check costs at most that many index entries per bounded queue). Ids of a
--- refused batch are simply never used.
+-- max_depth, so the check costs at most that many index entries per bounded queue), and the
+-- batch's fair queues (their jobs need ranks: fair_ranks_of). Ids of a refused batch are simply
+-- never used.
 SELECT now(),
        (SELECT array_agg(nextval('pgqueue.jobs_id_seq')) FROM generate_series(1, %(count)s)),
-       full_queues.names, full_queues.max_depths, full_queues.depths
+       full_queues.names, full_queues.max_depths, full_queues.depths,
+       (SELECT array_agg(qs.name) FROM pgqueue.queues AS qs
+         WHERE qs.name = ANY(%(queues)s::text[]) AND qs.fair) AS fair_queues
   FROM (SELECT array_agg(qs.name) AS names, array_agg(qs.max_depth) AS max_depths,
                array_agg(d.depth) AS depths
           FROM unnest(%(queues)s::text[], %(counts)s::integer[]) AS b(queue, adding)
@@ -67,6 +71,20 @@ FROM STDIN
 -- Jobs that are ready now and have no keys, metadata or tags: run_at (now(), the transaction's
 -- clock), state, the keys, meta and tags come from the column defaults.
 COPY pgqueue.jobs (id, queue, task, args, priority, max_attempts)
+FROM STDIN
+
+-- name: fair_ranks_of
+-- Bulk enqueue into fair queues: the first rank of each (queue, priority, key) of the batch;
+-- the batch's jobs of one group take consecutive ranks from there.
+SELECT pgqueue.fair_rank(g.queue, g.priority, g.key)
+  FROM unnest(%(queues)s::text[], %(priorities)s::integer[], %(keys)s::text[])
+       WITH ORDINALITY AS g(queue, priority, key, ord)
+ ORDER BY g.ord
+
+-- name: copy_fair_jobs
+-- Jobs of fair queues, with their ranks (other jobs never write the column).
+COPY pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts, idempotency_key,
+                   concurrency_key, fair_rank, meta, tags)
 FROM STDIN
 
 -- name: insert_jobs
@@ -601,7 +619,9 @@ SELECT count(*)
 -- Move one batch of matching dead letters back to the queue with fresh attempts (same id, errors
 -- kept for the record, lease_token carried on so no stale worker can touch the new attempt).
 -- A dead letter whose idempotency key is held by a live job is left where it is (the holder, as
--- the unique index says: a unique_among 'pending' job that started no longer holds its key).
+-- the unique index says: a unique_among 'pending' job that started no longer holds its key). In
+-- a fair queue the job gets a rank again (as a job without a key: dead letters keep no
+-- concurrency key).
 WITH batch AS (
     SELECT d.id
       FROM pgqueue.dead_letters AS d
@@ -620,12 +640,24 @@ WITH batch AS (
        FOR UPDATE SKIP LOCKED
 ), moved AS (
     DELETE FROM pgqueue.dead_letters AS d USING batch AS b WHERE d.id = b.id RETURNING d.*
+), listed AS (
+    SELECT array_agg(m.id ORDER BY m.id) AS ids, array_agg(m.queue ORDER BY m.id) AS queues,
+           array_agg(m.priority ORDER BY m.id) AS priorities
+      FROM moved AS m
 )
 INSERT INTO pgqueue.jobs (id, queue, task, args, state, priority, run_at, attempts, max_attempts,
-                          lease_token, idempotency_key, created_at, errors, meta, tags)
-SELECT id, queue, task, args, 'ready', priority, now(), 0, max_attempts, lease_token,
-       idempotency_key, created_at, errors, meta, tags
-  FROM moved
+                          lease_token, idempotency_key, created_at, errors, meta, tags,
+                          fair_rank)
+SELECT m.id, m.queue, m.task, m.args, 'ready', m.priority, now(), 0, m.max_attempts,
+       m.lease_token, m.idempotency_key, m.created_at, m.errors, m.meta, m.tags, r.rank
+  FROM moved AS m
+  LEFT JOIN (SELECT u.id, u.rank
+               FROM listed AS l,
+                    unnest(l.ids, pgqueue.fair_ranks(l.queues, l.priorities,
+                                                     array_fill(NULL::text,
+                                                                ARRAY[coalesce(cardinality(l.ids),
+                                                                               0)])))
+                    AS u(id, rank)) AS r ON r.id = m.id
 RETURNING id
 
 -- ---------------------------------------------------------------------------------------------
@@ -935,16 +967,20 @@ VALUES (%(name)s, %(on_failure)s::jsonb)
 RETURNING id
 
 -- name: insert_workflow_jobs
+-- Jobs of fair queues get their ranks (pgqueue.fair_ranks: NULL when no queue is fair).
 INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          result_ttl, concurrency_key, meta, tags)
+                          result_ttl, concurrency_key, meta, tags, fair_rank)
 SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, result_ttl, ckey,
-       meta, CASE WHEN tags IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(tags)) END
+       meta, CASE WHEN tags IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(tags)) END,
+       rank
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
               %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
               %(max_attempts)s::integer[], %(result_ttls)s::interval[],
-              %(concurrency_keys)s::text[], %(metas)s::jsonb[], %(tag_lists)s::jsonb[])
+              %(concurrency_keys)s::text[], %(metas)s::jsonb[], %(tag_lists)s::jsonb[],
+              pgqueue.fair_ranks(%(queues)s::text[], %(priorities)s::smallint[],
+                                 %(concurrency_keys)s::text[]))
        AS u(id, queue, task, args, priority, run_at, state, max_attempts, result_ttl, ckey,
-            meta, tags)
+            meta, tags, rank)
 
 -- name: insert_workflow_nodes
 INSERT INTO pgqueue.workflow_nodes (job_id, workflow_id, name, parents, dependents, receive,
@@ -1097,6 +1133,28 @@ DELETE FROM pgqueue.workflows AS w
    AND NOT EXISTS (SELECT 1 FROM pgqueue.workflow_nodes AS n WHERE n.workflow_id = w.id)
 RETURNING w.id
 
+-- name: prune_key_buckets
+-- One small batch of per-key token buckets that are full again, or whose task no longer has a
+-- key rate limit. A missing row is a full bucket, so deleting one changes nothing, and keys
+-- that never come back leave no row. SKIP LOCKED: a bucket a claim holds is left for the next
+-- pass, so the pruner never waits for a claim (nor deadlocks with one); the row it locks is
+-- checked again as it is now.
+WITH doomed AS MATERIALIZED (
+    SELECT b.task, b.key
+      FROM pgqueue.key_buckets AS b
+      LEFT JOIN pgqueue.task_limits AS tl ON tl.task = b.task
+     WHERE tl.key_rate_limit IS NULL
+        OR pgqueue.bucket_tokens(b.tokens, b.tokens_at, tl.key_rate_limit, tl.key_rate_burst,
+                                 now()) >= coalesce(tl.key_rate_burst, tl.key_rate_limit)
+     LIMIT %(batch_size)s
+       FOR UPDATE OF b SKIP LOCKED
+), gone AS (
+    DELETE FROM pgqueue.key_buckets AS b USING doomed AS x
+     WHERE b.task = x.task AND b.key = x.key
+    RETURNING b.task
+)
+SELECT count(*) FROM gone
+
 -- name: settle_waiting
 SELECT pgqueue.settle_waiting(%(max_parents)s)
 -- Flow control: queue settings, task limits, circuit breakers (pgqueue/flow.py)
@@ -1104,14 +1162,17 @@ SELECT pgqueue.settle_waiting(%(max_parents)s)
 
 -- name: configure_queue
 -- Change the settings flagged set_*; a changed rate limit starts with a full bucket. Workers
--- are woken (a looser limit may free work at once).
+-- are woken (a looser limit may free work at once). A queue made fair ranks the jobs waiting in
+-- it that have no rank yet (per key and priority, in FIFO order, from the queue's clock), so
+-- fairness applies to its backlog at once.
 WITH upserted AS (
     INSERT INTO pgqueue.queues AS qs (name, weight, max_depth, concurrency_limit, rate_limit,
-                                      rate_burst)
+                                      rate_burst, fair)
     VALUES (%(queue)s, %(weight)s, %(max_depth)s, %(concurrency_limit)s, %(rate_limit)s,
-            %(rate_burst)s)
+            %(rate_burst)s, coalesce(%(fair)s, false))
     ON CONFLICT (name) DO UPDATE
        SET weight = CASE WHEN %(set_weight)s THEN excluded.weight ELSE qs.weight END,
+           fair = CASE WHEN %(set_fair)s THEN excluded.fair ELSE qs.fair END,
            max_depth = CASE WHEN %(set_max_depth)s THEN excluded.max_depth ELSE qs.max_depth END,
            concurrency_limit = CASE WHEN %(set_concurrency_limit)s
                                     THEN excluded.concurrency_limit
@@ -1122,17 +1183,34 @@ WITH upserted AS (
            tokens_at = CASE WHEN %(set_rate)s THEN NULL ELSE qs.tokens_at END,
            updated_at = now()
     RETURNING qs.name AS queue, qs.paused, qs.weight, qs.max_depth, qs.concurrency_limit,
-              qs.rate_limit, qs.rate_burst
+              qs.rate_limit, qs.rate_burst, qs.fair
+), backlog AS (
+    SELECT j.id,
+           coalesce(c.clock, 0)
+           + row_number() OVER (PARTITION BY j.priority, j.concurrency_key
+                                ORDER BY j.run_at, j.id) - 1 AS rank
+      FROM pgqueue.jobs AS j
+      LEFT JOIN pgqueue.fair_clocks AS c ON c.queue = j.queue AND c.priority = j.priority
+     WHERE j.queue = %(queue)s AND j.state IN ('ready', 'scheduled') AND j.fair_rank IS NULL
+       AND %(set_fair)s AND (SELECT u.fair FROM upserted AS u)
+), ranked AS (
+    UPDATE pgqueue.jobs AS j
+       SET fair_rank = b.rank
+      FROM backlog AS b
+     WHERE j.id = b.id AND j.fair_rank IS NULL AND j.state IN ('ready', 'scheduled')
 )
 SELECT u.*
   FROM upserted AS u, LATERAL pg_notify('pgqueue_jobs', u.queue) AS notified
 
 -- name: configure_task
+-- A new row's key_limit: the one given, else 1 (the default) unless clearing it was asked
+-- for. A changed key rate limit starts every key with a full bucket.
 WITH upserted AS (
     INSERT INTO pgqueue.task_limits AS tl (task, concurrency_limit, key_limit, rate_limit,
-                                           rate_burst)
-    VALUES (%(task)s, %(concurrency_limit)s, coalesce(%(key_limit)s, 1), %(rate_limit)s,
-            %(rate_burst)s)
+                                           rate_burst, key_rate_limit, key_rate_burst)
+    VALUES (%(task)s, %(concurrency_limit)s,
+            CASE WHEN %(set_key_limit)s THEN %(key_limit)s ELSE 1 END, %(rate_limit)s,
+            %(rate_burst)s, %(key_rate_limit)s, %(key_rate_burst)s)
     ON CONFLICT (task) DO UPDATE
        SET concurrency_limit = CASE WHEN %(set_concurrency_limit)s
                                     THEN excluded.concurrency_limit
@@ -1142,20 +1220,27 @@ WITH upserted AS (
            rate_burst = CASE WHEN %(set_rate)s THEN excluded.rate_burst ELSE tl.rate_burst END,
            tokens = CASE WHEN %(set_rate)s THEN NULL ELSE tl.tokens END,
            tokens_at = CASE WHEN %(set_rate)s THEN NULL ELSE tl.tokens_at END,
+           key_rate_limit = CASE WHEN %(set_key_rate)s THEN excluded.key_rate_limit
+                                 ELSE tl.key_rate_limit END,
+           key_rate_burst = CASE WHEN %(set_key_rate)s THEN excluded.key_rate_burst
+                                 ELSE tl.key_rate_burst END,
            from_code = false,
            updated_at = now()
     RETURNING tl.task, tl.concurrency_limit, tl.key_limit, tl.keyed, tl.rate_limit,
-              tl.rate_burst, tl.from_code
+              tl.rate_burst, tl.key_rate_limit, tl.key_rate_burst, tl.from_code
+), refilled AS (
+    DELETE FROM pgqueue.key_buckets AS b WHERE b.task = %(task)s AND %(set_key_rate)s
 )
 SELECT * FROM upserted
 
 -- name: list_queue_settings
-SELECT name AS queue, paused, weight, max_depth, concurrency_limit, rate_limit, rate_burst
+SELECT name AS queue, paused, weight, max_depth, concurrency_limit, rate_limit, rate_burst, fair
   FROM pgqueue.queues
  ORDER BY name
 
 -- name: list_task_limits
-SELECT task, concurrency_limit, key_limit, keyed, rate_limit, rate_burst, from_code
+SELECT task, concurrency_limit, key_limit, keyed, rate_limit, rate_burst, key_rate_limit,
+       key_rate_burst, from_code
   FROM pgqueue.task_limits
  ORDER BY task
 
@@ -1184,12 +1269,16 @@ RETURNING b.task
 WITH declared AS (
     SELECT *
       FROM unnest(%(tasks)s::text[], %(concurrency)s::integer[], %(key_limits)s::integer[],
-                  %(rates)s::double precision[], %(bursts)s::double precision[])
-           AS d(task, concurrency_limit, key_limit, rate_limit, rate_burst)
+                  %(rates)s::double precision[], %(bursts)s::double precision[],
+                  %(key_rates)s::double precision[], %(key_bursts)s::double precision[])
+           AS d(task, concurrency_limit, key_limit, rate_limit, rate_burst, key_rate_limit,
+                key_rate_burst)
 ), upserted AS (
     INSERT INTO pgqueue.task_limits AS tl (task, concurrency_limit, key_limit, rate_limit,
-                                           rate_burst, from_code)
-    SELECT d.task, d.concurrency_limit, d.key_limit, d.rate_limit, d.rate_burst, true
+                                           rate_burst, key_rate_limit, key_rate_burst,
+                                           from_code)
+    SELECT d.task, d.concurrency_limit, d.key_limit, d.rate_limit, d.rate_burst,
+           d.key_rate_limit, d.key_rate_burst, true
       FROM declared AS d
      ORDER BY d.task
     ON CONFLICT (task) DO UPDATE
@@ -1197,6 +1286,8 @@ WITH declared AS (
            key_limit = excluded.key_limit,
            rate_limit = excluded.rate_limit,
            rate_burst = excluded.rate_burst,
+           key_rate_limit = excluded.key_rate_limit,
+           key_rate_burst = excluded.key_rate_burst,
            tokens = CASE WHEN (tl.rate_limit, tl.rate_burst)
                               IS DISTINCT FROM (excluded.rate_limit, excluded.rate_burst)
                          THEN NULL ELSE tl.tokens END,
@@ -1205,14 +1296,17 @@ WITH declared AS (
                             THEN NULL ELSE tl.tokens_at END,
            from_code = true,
            updated_at = now()
-     WHERE (tl.concurrency_limit, tl.key_limit, tl.rate_limit, tl.rate_burst, tl.from_code)
+     WHERE (tl.concurrency_limit, tl.key_limit, tl.rate_limit, tl.rate_burst,
+            tl.key_rate_limit, tl.key_rate_burst, tl.from_code)
            IS DISTINCT FROM (excluded.concurrency_limit, excluded.key_limit,
-                             excluded.rate_limit, excluded.rate_burst, true)
+                             excluded.rate_limit, excluded.rate_burst,
+                             excluded.key_rate_limit, excluded.key_rate_burst, true)
     RETURNING tl.task
 ), released AS (
     UPDATE pgqueue.task_limits AS tl
        SET concurrency_limit = NULL, key_limit = 1, rate_limit = NULL, rate_burst = NULL,
-           tokens = NULL, tokens_at = NULL, from_code = false, updated_at = now()
+           tokens = NULL, tokens_at = NULL, key_rate_limit = NULL, key_rate_burst = NULL,
+           from_code = false, updated_at = now()
      WHERE tl.task = ANY(%(known)s::text[]) AND tl.from_code
        AND tl.task <> ALL(%(tasks)s::text[])
     RETURNING tl.task

@@ -30,7 +30,7 @@ from sqlalchemy.pool import NullPool
 from pgqueue import PgQueue, QueueFullError, UnsupportedConnectionError, chain
 
 TABLES = ("jobs", "dead_letters", "job_history", "workflows", "workflow_nodes", "schedules",
-          "queues", "idempotency_keys", "task_limits")  # fmt: skip
+          "queues", "idempotency_keys", "task_limits", "fair_clocks", "key_buckets")  # fmt: skip
 
 
 def snapshot(admin: psycopg.Connection[Any]) -> dict[str, str]:
@@ -75,6 +75,33 @@ def _has_jobs(task: str, n: int = 1) -> Callable[[psycopg.Connection[Any], Any],
 
 def _bounded(pgq: PgQueue, _tasks: Any) -> None:
     pgq.flow.configure_queue("bounded", max_depth=100)
+
+
+def _fair(pgq: PgQueue, _tasks: Any) -> None:
+    pgq.flow.configure_queue("fairq", fair=True)
+
+
+def _ranked(n: int) -> Callable[[psycopg.Connection[Any], Any], bool]:
+    """n jobs of calls.tenant, each with its key (from limit_by) and a rank in the fair queue."""
+    return lambda admin, _state: (
+        admin.execute(
+            "SELECT count(*) FROM pgqueue.jobs WHERE task = 'calls.tenant'"
+            " AND concurrency_key = 'acme' AND fair_rank IS NOT NULL"
+        ).fetchone()[0]
+        == n
+    )
+
+
+def _enqueue_fair(pgq: PgQueue, tasks: Any, conn: Any) -> None:
+    """One job (enqueue_job ranks it) and a bulk enqueue (ranks read, then COPY) of a task
+    whose key comes from an argument, into a fair queue."""
+    tasks.tenant.enqueue("acme", conn=conn)
+    pgq.enqueue_many([tasks.tenant.s("acme") for _ in range(100)], conn=conn)
+
+
+async def _enqueue_fair_async(pgq: PgQueue, tasks: Any, conn: Any) -> None:
+    await tasks.tenant.enqueue_async("acme", conn=conn)
+    await pgq.enqueue_many_async([tasks.tenant.s("acme") for _ in range(100)], conn=conn)
 
 
 def _dead_letter(pgq: PgQueue, tasks: Any) -> int:
@@ -162,6 +189,13 @@ APIS = [
         lambda pgq, t, c: t.limited.enqueue(1, concurrency_key="tenant-1", conn=c),
         lambda pgq, t, c: t.limited.enqueue_async(1, concurrency_key="tenant-1", conn=c),
         applied=_has_jobs("calls.limited"),
+    ),
+    Api(
+        "enqueue_limit_by_fair_queue",
+        _enqueue_fair,
+        _enqueue_fair_async,
+        setup=_fair,
+        applied=_ranked(101),
     ),
     Api(
         "enqueue_many",
@@ -260,7 +294,11 @@ class Tasks:
         @pgq.task(name="calls.on_user", on="user.created")
         def on_user(user: int) -> None: ...
 
+        @pgq.task(name="calls.tenant", queue="fairq", limit_by="customer")
+        def tenant(customer: str) -> None: ...
+
         self.add, self.double, self.limited, self.on_user = add, double, limited, on_user
+        self.tenant = tenant
         self.parent = 0
         self.state: Any = None
 

@@ -27,7 +27,13 @@ def test_queue_settings_set_list_and_clear(dsn):
         "concurrency_limit": 2,
         "rate_limit": 10.0,
         "rate_burst": 30.0,
+        "fair": False,
     }
+    assert run("queue", "set", "reports", "--fair", "--dsn", dsn).exit_code == 0
+    [row] = json.loads(run("queue", "list", "--json", "--dsn", dsn).output)
+    assert row["fair"] is True and row["weight"] == 20
+    assert run("queue", "set", "reports", "--no-fair", "--dsn", dsn).exit_code == 0
+    assert scalar(dsn, "SELECT fair FROM pgqueue.queues WHERE name = 'reports'") is False
     # Only what is given changes; 'none' clears.
     assert run("queue", "set", "reports", "--max-depth", "none", "--dsn", dsn).exit_code == 0
     [row] = json.loads(run("queue", "list", "--json", "--dsn", dsn).output)
@@ -52,9 +58,19 @@ def test_task_limits_set_and_list(dsn):
     assert row["task"] == "reports.build" and row["concurrency_limit"] == 3
     assert row["key_limit"] == 2 and row["rate_limit"] == 2.0 and row["rate_burst"] == 120.0
     assert row["from_code"] is False
+    assert row["key_rate_limit"] is None
     assert run("task", "set", "reports.build", "--rate", "none", "--dsn", dsn).exit_code == 0
     [row] = json.loads(run("task", "list", "--json", "--dsn", dsn).output)
     assert row["rate_limit"] is None and row["concurrency_limit"] == 3
+    # Per key: a token bucket per key; 'none' lifts the limit of running jobs per key.
+    result = run("task", "set", "reports.build", "--key-rate", "10/s", "--key-burst", "20",
+                 "--key-limit", "none", "--dsn", dsn)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(run("task", "list", "--json", "--dsn", dsn).output)
+    assert row["key_rate_limit"] == 10.0 and row["key_rate_burst"] == 20.0
+    assert row["key_limit"] is None and row["concurrency_limit"] == 3
+    bad = run("task", "set", "reports.build", "--key-burst", "5", "--dsn", dsn)
+    assert bad.exit_code == 1 and "--key-burst needs --key-rate" in bad.output
 
 
 def test_work_rejects_a_bad_concurrency_range(dsn):

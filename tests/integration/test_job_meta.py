@@ -45,6 +45,15 @@ def test_every_enqueue_path_writes_meta_and_tags(dsn, pgq):
     keyed_bulk = pgq.enqueue_many(
         [pgq.spec("t", {}, {"idempotency_key": f"bulk-{i}", "tags": ["kb"]}) for i in range(2)]
     )
+    # A deduplication mode (enqueue_job, one by one) and a fair queue (ranked COPY, enqueue_job).
+    moded = pgq.enqueue_many(
+        [pgq.spec("t", {}, {"idempotency_key": "m", "throttle": 60, "tags": ["mode"]})]
+    )
+    pgq.flow.configure_queue("fair", fair=True)
+    fair_one = pgq.enqueue("t", {}, queue="fair", meta=META, tags=["f1"])
+    fair_bulk = pgq.enqueue_many(
+        [pgq.spec("t", {}, {"queue": "fair", "meta": META, "tags": ["fb"]}) for _ in range(70)]
+    )
     with psycopg.connect(dsn, autocommit=True) as conn:
         sql_id = conn.execute(
             "SELECT pgqueue.enqueue('t', '{}', meta => '{\"from\": \"sql\"}', tags => ARRAY['s'])"
@@ -62,6 +71,9 @@ def test_every_enqueue_path_writes_meta_and_tags(dsn, pgq):
     assert row(dsn, "jobs", copied[0]) == (META, None)
     assert row(dsn, "jobs", keyed_bulk[1]) == (None, ["kb"])
     assert row(dsn, "jobs", sql_id) == ({"from": "sql"}, ["s"])
+    assert row(dsn, "jobs", moded[0]) == (None, ["mode"])
+    assert row(dsn, "jobs", fair_one) == (META, ["f1"])
+    assert row(dsn, "jobs", fair_bulk[-1]) == (META, ["fb"])
     assert row(dsn, "jobs", old_call) == (None, None)
 
 

@@ -52,6 +52,10 @@ def sync_inventory(sku: str) -> None:
         raise Retry(delay=60)
 
 
+@pgq.task(limit_by="account.id", key_limit=2, key_rate_limit="10/s")
+def sync_account(account: dict[str, int]) -> None: ...
+
+
 @pgq.task(result_ttl=3600)
 async def resize(image_id: int, width: int = 100) -> dict[str, int]:
     await asyncio.sleep(0)
@@ -88,6 +92,8 @@ def totals(numbers: list[int]) -> int:
     debounced = add.options(unique_by=("a",), unique_among="pending", on_conflict="replace")
     if debounced.enqueue(1, 2).replaced:
         pgq.enqueue("billing.charge", {"order": 7}, idempotency_key="o:7", throttle=60)
+    pgq.flow.configure_queue("billing", fair=True)
+    sync_account.enqueue({"id": 7})
     result = pgq.result(job, timeout=30)
     return direct + int(result) + len(ids) + int(by_name)
 

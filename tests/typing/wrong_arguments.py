@@ -38,6 +38,8 @@ def wrong(conn: psycopg.Connection[tuple[object, ...]]) -> None:
 def wrong_options() -> None:
     pgq.task(queu="math")  # error: call-overload
     pgq.task(max_attempts="5")  # error: call-overload
+    pgq.task(limit_by=["customer_id"])  # error: call-overload
+    pgq.flow.configure_queue("tenants", fair="yes")  # error: arg-type
     pgq.periodic("* * * * *", prority=1)  # error: call-arg
     pgq.enqueue("add", {"a": 1}, priorty=1)  # error: call-arg
     pgq.enqueue("add", {"a": 1}, delay="soon")  # error: arg-type

@@ -1,13 +1,23 @@
-"""Pure pieces of flow control: tick planning, rate limits, retry policies, option checks."""
+"""Pure pieces of flow control: tick planning, rate limits, retry policies, option checks,
+limit_by keys."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from pgqueue import CircuitBreaker, ConfigurationError, InvalidJobError, RateLimit, RetryPolicy
+from pgqueue import (
+    CircuitBreaker,
+    ConfigurationError,
+    InvalidJobError,
+    PgQueue,
+    RateLimit,
+    RetryPolicy,
+)
 from pgqueue.cli.work_options import parse_concurrency
+from pgqueue.declarations import declarations
 from pgqueue.enqueue import make_spec
 from pgqueue.job_context import ClaimedJob
 from pgqueue.schedules import Schedule, next_tick, plan_ticks
@@ -151,3 +161,64 @@ def test_completer_forgets_wake_ups_of_jobs_it_will_never_write():
     completer.keep_wakes({(2, 1)})  # job 1's lease was lost: it gets no outcome
     assert completer.waking() == 2
     assert completer._to_wake([Outcome(pending, "ack")]) == ["q"]
+
+
+def test_limit_by_takes_each_jobs_key_from_an_argument():
+    pgq = PgQueue("postgresql://unused")
+
+    @pgq.task(name="t.sync", limit_by="customer_id")
+    def sync(customer_id: int, full: bool = False) -> None: ...
+
+    @pgq.task(name="t.order", limit_by="order.customer.id")
+    def order(order: dict[str, Any], tenant: str = "shared") -> None: ...
+
+    @pgq.task(name="t.default", limit_by="tenant")
+    def default(n: int, tenant: str = "shared") -> None: ...
+
+    assert sync.s(42).spec().concurrency_key == "42"  # positional, an int
+    assert sync.s(customer_id="acme").spec().concurrency_key == "acme"
+    assert order.s({"customer": {"id": 7}}).spec().concurrency_key == "7"
+    assert order.s({"customer": None}).spec().concurrency_key is None  # no key
+    assert order.s({}).spec().concurrency_key is None
+    assert default.s(1).spec().concurrency_key == "shared"  # the argument's default
+    # An explicit key wins; enqueue by name applies the registered task's limit_by too.
+    assert sync.s(42, concurrency_key="other").spec().concurrency_key == "other"
+    assert pgq.spec("t.sync", {"customer_id": 9}, {}).concurrency_key == "9"
+    with pytest.raises(InvalidJobError, match=r"limit_by='order.customer.id'.*list, not an obj"):
+        order.s({"customer": [1]}).spec()
+    with pytest.raises(InvalidJobError, match="a string or an integer, got float"):
+        sync.s(1.5).spec()
+    with pytest.raises(InvalidJobError, match="got bool"):
+        sync.s(True).spec()
+    with pytest.raises(InvalidJobError, match="at most 1000 characters"):
+        sync.s("x" * 1001).spec()
+
+
+def test_limit_by_is_checked_when_the_task_is_declared():
+    pgq = PgQueue("postgresql://unused")
+    with pytest.raises(ConfigurationError, match="has no argument 'customer'"):
+        pgq.task(name="t.bad", limit_by="customer.id")(lambda account: None)
+    bads: tuple[Any, ...] = ("", "a..b", "customer-id", 3)  # 3: not a name at all
+    for bad in bads:
+        with pytest.raises(ConfigurationError, match="must name an argument"):
+            pgq.task(name="t.bad", limit_by=bad)(lambda customer_id: None)
+    # A task taking **kwargs may be keyed by any of them.
+    keyed = pgq.task(name="t.any", limit_by="tenant")(lambda **kw: None)
+    assert keyed.s(tenant="b").spec().concurrency_key == "b"
+
+
+def test_declared_key_limits():
+    """What a worker writes at start-up: jobs with a key run one at a time per key unless the
+    task says otherwise; keys from limit_by are partitions, limited only as declared."""
+    pgq = PgQueue("postgresql://unused")
+    pgq.task(name="t.keyed", key_rate_limit="10/s")(lambda n: None)
+    pgq.task(name="t.by", limit_by="n", key_rate_limit=RateLimit(5, burst=2))(lambda n: None)
+    pgq.task(name="t.both", limit_by="n", key_limit=3)(lambda n: None)
+    pgq.task(name="t.plain")(lambda n: None)
+    step = next(declarations(pgq))
+    assert step.name == "sync_task_limits"
+    rows = dict(
+        zip(step.params["tasks"], zip(step.params["key_limits"], step.params["key_rates"],
+                                      step.params["key_bursts"], strict=True), strict=True)
+    )  # fmt: skip
+    assert rows == {"t.both": (3, None, None), "t.by": (None, 5.0, 2.0), "t.keyed": (1, 10.0, 10.0)}
