@@ -22,7 +22,7 @@ from typing import Any, NotRequired, TypedDict
 
 import psycopg
 
-from pgqueue import ConstantBackoff, Fail, Item, PgQueue, Retry
+from pgqueue import ConstantBackoff, Fail, Item, PgQueue, Retry, current_job
 
 pgq = PgQueue()
 
@@ -61,6 +61,12 @@ def retried_before(items: list[Item[Row]]) -> set[int]:
 
 
 def handle(items: list[Item[Row]]) -> list[int]:
+    try:
+        current_job()
+    except LookupError:
+        pass  # a batch runs several jobs: none of them is "the" job
+    else:
+        raise AssertionError("current_job() answered inside a batch handler")
     write(items, "batch")
     retried = retried_before(items)
     for item in items:
@@ -114,7 +120,7 @@ def points(items: list[Item[Point]]) -> list[int]:
 def slow(items: list[Item[dict[str, Any]]]) -> None:
     """Runs past its timeout: its thread is abandoned, the jobs fail at once."""
     write(items, "start")
-    time.sleep(2)
+    time.sleep(1)
     write(items, "late")
 
 
@@ -123,7 +129,7 @@ def slow(items: list[Item[dict[str, Any]]]) -> None:
 )
 async def aslow(items: list[Item[dict[str, Any]]]) -> None:
     await asyncio.to_thread(write, items, "start")
-    await asyncio.sleep(5)
+    await asyncio.sleep(1)
     await asyncio.to_thread(write, items, "late")
 
 
@@ -133,7 +139,7 @@ async def aslow(items: list[Item[dict[str, Any]]]) -> None:
 def pslow(items: list[Item[dict[str, Any]]]) -> None:
     """In a child: killed at its timeout, so "late" is never written."""
     write(items, "start")
-    time.sleep(3)
+    time.sleep(1)
     write(items, "late")
 
 
