@@ -11,11 +11,14 @@ and an opening circuit breaker hand them back unstarted.
 
 Claiming enough: a batch is only as big as what the claims bring, so the fetcher's room grows
 by what the open batches lack (:meth:`Batches.room`): ``batch_size`` less the jobs gathered,
-per batch task that had a job claimed in the last moments (or has jobs gathered). It is not
-granted to tasks whose jobs do not come, so a worker serving batch tasks beside long ordinary
-ones on the same queues does not claim those ahead; while batch jobs do come, the claim may
-bring other tasks' jobs into that room (they wait prefetched), which a queue of their own for
-batch tasks avoids.
+per batch task that had a job claimed in the last moments (or has jobs gathered); and, while
+the claims bring nothing but batch tasks' jobs, by a full batch for every other free slot (at
+most 1,000 jobs more), so that one claim can fill every slot (a claim of one batch at a time
+left most slots idle: claiming took as long as running a batch). The room is not granted to
+tasks whose jobs do not come, and shrinks to one batch per task once claims bring other tasks'
+jobs too, so a worker serving batch tasks beside long ordinary ones on the same queues claims
+few of those ahead; while batch jobs do come, a claim may still bring other tasks' jobs into
+that room (they wait prefetched), which a queue of their own for batch tasks avoids.
 
 A started batch is one call in one slot (:class:`BatchRun`). Each job keeps its own
 ``JobContext`` in the executor (its lease, a cancel or a lost lease reach it alone); the
@@ -41,6 +44,9 @@ from pgqueue.worker.outcome import Outcome
 #: A batch task keeps its room in the claims this long (plus its batch_wait) after its last
 #: job was claimed: jobs that stopped coming free the room for other tasks.
 _ACTIVE = 1.0
+#: The most room for the batches of other free slots (a claim of 1,000 rows is the largest
+#: prefetch claims too).
+_MORE_MAX = 1000
 
 
 @dataclass(eq=False)
@@ -65,6 +71,8 @@ class Batches:
         self.due: deque[Gathering] = deque()
         #: Jobs gathered, open or due.
         self.count = 0
+        #: The last claim that brought jobs brought batch tasks' jobs only.
+        self.only_batches = False
         self._per_task: dict[str, int] = {}
         self._claimed_at: dict[str, float] = {}
 
@@ -122,14 +130,19 @@ class Batches:
         self._forget(gathering, len(gathering.jobs))
         return gathering
 
-    def room(self) -> int:
-        """How many more jobs the claims should bring for the batches to fill."""
+    def room(self, free_slots: int) -> int:
+        """How many more jobs the claims should bring for the batches to fill (beyond the
+        ``free_slots`` the executor counts already)."""
         now = time.monotonic()
-        total = 0
+        total = largest = 0
         for name, task in self.tasks.items():
             gathered = self._per_task.get(name, 0)
             if gathered or now - self._claimed_at.get(name, -1e9) < _ACTIVE + task.batch_wait:
                 total += max(0, task.batch_size - gathered)
+                largest = max(largest, task.batch_size)
+        if self.only_batches and free_slots > 1:
+            # A batch for each other free slot (each counted as one job already).
+            total += min(_MORE_MAX, (free_slots - 1) * (largest - 1))
         return total
 
     def jobs(self) -> Iterator[ClaimedJob]:

@@ -229,9 +229,9 @@ class Executor:
         """How many more jobs the fetcher may claim now (free slots plus prefetch room, plus
         what the batches being gathered lack, less what claims in flight may bring)."""
         room = self.prefetch_limit() if prefetch else 0
-        if self.batches is not None:
-            room += self.batches.room()
         busy = len(self.running) - self._batched
+        if self.batches is not None:
+            room += self.batches.room(self.concurrency - busy)
         return self.concurrency + room - busy - len(self.waiting) - self.reserved
 
     @contextlib.contextmanager
@@ -271,10 +271,13 @@ class Executor:
         """Start claimed jobs in free slots; the rest wait for one (prefetch); batch tasks'
         jobs join their batches."""
         batches = self.batches
+        ordinary = False
         for job in jobs:
             if batches is not None and job.task in batches.tasks:
                 batches.add(job)
-            elif (
+                continue
+            ordinary = True
+            if (
                 len(self.running) - self._batched < self.concurrency
                 and not self.waiting
                 and (batches is None or not batches.due)
@@ -282,8 +285,10 @@ class Executor:
                 self.start(job)
             else:
                 self.waiting.append(job)
-        if batches is not None and batches.due:
-            self._start_waiting()
+        if batches is not None and jobs:
+            batches.only_batches = not ordinary
+            if batches.due:
+                self._start_waiting()
 
     @property
     def threads_busy(self) -> int:

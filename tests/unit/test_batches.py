@@ -100,8 +100,7 @@ def test_a_dict_or_no_annotation_takes_any_keywords(pgq):
     def loose(items: list[Item[dict[str, Any]]]) -> None: ...
 
     @pgq.task(name="bare", batch_size=3)
-    def bare(items):
-        ...
+    def bare(items): ...
 
     for task in (loose, bare):
         assert task.s(a=1, b=[2]).args == {"a": 1, "b": [2]}
@@ -205,15 +204,20 @@ def test_batches_gather_by_size_and_by_wait(pgq):
     async def scenario() -> None:
         due: list[int] = []
         batches = Batches({"rows": rows}, lambda: due.append(len(batches.due)))
-        assert batches.room() == 0  # no job of it came: no room asked for it
+        assert batches.room(1) == 0  # no job of it came: no room asked for it
         for i in range(4):
             batches.add(job(i, {"n": i}))
         # Three make a full batch, due at once; the fourth waits for more.
         assert [len(g.jobs) for g in batches.due] == [3]
-        assert batches.count == 4 and batches.room() == 0
+        assert batches.count == 4 and batches.room(1) == 0
         first = batches.take_due()
         assert [j.id for j in first.jobs] == [0, 1, 2]
-        assert batches.room() == 2  # what the open batch lacks
+        assert batches.room(1) == 2  # what the open batch lacks
+        # While claims bring only batch jobs: a full batch for each other free slot too (each
+        # free slot counts one job in the executor already).
+        batches.only_batches = True
+        assert batches.room(3) == 2 + 2 * (3 - 1)
+        batches.only_batches = False
         await asyncio.sleep(0.1)
         assert due == [1]  # its wait is over: due with what it has
         batches.add(job(5, {"n": 5}))  # still joins it while not started
