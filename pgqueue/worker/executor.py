@@ -418,7 +418,12 @@ class Executor:
             loop.call_soon(self._finish, running, prepared)
             return
         args, kwargs = prepared
-        call = ThreadCall(task.func, args, kwargs, running.ctx, running)
+        self._submit(ThreadCall(task.func, args, kwargs, running.ctx, running), task, loop)
+
+    def _submit(
+        self, call: ThreadCall, task: Task[..., Any], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Hand a call to the handler threads (started with the first), with its timeout."""
         if task.timeout is not None:
             call.timer = loop.call_later(task.timeout, self._thread_timeout, call, task)
         threads = self._threads
@@ -656,18 +661,9 @@ class Executor:
             # Not at once: this runs inside _start_waiting.
             loop.call_soon(self._batch_thread_finished, run, [])
             return
-        call = ThreadCall(run.task.func, [run.items], {}, None, run, stop=run)
-        if run.task.timeout is not None:
-            call.timer = loop.call_later(run.task.timeout, self._thread_timeout, call, run.task)
-        threads = self._threads
-        if threads is None:
-            threads = self._threads = HandlerThreads(
-                self._thread_limit,
-                self._threads_done,
-                loop=loop,
-                context=contextvars.copy_context(),
-            )
-        threads.submit(call)
+        self._submit(
+            ThreadCall(run.task.func, [run.items], {}, None, run, stop=run), run.task, loop
+        )
 
     def _batch_thread_done(self, run: BatchRun, call: ThreadCall) -> None:
         if call.abandoned:

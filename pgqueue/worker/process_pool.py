@@ -380,8 +380,10 @@ class Child:
         rss = message.get("rss")
         self.rss = rss if isinstance(rss, int) else None
         answer = ChildReply.from_message(message)
-        parts = message.get("items")
-        if answer is not None and isinstance(parts, list):
+        if answer is not None and self.batch_size:
+            # A batch's answer holds one answer per job it was sent, in order.
+            parts = message.get("items")
+            parts = parts if isinstance(parts, list) else []
             items = [ChildReply.from_message(p) if isinstance(p, dict) else None for p in parts]
             if len(items) == self.batch_size and all(items):
                 answer.items = cast("list[ChildReply]", items)
