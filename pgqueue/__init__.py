@@ -5,6 +5,7 @@ Jobs are rows in ``pgqueue.jobs``: enqueue them inside your own transactions, ru
 """
 
 from pgqueue._version import __version__
+from pgqueue.batch import BatchTask, Item
 from pgqueue.client import PgQueue
 from pgqueue.enqueue import JobId, JobSpec
 from pgqueue.errors import (
@@ -38,6 +39,7 @@ from pgqueue.workflow import DAG, Chain, Group, WorkflowRun, chain, chord, group
 __all__ = [
     "DAG",
     "UNSET",
+    "BatchTask",
     "Chain",
     "CircuitBreaker",
     "ConfigurationError",
@@ -47,6 +49,7 @@ __all__ = [
     "Group",
     "InvalidCursorError",
     "InvalidJobError",
+    "Item",
     "JobCall",
     "JobCancelled",
     "JobCancelledError",

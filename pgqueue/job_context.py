@@ -193,20 +193,29 @@ class JobContext:
 _EVENT_LOCK = threading.Lock()
 
 
-_current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgqueue_current_job")
+#: The running job's context; None inside a batch handler (it runs several jobs).
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("pgqueue_current_job")
 
 
 def current_job() -> JobContext:
-    """The context of the job the calling handler runs (LookupError outside a handler)."""
+    """The context of the job the calling handler runs (LookupError outside a handler, and
+    inside a batch handler, which runs several jobs: each :class:`~pgqueue.Item` carries its
+    own job's id, attempt and ``cancelled``)."""
     try:
-        return _current.get()
+        ctx = _current.get()
     except LookupError:
         raise LookupError("current_job() is only available inside a running job") from None
+    if ctx is None:
+        raise LookupError(
+            "current_job() names one job, and a batch handler runs several: read each item's "
+            "id, attempt and cancelled instead"
+        )
+    return ctx
 
 
-def set_current(ctx: JobContext) -> contextvars.Token[JobContext]:
+def set_current(ctx: JobContext | None) -> contextvars.Token[JobContext | None]:
     return _current.set(ctx)
 
 
-def reset_current(token: contextvars.Token[JobContext]) -> None:
+def reset_current(token: contextvars.Token[JobContext | None]) -> None:
     _current.reset(token)

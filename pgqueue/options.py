@@ -13,7 +13,9 @@ defaults a job gets, the options a task passes on to its jobs.
   one call may override;
 * :class:`JobOptions`: one call's options (``pgq.enqueue(..., delay=5)``, ``task.options(...)``);
 * :class:`TaskOptions`: what ``@pgq.task(...)`` and ``@pgq.periodic(...)`` take besides the
-  task's ``name`` and ``pass_context``.
+  task's ``name`` and ``pass_context``;
+* :class:`BatchOptions`: what makes ``@pgq.task(...)`` a batch task (``batch_size``,
+  ``batch_wait``); :class:`BatchTaskOptions` is both.
 
 A new option is one line in one of them (and the code that uses its value).
 """
@@ -24,7 +26,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal, TypedDict, cast, get_type_hints
+from typing import Annotated, Any, Literal, Required, TypedDict, cast, get_type_hints
 
 from pgqueue import config
 from pgqueue.dedupe import ON_CONFLICT, UNIQUE_AMONG, check_choice, check_unique_by
@@ -43,6 +45,8 @@ _MAX_YEARS = 1000
 MAX_DURATION = timedelta(days=365 * _MAX_YEARS + _MAX_YEARS // 4)
 _MAX_SECONDS = MAX_DURATION.total_seconds()
 _MAX_KEY_LENGTH = 1000
+#: The most jobs one batch handler call takes.
+MAX_BATCH_SIZE = 10_000
 _SMALLINT = (-32768, 32767)
 #: The most JSON a job's metadata may take (after the task's and the call's are merged).
 MAX_META_BYTES = 8192
@@ -270,6 +274,14 @@ def _breaker(value: object, _: str) -> CircuitBreaker:
     return value
 
 
+def _batch_size(value: object, what: str) -> int:
+    return check_int(value, what, 1, MAX_BATCH_SIZE)
+
+
+def _batch_wait(value: object, what: str) -> float:
+    return to_timedelta(value, what).total_seconds()
+
+
 def _events(value: object, _: str) -> tuple[str, ...]:
     events = (value,) if isinstance(value, str) else tuple(cast("Iterable[str]", value))
     return tuple(check_name(event, "event name") for event in events)
@@ -376,6 +388,22 @@ class TaskOptions(JobDefaults, total=False):
     """Events the task subscribes to (see ``pgq.publish()``)."""
 
 
+class BatchOptions(TypedDict, total=False):
+    """What makes a task a batch task: ``@pgq.task(batch_size=100, batch_wait=1.0)`` on a function
+    whose one parameter is a list of :class:`~pgqueue.Item` (see the guide's "Batch handlers")."""
+
+    batch_size: Annotated[Required[int], Check(_batch_size)]
+    """The most jobs one call of the handler gets (1 to 10,000)."""
+    batch_wait: Annotated[float | timedelta | None, Check(_batch_wait, default=1.0)]
+    """How long the first job of a batch waits for others before the batch runs with what it has
+    (seconds or a timedelta; default 1 s; 0 runs what each claim brought at once). Keep it well
+    under the worker's lease: the waiting jobs are claimed."""
+
+
+class BatchTaskOptions(TaskOptions, BatchOptions, total=False):
+    """``@pgq.task(...)``'s options for a batch task: the task's and the batch's."""
+
+
 def _checks(options: type) -> dict[str, Check]:
     hints = get_type_hints(options, include_extras=True)
     return {
@@ -386,6 +414,9 @@ def _checks(options: type) -> dict[str, Check]:
 
 _JOB_CHECKS = _checks(JobOptions)
 _TASK_CHECKS = _checks(TaskOptions)
+_BATCH_CHECKS = _checks(BatchOptions)
+#: The options that make a task a batch task.
+BATCH_OPTION_NAMES = frozenset(_BATCH_CHECKS)
 #: The keyword arguments of enqueue that are options, not task arguments.
 OPTION_NAMES = frozenset(_JOB_CHECKS)
 #: The options a task passes on to its jobs as their defaults.
@@ -422,3 +453,12 @@ def check_task_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """Validate ``@pgq.task(...)`` options; raise :class:`~pgqueue.ConfigurationError` for an
     unknown one, and what each check raises for a bad value. ``None`` values stay."""
     return _checked(options, _TASK_CHECKS, "task", ConfigurationError)
+
+
+def check_batch_options(options: Mapping[str, Any]) -> tuple[int, float]:
+    """Validate a batch task's ``batch_size`` and ``batch_wait``: (size, wait in seconds)."""
+    checked = _checked(options, _BATCH_CHECKS, "batch", ConfigurationError)
+    if checked.get("batch_size") is None:
+        raise ConfigurationError("a batch task needs batch_size (the most jobs one call gets)")
+    wait = checked.get("batch_wait")
+    return checked["batch_size"], _BATCH_CHECKS["batch_wait"].default if wait is None else wait

@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pgqueue import config, tracing
 from pgqueue.admin import CancelResult, job_progress
 from pgqueue.admin import cancel as cancel_job
+from pgqueue.batch import A, BatchTask, Item
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
@@ -32,7 +33,7 @@ from pgqueue.declarations import declarations
 from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
 from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
 from pgqueue.gc_pause import gc_paused
-from pgqueue.options import JobOptions, TaskOptions
+from pgqueue.options import BATCH_OPTION_NAMES, BatchTaskOptions, JobOptions, TaskOptions
 from pgqueue.payload import check_name
 from pgqueue.progress import Progress
 from pgqueue.results import Deadline, read_outcome, wait_for_result
@@ -132,6 +133,17 @@ class PgQueue:
     @overload
     def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
 
+    # batch_size given: the function takes the list of its jobs (pgqueue.batch).
+    @overload
+    def task(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        **options: Unpack[BatchTaskOptions],
+    ) -> Callable[[Callable[[list[Item[A]]], R]], BatchTask[A, R]]: ...
+
     @overload
     def task(
         self,
@@ -163,8 +175,8 @@ class PgQueue:
         *,
         name: str | None = None,
         pass_context: bool = False,
-        **options: Unpack[TaskOptions],
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        **options: Any,
+    ) -> Any:
         """Register a function as a task: ``@pgq.task`` or ``@pgq.task(queue=..., ...)``.
 
         ``name`` defaults to ``module.qualname``; ``pass_context`` passes a
@@ -183,11 +195,20 @@ class PgQueue:
         ``key_limit`` (running jobs per key; default 1, with ``limit_by`` none) and
         ``key_rate_limit`` (starts per second per key). ``on`` subscribes the task to events
         (see :meth:`publish`).
+
+        ``batch_size`` (and ``batch_wait``, :class:`~pgqueue.options.BatchOptions`) make a
+        batch task (:class:`~pgqueue.BatchTask`): the function takes a list of
+        :class:`~pgqueue.Item`, up to ``batch_size`` jobs per call, each keeping its own
+        outcome.
         """
 
-        def register(function: Callable[P, R]) -> Task[P, R]:
+        def register(function: Callable[..., Any]) -> Task[..., Any]:
+            if BATCH_OPTION_NAMES.isdisjoint(options):
+                return self._register(
+                    Task(self, function, name=name, pass_context=pass_context, **options)
+                )
             return self._register(
-                Task(self, function, name=name, pass_context=pass_context, **options)
+                BatchTask(self, function, name=name, pass_context=pass_context, **options)
             )
 
         return register(func) if func is not None else register

@@ -49,7 +49,7 @@ class Autoscaler(Service):
     async def run_once(self) -> None:
         now = asyncio.get_running_loop().time()
         current = self.executor.concurrency
-        running = len(self.executor.running)
+        running = self.executor.slots_busy()
         # Busy: (nearly) every slot taken (with short jobs a slot is always being refilled) and
         # the last claim came back full (ready jobs are waiting).
         saturated = running >= current - max(1, current // 10) and self.fetcher.saturated

@@ -34,10 +34,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import logs
+from pgqueue.batch import BatchTask
 from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.tasks import Task
 from pgqueue.tracing import consumer
 from pgqueue.worker import frames
+from pgqueue.worker.batches import prepare, settle
 from pgqueue.worker.executor import raised_outcome, returned_outcome
 from pgqueue.worker.outcome import Outcome
 
@@ -186,6 +189,8 @@ class _Runner:
         self.jobs: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.current: JobContext | None = None
+        #: The contexts of the batch running now, by (id, token).
+        self.batch: dict[tuple[int, int], JobContext] = {}
         self.busy = False
         #: OpenTelemetry: the child traces the attempts it runs when the app it imported set
         #: a tracer provider (pgqueue.tracing).
@@ -202,12 +207,13 @@ class _Runner:
             except (EOFError, OSError):
                 break
             kind = message.get("t")
-            if kind == "job":
+            if kind in ("job", "batch"):
                 with self.lock:
                     self.busy = True
                 self.jobs.put(message)
             elif kind == "cancel":
-                self._cancel((message["id"], message["token"]), str(message["reason"]))
+                key = (message["id"], message["token"])
+                self._cancel(key, str(message["reason"]), bool(message.get("batch")))
             elif kind == "terminate":
                 _flags.terminating = True
                 # The worker's SIGTERM may have come before this message and been ignored.
@@ -222,15 +228,19 @@ class _Runner:
             os._exit(_ORPHANED)
         self.jobs.put(None)
 
-    def _cancel(self, key: tuple[int, int], reason: str) -> None:
+    def _cancel(self, key: tuple[int, int], reason: str, whole: bool = False) -> None:
+        """Stop the job ``key`` (or, ``whole``, every job of the batch whose key it is)."""
         with self.lock:
             ctx = self.current
             if ctx is not None and (ctx.id, ctx.job.lease_token) == key:
-                target = ctx
+                targets = [ctx]
+            elif key in self.batch:
+                targets = list(self.batch.values()) if whole else [self.batch[key]]
             else:
                 self.early[key] = reason
                 return
-        target.cancel(reason)
+        for target in targets:
+            target.cancel(reason)
 
     # -- the main thread ---------------------------------------------------------------------
 
@@ -243,22 +253,9 @@ class _Runner:
             self.channel.send(reply)
 
     def run(self, message: dict[str, Any]) -> dict[str, Any]:
-        job = ClaimedJob(
-            message["id"],
-            message["queue"],
-            message["task"],
-            message["args"],
-            message["attempt"],
-            message["max_attempts"],
-            message["token"],
-            message["priority"],
-            datetime.fromisoformat(message["created_at"]),
-            datetime.fromisoformat(message["run_at"]),
-            bool(message["wants_result"]),
-            message.get("meta"),
-            message.get("tags"),
-            message.get("last_trace"),
-        )
+        if message.get("t") == "batch":
+            return self.run_batch(message)
+        job = _claimed(message)
         ctx = JobContext(job, self.worker_id)
         channel = self.channel
         ctx.progress_hook = lambda text: channel.send(
@@ -277,6 +274,73 @@ class _Runner:
                 self.current = None
         reply.update(t="done", id=job.id, token=job.lease_token, rss=_rss())
         return reply
+
+    def run_batch(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One call of a batch handler for the jobs of the message; an answer per job."""
+        contexts = [JobContext(_claimed(m), self.worker_id) for m in message["jobs"]]
+        for ctx, part in zip(contexts, message["jobs"], strict=True):
+            if part.get("cancelled"):
+                ctx.cancel(str(part["cancelled"]))
+        with self.lock:
+            self.batch = {(c.id, c.job.lease_token): c for c in contexts}
+            early = {key: self.early.pop(key) for key in self.batch if key in self.early}
+            self.early.clear()  # any other is about a job that never came
+        for key, reason in early.items():
+            self.batch[key].cancel(reason)
+        try:
+            replies = self._batch_attempt(contexts)
+        finally:
+            with self.lock:
+                self.batch = {}
+        return {
+            "t": "done",
+            "kind": "ack",
+            "items": replies,
+            "id": message["id"],
+            "token": message["token"],
+            "rss": _rss(),
+        }
+
+    def _batch_attempt(self, contexts: list[JobContext]) -> list[dict[str, Any]]:
+        task = self.app.tasks.get(contexts[0].task)
+        if not isinstance(task, BatchTask) or task.is_async:
+            error = ConfigurationError(
+                f"task {contexts[0].task!r} is not a sync batch task of the app this child "
+                f"imported ({self.spec}); register it when that module is imported"
+            )
+            return [
+                _reply(Outcome.from_exception(c.job, "error", error, self.worker_id))
+                for c in contexts
+            ]
+        items, positions, failed = prepare(task, contexts, self.worker_id)
+        replies: list[dict[str, Any]] = [{} for _ in contexts]
+        for position, outcome in failed.items():
+            replies[position] = _reply(outcome)
+        if not items:
+            return replies
+        token = set_current(None)  # current_job() names one job: not in a batch
+        try:
+            value = task.func(items)
+        except Exception as exc:
+            settled = settle(task, items, None, exc, self.worker_id)
+        else:
+            settled = settle(task, items, value, None, self.worker_id)
+        finally:
+            reset_current(token)
+        for position, what in zip(positions, settled, strict=True):
+            replies[position] = self._item_reply(task, contexts[position].job, what)
+        return replies
+
+    def _item_reply(
+        self, task: Task[..., Any], job: ClaimedJob, what: Outcome | BaseException
+    ) -> dict[str, Any]:
+        if isinstance(what, Outcome):
+            return _reply(what)
+        if isinstance(what, JobCancelled):
+            return {"kind": "stopped"}
+        if isinstance(what, Exception):
+            return _reply(raised_outcome(task, job, what, self.worker_id))
+        raise what  # not an Exception (only a marked or raised one gets here)
 
     def _attempt(self, job: ClaimedJob, ctx: JobContext) -> dict[str, Any]:
         task = self.app.tasks.get(job.task)
@@ -317,6 +381,26 @@ class _Runner:
                 # Before the reply: a failed attempt's error record keeps the span's context.
                 tracer.finish(span, outcome)
         return _reply(outcome)
+
+
+def _claimed(message: dict[str, Any]) -> ClaimedJob:
+    """The job a ``job`` message (or one job of a ``batch`` message) describes."""
+    return ClaimedJob(
+        message["id"],
+        message["queue"],
+        message["task"],
+        message["args"],
+        message["attempt"],
+        message["max_attempts"],
+        message["token"],
+        message["priority"],
+        datetime.fromisoformat(message["created_at"]),
+        datetime.fromisoformat(message["run_at"]),
+        bool(message["wants_result"]),
+        message.get("meta"),
+        message.get("tags"),
+        message.get("last_trace"),
+    )
 
 
 def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:

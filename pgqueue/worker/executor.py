@@ -26,6 +26,11 @@ Stopping a handler:
 A sync job asked to stop before a thread took it (all of them busy) never starts: its outcome is
 the one a handler that stopped at once would have had.
 
+Batch tasks (:mod:`pgqueue.worker.batches`): their claimed jobs are gathered instead of started;
+a due batch takes one slot (whichever of it and the oldest prefetched job was due first starts
+first) and runs as one call. Each of its jobs has its own entry in ``running`` (its context,
+its lease, a cancel or a lost lease reach it alone); the slots count the batch once.
+
 In a child process (``pool="process"``) the same reasons reach the handler's ``ctx.cancelled``
 by a message; a timeout or shutdown then kills the child, a cancel or a lost lease does after a
 short grace. The attempt's outcome waits for the child's answer or death, so nothing the
@@ -42,18 +47,20 @@ import logging
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from pgqueue.batch import BatchTask
 from pgqueue.errors import Fail, InvalidJobError, JobCancelled, JobTimeout, Retry
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.payload import dumps
 from pgqueue.tasks import Task
 from pgqueue.tracing import consumer
+from pgqueue.worker.batches import Batches, BatchRun, Gathering, prepare, settle
 from pgqueue.worker.outcome import Outcome
-from pgqueue.worker.process_pool import ChildGone, ChildSettings, ProcessPool
+from pgqueue.worker.process_pool import ChildGone, ChildReply, ChildSettings, ProcessPool
 from pgqueue.worker.threads import HandlerThreads, ThreadCall
 
 log = logging.getLogger("pgqueue.worker.executor")
@@ -118,6 +125,8 @@ class Running:
     started: float = field(default_factory=time.monotonic)
     #: The attempt's span when the worker traces (pgqueue.tracing), else None.
     span: Any = None
+    #: The batch this job runs in (a batch task's job), else None.
+    batch: BatchRun | None = None
 
 
 if sys.version_info >= (3, 12):
@@ -167,8 +176,13 @@ class Executor:
         # Keyed by (job id, lease token): the same job can be re-claimed by this worker while
         # the handler of its lost attempt is still winding down.
         self.running: dict[tuple[int, int], Running] = {}
+        #: Jobs of running batches beyond the one slot each batch takes.
+        self._batched = 0
         #: Claimed jobs waiting for a slot (prefetch), in claim order.
         self.waiting: deque[ClaimedJob] = deque()
+        batch_tasks = {n: t for n, t in tasks.items() if isinstance(t, BatchTask)}
+        #: Batch tasks' jobs being gathered (None: the app has no batch task).
+        self.batches = Batches(batch_tasks, self._start_waiting) if batch_tasks else None
         self._mean_duration: float | None = None
         #: OpenTelemetry: a span per attempt when the app set a tracer provider, else None.
         self.tracer = consumer()
@@ -201,8 +215,12 @@ class Executor:
             self.pool.resize(concurrency)
         self.slot_freed.set()  # a fetcher waiting for a slot may have one now
 
+    def slots_busy(self) -> int:
+        """Slots taken: one per running job, one per running batch."""
+        return len(self.running) - self._batched
+
     def free_slots(self) -> int:
-        return self.concurrency - len(self.running)
+        return self.concurrency - self.slots_busy()
 
     def prefetch_limit(self) -> int:
         if self.prefetch is not None:
@@ -213,10 +231,13 @@ class Executor:
         return min(_AUTO_PREFETCH_FACTOR * self.concurrency, _AUTO_PREFETCH_MAX)
 
     def capacity(self, prefetch: bool = True) -> int:
-        """How many more jobs the fetcher may claim now (free slots plus prefetch room, less
-        what claims in flight may bring)."""
+        """How many more jobs the fetcher may claim now (free slots plus prefetch room, plus
+        what the batches being gathered lack, less what claims in flight may bring)."""
         room = self.prefetch_limit() if prefetch else 0
-        return self.concurrency + room - len(self.running) - len(self.waiting) - self.reserved
+        busy = len(self.running) - self._batched
+        if self.batches is not None:
+            room += self.batches.room(self.concurrency - busy)
+        return self.concurrency + room - busy - len(self.waiting) - self.reserved
 
     @contextlib.contextmanager
     def reserve(self, count: int) -> Iterator[None]:
@@ -229,11 +250,19 @@ class Executor:
             self.slot_freed.set()  # the other claim lane may be waiting for these places
 
     def idle(self) -> bool:
-        return not self.running and not self.waiting
+        return not self.running and not self.waiting and not self.gathered()
+
+    def gathered(self) -> list[ClaimedJob]:
+        """Jobs of batch tasks claimed and gathered into batches not started yet."""
+        return [] if self.batches is None else list(self.batches.jobs())
 
     def held(self) -> list[tuple[int, int]]:
-        """(id, lease_token) of every job claimed here and not finished: running or waiting."""
-        return [*self.running, *((job.id, job.lease_token) for job in self.waiting)]
+        """(id, lease_token) of every job claimed here and not finished: running, waiting or
+        gathered into a batch."""
+        return [
+            *self.running,
+            *((job.id, job.lease_token) for job in (*self.waiting, *self.gathered())),
+        ]
 
     async def wait_for_capacity(self, at_least: int = 1, prefetch: bool = True) -> None:
         """Until the fetcher may claim ``at_least`` jobs (or any, when nothing runs)."""
@@ -244,12 +273,27 @@ class Executor:
     # -- running -----------------------------------------------------------------------------
 
     def accept(self, jobs: list[ClaimedJob]) -> None:
-        """Start claimed jobs in free slots; the rest wait for one (prefetch)."""
+        """Start claimed jobs in free slots; the rest wait for one (prefetch); batch tasks'
+        jobs join their batches."""
+        batches = self.batches
+        ordinary = False
         for job in jobs:
-            if len(self.running) < self.concurrency and not self.waiting:
+            if batches is not None and job.task in batches.tasks:
+                batches.add(job)
+                continue
+            ordinary = True
+            if (
+                len(self.running) - self._batched < self.concurrency
+                and not self.waiting
+                and (batches is None or not batches.due)
+            ):
                 self.start(job)
             else:
                 self.waiting.append(job)
+        if batches is not None and jobs:
+            batches.only_batches = not ordinary
+            if batches.due:
+                self._start_waiting()
 
     @property
     def threads_busy(self) -> int:
@@ -257,6 +301,10 @@ class Executor:
         return 0 if self._threads is None else self._threads.busy
 
     def start(self, job: ClaimedJob) -> None:
+        if self.batches is not None and job.task in self.batches.tasks:
+            # Handed over as waiting (at shutdown): a batch task's job never runs alone.
+            self.batches.add(job)
+            return
         running = Running(job, JobContext(job, self.worker_id))
         self.running[job.id, job.lease_token] = running
         task = self.tasks.get(job.task)
@@ -275,26 +323,44 @@ class Executor:
             return
         self._starting = True
         try:
-            while self.waiting and len(self.running) < self.concurrency:
-                self.start(self.waiting.popleft())
+            while len(self.running) - self._batched < self.concurrency:
+                batches = self.batches
+                due = None if batches is None else batches.first_due()
+                if self.waiting and (due is None or self.waiting[0].leased_at <= due):
+                    self.start(self.waiting.popleft())
+                elif due is not None:
+                    assert batches is not None
+                    self._start_batch(batches.take_due())
+                else:
+                    break
         finally:
             self._starting = False
 
     def find(self, job_id: int, token: int) -> ClaimedJob | None:
-        """The job held here with this lease token (running or waiting), if any."""
+        """The job held here with this lease token (running, waiting or gathered), if any."""
         running = self.running.get((job_id, token))
         if running is not None:
             return running.job
-        return next((j for j in self.waiting if j.id == job_id and j.lease_token == token), None)
+        return next(
+            (
+                j
+                for j in (*self.waiting, *self.gathered())
+                if j.id == job_id and j.lease_token == token
+            ),
+            None,
+        )
 
     def release_waiting(self, task: str | None = None) -> list[ClaimedJob]:
-        """Take back the jobs that never started (all, or ``task``'s): shutdown hands them
-        back, and so does a circuit breaker opening for their task."""
+        """Take back the jobs that never started (all, or ``task``'s), batches being gathered
+        included: shutdown hands them back, and so does a circuit breaker opening for their
+        task."""
         jobs = [job for job in self.waiting if task is None or job.task == task]
         if task is None:
             self.waiting.clear()
         else:
             self.waiting = deque(job for job in self.waiting if job.task != task)
+        if self.batches is not None:
+            jobs += self.batches.release(task)
         return jobs
 
     async def _run(self, running: Running) -> None:
@@ -372,7 +438,14 @@ class Executor:
             loop.call_soon(self._finish, running, prepared)
             return
         args, kwargs = prepared
-        call = ThreadCall(self._handler(task, running), args, kwargs, running.ctx, running)
+        self._submit(
+            ThreadCall(self._handler(task, running), args, kwargs, running.ctx, running), task, loop
+        )
+
+    def _submit(
+        self, call: ThreadCall, task: Task[..., Any], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Hand a call to the handler threads (started with the first), with its timeout."""
         if task.timeout is not None:
             call.timer = loop.call_later(task.timeout, self._thread_timeout, call, task)
         threads = self._threads
@@ -388,6 +461,9 @@ class Executor:
     def _threads_done(self, calls: list[ThreadCall]) -> None:
         """Sync calls that finished since the last batch (one loop callback per batch)."""
         for call in calls:
+            if isinstance(call.owner, BatchRun):
+                self._batch_thread_done(call.owner, call)
+                continue
             running: Running = call.owner
             if call.abandoned:
                 # Its attempt already failed with JobTimeout; what it did since is ignored.
@@ -419,6 +495,9 @@ class Executor:
         assert self._threads is not None
         if not self._threads.abandon(call):
             return  # it finished just now: its outcome is on the way
+        if isinstance(call.owner, BatchRun):
+            self._batch_thread_timeout(call.owner, call)
+            return
         running: Running = call.owner
         running.ctx.cancel("timeout")
         if call.abandoned:
@@ -503,6 +582,13 @@ class Executor:
         finally:
             if timer is not None:
                 timer.cancel()
+        return self._child_outcome(running, task, reply)
+
+    def _child_outcome(
+        self, running: Running, task: Task[..., Any], reply: ChildReply | ChildGone | None
+    ) -> Outcome | None:
+        """What a child's answer (or death, or never starting) makes of a job's attempt."""
+        job, ctx = running.job, running.ctx
         if reply is None:  # stopped before a child took it
             return self._stopped(running, None)
         if isinstance(reply, ChildGone):
@@ -551,6 +637,182 @@ class Executor:
             timer.cancel()
             reset_current(token)
 
+    # -- batches ---------------------------------------------------------------------------
+
+    def _start_batch(self, gathering: Gathering) -> None:
+        """A due batch takes one slot: its jobs become running, each with its own context."""
+        task = gathering.task
+        contexts = [JobContext(job, self.worker_id) for job in gathering.jobs]
+        run = BatchRun(task, gathering.jobs, contexts)
+        for job, ctx in zip(gathering.jobs, contexts, strict=True):
+            running = self.running[job.id, job.lease_token] = Running(job, ctx, batch=run)
+            run.members.append(running)
+        self._batched += len(contexts) - 1
+        run.items, run.positions, run.failed = prepare(task, contexts, self.worker_id)
+        if not task.is_async and self.pool is None:
+            self._start_batch_in_thread(run)
+        else:
+            run.aio = _job_task(asyncio.get_running_loop(), self._run_batch(run))
+
+    async def _run_batch(self, run: BatchRun) -> None:
+        """An async batch handler on the loop, or a sync one in a child process."""
+        task, items = run.task, run.items
+        settled: list[Outcome | BaseException | None] = []
+        try:
+            if not items:
+                pass
+            elif self.pool is not None and not task.is_async:
+                settled = [*await self._run_batch_in_child(run)]
+            else:
+                loop = asyncio.get_running_loop()
+                timer = None
+                if task.timeout is not None:
+                    timer = loop.call_later(task.timeout, self._stop_batch, run, "timeout")
+                token = set_current(None)  # current_job() names one job: not in a batch
+                try:
+                    value = await task.func(items)
+                except (asyncio.CancelledError, Exception) as exc:
+                    settled = [*settle(task, items, None, exc, self.worker_id)]
+                else:
+                    settled = [*settle(task, items, value, None, self.worker_id)]
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+                    reset_current(token)
+        except Exception:  # pragma: no cover - every handler error becomes an outcome above
+            log.exception("executor bug while running a batch task=%s", task.name)
+        finally:
+            self._batch_over(run)
+        self._record_batch(run, settled)
+
+    def _start_batch_in_thread(self, run: BatchRun) -> None:
+        loop = asyncio.get_running_loop()
+        if not run.items:
+            # Not at once: this runs inside _start_waiting.
+            loop.call_soon(self._batch_thread_finished, run, [])
+            return
+        self._submit(
+            ThreadCall(run.task.func, [run.items], {}, None, run, stop=run), run.task, loop
+        )
+
+    def _batch_thread_done(self, run: BatchRun, call: ThreadCall) -> None:
+        if call.abandoned:
+            # Its jobs already failed with JobTimeout; what it did since is ignored.
+            self.abandoned -= 1
+            log.info(
+                "abandoned batch handler finished late; ignored task=%s jobs=%s",
+                run.task.name,
+                len(run.items),
+            )
+            return
+        if call.timer is not None:
+            call.timer.cancel()
+        task = run.task
+        if call.skipped:  # every job was asked to stop before a thread took it
+            error: BaseException | None = asyncio.CancelledError()
+        else:
+            error = call.error
+        self._batch_thread_finished(run, settle(task, run.items, call.value, error, self.worker_id))
+
+    def _batch_thread_finished(
+        self, run: BatchRun, settled: Sequence[Outcome | BaseException | None]
+    ) -> None:
+        self._batch_over(run)
+        self._record_batch(run, settled)
+
+    def _batch_thread_timeout(self, run: BatchRun, call: ThreadCall) -> None:
+        for ctx in run.contexts:
+            ctx.cancel("timeout")
+        if call.abandoned:
+            self.abandoned += 1
+            why = "thread abandoned"
+        else:
+            why = "it never started: every handler thread was busy"
+        task = run.task
+        error = JobTimeout(f"{task.name} timed out after {task.timeout:g}s ({why})")
+        self._batch_thread_finished(run, settle(task, run.items, None, error, self.worker_id))
+
+    async def _run_batch_in_child(self, run: BatchRun) -> list[Outcome | None]:
+        """A sync batch handler in a child process: each job's answer comes back on its own."""
+        assert self.pool is not None
+        task = run.task
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
+
+        def started() -> None:
+            nonlocal timer
+            run.started = time.monotonic()
+            if task.timeout is not None:
+                timer = loop.call_later(task.timeout, self._stop_batch, run, "timeout")
+
+        members = [run.members[position] for position in run.positions]
+        try:
+            reply = await self.pool.run(
+                members[0].job, members[0].ctx, started, batch=[m.ctx for m in members]
+            )
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if isinstance(reply, ChildReply):
+            replies: list[ChildReply | ChildGone | None] = [*reply.items]
+        else:
+            replies = [reply] * len(members)
+        return [
+            self._child_outcome(member, task, answer)
+            for member, answer in zip(members, replies, strict=True)
+        ]
+
+    def _batch_over(self, run: BatchRun) -> None:
+        """The call is over: its slot frees (a waiting job or batch starts)."""
+        for job in run.jobs:
+            self.running.pop((job.id, job.lease_token), None)
+        self._batched -= len(run.jobs) - 1
+        self._start_waiting()
+        self.slot_freed.set()
+
+    def _record_batch(
+        self, run: BatchRun, settled: Sequence[Outcome | BaseException | None]
+    ) -> None:
+        """Each job's outcome to the completer (one write for all of them); the call's
+        duration is each job's, and one sample of the moving average."""
+        duration = time.monotonic() - run.started
+        mean = self._mean_duration
+        self._mean_duration = duration if mean is None else mean + _EWMA_WEIGHT * (duration - mean)
+        outcomes: list[Outcome | None] = [run.failed.get(p) for p in range(len(run.jobs))]
+        for position, what in zip(run.positions, settled, strict=False):
+            outcomes[position] = (
+                self._raised(run.members[position], run.task, what)
+                if isinstance(what, BaseException)
+                else what
+            )
+        for outcome in outcomes:
+            if outcome is not None:
+                outcome.duration = duration
+                self.submit(outcome)
+
+    def _stop_in_batch(self, running: Running, run: BatchRun, reason: str) -> None:
+        """Stop one job of a running batch. A cancel or a lost lease reaches that job alone
+        (``item.cancelled``; its outcome is cancelled, or not ours); the batch's timeout and
+        shutdown stop the whole call, and so does every job of it being asked to stop."""
+        if reason in ("timeout", "shutdown"):
+            self._stop_batch(run, reason)
+            return
+        running.ctx.cancel(reason)
+        if run.cancelled:
+            self._stop_batch(run, reason)
+        elif self.pool is not None and not run.task.is_async:
+            self.pool.stop_item(run.key, (running.job.id, running.job.lease_token), reason)
+
+    def _stop_batch(self, run: BatchRun, reason: str) -> None:
+        """Stop a batch's call, as a one-job handler's would be for ``reason``."""
+        for ctx in run.contexts:
+            ctx.cancel(reason)
+        if run.task.is_async:
+            if run.aio is not None:
+                run.aio.cancel()
+        elif self.pool is not None:
+            self.pool.stop(run.key, reason)
+
     # -- stopping handlers -------------------------------------------------------------------
 
     def stop_job(self, job_id: int, reason: str, token: int | None = None) -> bool:
@@ -565,13 +827,19 @@ class Executor:
             self._stop(running, reason)
         waiting = [j for j in self.waiting if j.id == job_id and token in (None, j.lease_token)]
         for job in waiting:
-            # Never started: a cancelled one is written as cancelled; a lost one is not ours.
             self.waiting.remove(job)
+        if self.batches is not None:
+            waiting += self.batches.remove(job_id, token)
+        for job in waiting:
+            # Never started: a cancelled one is written as cancelled; a lost one is not ours.
             if reason == "cancelled":
                 self.submit(Outcome(job, "cancelled"))
         return bool(matching or waiting)
 
     def _stop(self, running: Running, reason: str) -> None:
+        if running.batch is not None:
+            self._stop_in_batch(running, running.batch, reason)
+            return
         running.ctx.cancel(reason)
         if self.tasks[running.job.task].is_async:
             if running.task is not None:
@@ -581,8 +849,14 @@ class Executor:
 
     def stop_all(self, reason: str) -> list[Running]:
         stopped = list(self.running.values())
+        batches: dict[int, BatchRun] = {}
         for running in stopped:
-            self._stop(running, reason)
+            if running.batch is None:
+                self._stop(running, reason)
+            else:
+                batches[id(running.batch)] = running.batch
+        for run in batches.values():
+            self._stop_batch(run, reason)
         return stopped
 
     async def wait_idle(self, timeout: float) -> bool:

@@ -386,7 +386,12 @@ class Fetcher(Service):
         """This worker's running jobs per queue (the claim's fair share accounts for them)."""
         index = {queue: i for i, queue in enumerate(self.queues)}
         counts = [0] * len(self.queues)
-        for job in [*(r.job for r in self.executor.running.values()), *self.executor.waiting]:
+        executor = self.executor
+        for job in [
+            *(r.job for r in executor.running.values()),
+            *executor.waiting,
+            *executor.gathered(),
+        ]:
             position = index.get(job.queue)
             if position is not None:
                 counts[position] += 1

@@ -38,7 +38,7 @@ import sys
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
@@ -91,13 +91,29 @@ class ChildSettings:
 class ChildReply:
     """What the attempt amounted to, decided in the child, where the exception object is: the
     task's retry_on / no_retry_on and its backoff (which may look at the error) apply there,
-    with the very code the thread pool uses (``pgqueue.worker.executor``)."""
+    with the very code the thread pool uses (``pgqueue.worker.executor``). For a batch,
+    ``items`` holds each job's, in the order the jobs were sent."""
 
     kind: ReplyKind  # an Outcome kind, or "stopped": the handler raised JobCancelled
     delay: float = 0.0
     error: str | None = None
     summary: str | None = None
     result: str | None = None
+    items: list[ChildReply] = field(default_factory=list)
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> ChildReply | None:
+        """The reply a ``done`` message (or one job's part of it) holds; None if malformed."""
+        kind = message.get("kind")
+        if kind not in _REPLY_KINDS:
+            return None
+        return cls(
+            cast(ReplyKind, kind),
+            float(message.get("delay") or 0.0),
+            message.get("error"),
+            message.get("summary"),
+            message.get("result"),
+        )
 
 
 @dataclass(slots=True)
@@ -140,6 +156,26 @@ def describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
+def _job_message(job: ClaimedJob) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "task": job.task,
+        # The claimed args (JSON from jsonb) go back out as JSON: nothing is pickled.
+        "args": job.args,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "token": job.lease_token,
+        "priority": job.priority,
+        "created_at": job.created_at.isoformat(),
+        "run_at": job.run_at.isoformat(),
+        "wants_result": job.wants_result,
+        "meta": job.meta if isinstance(job.meta, dict) else None,
+        "tags": job.tags,
+        "last_trace": job.last_trace,
+    }
+
+
 def _child_entry(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
     """The spawned process's target (imported by reference: nothing of the app is pickled)."""
     from pgqueue.worker import child
@@ -169,6 +205,9 @@ class Child:
         self.owner: JobKey | None = None  # the job waiting for this child to start
         self.job: JobKey | None = None
         self.ctx: JobContext | None = None
+        #: The jobs of the batch it runs (0: one job), and their contexts by key.
+        self.batch_size = 0
+        self.batch: dict[JobKey, JobContext] = {}
         self.reply: asyncio.Future[ChildReply | ChildGone] | None = None
         self.jobs = 0
         self.rss: int | None = None
@@ -343,53 +382,63 @@ class Child:
             return  # not the job it runs now: an answer after we gave up on it
         rss = message.get("rss")
         self.rss = rss if isinstance(rss, int) else None
-        kind = message.get("kind")
-        if kind not in _REPLY_KINDS:
-            log.error("child process pid=%s answered with kind %r; killing it", self.pid, kind)
+        answer = ChildReply.from_message(message)
+        if answer is not None and self.batch_size:
+            # A batch's answer holds one answer per job it was sent, in order.
+            parts = message.get("items")
+            parts = parts if isinstance(parts, list) else []
+            items = [ChildReply.from_message(p) if isinstance(p, dict) else None for p in parts]
+            if len(items) == self.batch_size and all(items):
+                answer.items = cast("list[ChildReply]", items)
+            else:
+                answer = None
+        if answer is None:
+            log.error(
+                "child process pid=%s answered with kind %r; killing it",
+                self.pid,
+                message.get("kind"),
+            )
             self.terminate(0.0)
             return
-        reply.set_result(
-            ChildReply(
-                cast(ReplyKind, kind),
-                float(message.get("delay") or 0.0),
-                message.get("error"),
-                message.get("summary"),
-                message.get("result"),
-            )
-        )
+        reply.set_result(answer)
 
     # -- jobs --------------------------------------------------------------------------------
 
-    def begin(self, job: ClaimedJob, ctx: JobContext) -> asyncio.Future[ChildReply | ChildGone]:
+    def begin(
+        self, job: ClaimedJob, ctx: JobContext, batch: list[JobContext] | None = None
+    ) -> asyncio.Future[ChildReply | ChildGone]:
+        """Send the child its job, or (``batch``) the jobs of a batch, one call for all."""
         self.job = (job.id, job.lease_token)
-        self.ctx = ctx  # where the child's progress reports go (the heartbeat writes them)
         self.reply = reply = self.loop.create_future()
+        if batch is None:
+            self.ctx = ctx  # where the child's progress reports go (the heartbeat writes them)
+            self.send({"t": "job", **_job_message(job)})
+            return reply
+        self.batch_size = len(batch)
+        self.batch = {(c.id, c.job.lease_token): c for c in batch}
         self.send(
             {
-                "t": "job",
+                "t": "batch",
                 "id": job.id,
-                "queue": job.queue,
-                "task": job.task,
-                # The claimed args (JSON from jsonb) go back out as JSON: nothing is pickled.
-                "args": job.args,
-                "attempt": job.attempt,
-                "max_attempts": job.max_attempts,
                 "token": job.lease_token,
-                "priority": job.priority,
-                "created_at": job.created_at.isoformat(),
-                "run_at": job.run_at.isoformat(),
-                "wants_result": job.wants_result,
-                "meta": job.meta if isinstance(job.meta, dict) else None,
-                "tags": job.tags,
-                "last_trace": job.last_trace,
+                # A job asked to stop before the batch got here starts so in the child.
+                "jobs": [{**_job_message(c.job), "cancelled": c.cancel_reason} for c in batch],
             }
         )
         return reply
+
+    def stop_item(self, key: JobKey, reason: str) -> None:
+        """Tell the handler one job of its batch was asked to stop (``item.cancelled`` in the
+        child); the batch goes on."""
+        if key in self.batch:
+            self.send({"t": "cancel", "id": key[0], "token": key[1], "reason": reason})
 
     def end(self) -> None:
         self.job = None
         self.ctx = None
         self.reply = None
+        self.batch_size = 0
+        self.batch = {}
         if self._stop_timer is not None:
             self._stop_timer.cancel()  # it stopped by itself in time: no kill
             self._stop_timer = None
@@ -399,7 +448,16 @@ class Child:
         child after ``grace`` seconds (None: the caller decides) unless the job ends first."""
         if self.job != key:
             return
-        self.send({"t": "cancel", "id": key[0], "token": key[1], "reason": reason})
+        # For a batch, "batch" says every job of it stops (its key is its first job's too).
+        self.send(
+            {
+                "t": "cancel",
+                "id": key[0],
+                "token": key[1],
+                "reason": reason,
+                "batch": bool(self.batch),
+            }
+        )
         if grace is not None and self._stop_timer is None:
             self._stop_timer = self.loop.call_later(grace, self._not_stopped, key, reason, grace)
 
@@ -580,21 +638,27 @@ class ProcessPool:
     # -- running a job -----------------------------------------------------------------------
 
     async def run(
-        self, job: ClaimedJob, ctx: JobContext, started: Callable[[], None]
+        self,
+        job: ClaimedJob,
+        ctx: JobContext,
+        started: Callable[[], None],
+        batch: list[JobContext] | None = None,
     ) -> ChildReply | ChildGone | None:
-        """Run one attempt in a child. None: stopped (``stop``) before it was handed over.
-        ``started`` is called the moment it is (the timeout counts from there, not from the
-        wait for a child to import the app)."""
+        """Run one attempt in a child (or, with ``batch``, one call for the jobs of a batch:
+        ``job`` is its first, whose key is the batch's). None: stopped (``stop``) before it was
+        handed over. ``started`` is called the moment it is (the timeout counts from there, not
+        from the wait for a child to import the app)."""
         key = (job.id, job.lease_token)
         acquired = await self._acquire(key)
         if not isinstance(acquired, Child):
             return acquired
         child = acquired
-        if ctx.cancelled:  # asked to stop while it waited for a child: it never starts
+        cancelled = ctx.cancelled if batch is None else all(c.cancelled for c in batch)
+        if cancelled:  # asked to stop while it waited for a child: it never starts
             self._release(child)
             return None
         try:
-            reply = child.begin(job, ctx)
+            reply = child.begin(job, ctx, batch)
         except (TypeError, ValueError, RecursionError) as exc:  # args JSON cannot encode again
             child.end()
             self._release(child)
@@ -641,6 +705,14 @@ class ProcessPool:
             child.terminate(min(self.settings.kill_grace, 0.5))
         else:
             child.stop(key, reason, self.settings.stop_grace)
+
+    def stop_item(self, key: JobKey, item: JobKey, reason: str) -> None:
+        """One job (``item``) of the batch ``key`` was asked to stop (a cancel, a lost lease):
+        its child's handler is told; the batch goes on. Before a child took the batch, the
+        job's context says so when the batch is sent."""
+        child = self._busy.get(key)
+        if child is not None:
+            child.stop_item(item, reason)
 
     def _recycle_reason(self, child: Child) -> str | None:
         settings = self.settings

@@ -38,7 +38,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pgqueue.job_context import JobContext, set_current
 
@@ -51,10 +51,17 @@ DROPPED = 3  # taken out of the queue before any thread ran it (timeout, close)
 _names = itertools.count()
 
 
+class Stoppable(Protocol):
+    @property
+    def cancelled(self) -> bool: ...
+
+
 class ThreadCall:
     """One sync handler call. ``value``/``error`` are set by the thread that ran it;
-    ``skipped``: the job was asked to stop before a thread took it, so the handler never ran;
-    ``abandoned``: its timeout passed while it ran, its result is ignored."""
+    ``skipped``: the call was asked to stop before a thread took it (``stop.cancelled``), so the
+    handler never ran; ``abandoned``: its timeout passed while it ran, its result is ignored.
+    ``ctx`` is what ``current_job()`` returns in it (None for a batch of jobs); ``stop`` what
+    says it should not start any more (the job's context, or the batch)."""
 
     __slots__ = (
         "abandoned",
@@ -66,6 +73,7 @@ class ThreadCall:
         "owner",
         "skipped",
         "state",
+        "stop",
         "timer",
         "value",
     )
@@ -75,13 +83,17 @@ class ThreadCall:
         func: Callable[..., Any],
         args: list[Any],
         kwargs: dict[str, Any],
-        ctx: JobContext,
+        ctx: JobContext | None,
         owner: Any,
+        stop: Stoppable | None = None,
     ) -> None:
         self.func = func
         self.args = args
         self.kwargs = kwargs
         self.ctx = ctx
+        stopper = stop if stop is not None else ctx
+        assert stopper is not None, "a call without a job context says what stops it"
+        self.stop: Stoppable = stopper
         #: What the caller keeps with the call (the executor's Running).
         self.owner = owner
         self.state = QUEUED
@@ -236,7 +248,7 @@ class HandlerThreads:
                     call = None
                 while queue:
                     taken = queue.popleft()
-                    if taken.ctx.cancelled:
+                    if taken.stop.cancelled:
                         # Asked to stop (cancel, lost lease, shutdown) before it started.
                         taken.skipped = True
                         notify = self._finished(taken) or notify

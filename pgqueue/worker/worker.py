@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import logs
 from pgqueue._version import __version__
+from pgqueue.batch import BatchTask
 from pgqueue.config import configured_dsn, resolve_dsn
 from pgqueue.db import plan as plans
 from pgqueue.declarations import declarations
@@ -285,6 +286,17 @@ class WorkerSettings:
             )
 
 
+def _check_batch_waits(app: PgQueue, lease: float) -> None:
+    """A batch's jobs are claimed while it waits for more: that wait must be well under the
+    lease (at most half of it), or jobs would sit claimed here longer than a lease."""
+    for task in app.tasks.values():
+        if isinstance(task, BatchTask) and task.batch_wait > lease / 2:
+            raise ConfigurationError(
+                f"batch task {task.name!r}: batch_wait {task.batch_wait:g}s must be at most half "
+                f"the lease ({lease:g}s): lower batch_wait, or raise the lease (--lease)"
+            )
+
+
 class Worker:
     def __init__(
         self,
@@ -300,6 +312,7 @@ class Worker:
             raise ConfigurationError("no tasks are registered on this PgQueue: nothing to run")
         if not self.settings.queues:
             self.settings.queues = app.declared_queues()
+        _check_batch_waits(app, self.settings.lease)
         self._dsn = configured_dsn(dsn)
         self.id = str(uuid.uuid4())
         self.stats = WorkerStats()

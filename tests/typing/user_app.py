@@ -8,7 +8,9 @@ Never imported or run: tests/unit/test_typing.py type-checks it as a separate pr
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypedDict
 
 import psycopg
 
@@ -16,6 +18,7 @@ import pgqueue
 from pgqueue import (
     ExponentialBackoff,
     Fail,
+    Item,
     JobContext,
     JobId,
     PgQueue,
@@ -110,3 +113,46 @@ def pipeline(ids: list[int]) -> object:
     both = group(add.s(i, i) for i in ids).enqueue()
     audited.options(queue="audit").enqueue(action="export")
     return (run.result(timeout=60), both.id, pgqueue.__version__)
+
+
+class Order(TypedDict):
+    order_id: int
+    total: float
+
+
+@pgq.task(batch_size=100, batch_wait=1.0, queue="orders")
+def record_orders(items: list[Item[Order]]) -> None:
+    for item in items:
+        if item.args["total"] < 0:
+            item.fail(Fail(f"order {item.args['order_id']}: negative total"))
+        elif item.attempt < 2 and item.cancelled:
+            item.fail(Retry(delay=30))
+
+
+@dataclass
+class Thumbnail:
+    image_id: int
+    width: int = 100
+
+
+@pgq.task(batch_size=50, result_ttl=3600)
+async def thumbnails_batch(items: list[Item[Thumbnail]]) -> list[str]:
+    await asyncio.sleep(0)
+    return [f"{item.id}:{item.args.image_id}x{item.args.width}" for item in items]
+
+
+@pgq.task(batch_size=10, batch_wait=timedelta(milliseconds=200))
+def audit_events(items: list[Item[dict[str, Any]]]) -> None:
+    print([item.args for item in items])
+
+
+def batches(dsn: str) -> list[JobId]:
+    with psycopg.connect(dsn) as conn:
+        # Untyped: one job's arguments as keywords, options beside them.
+        first = record_orders.enqueue(order_id=1, total=9.5, conn=conn)
+        # Typed: one value of the task's argument type.
+        second = record_orders.options(conn=conn, priority=1).enqueue({"order_id": 2, "total": 3.0})
+    third = thumbnails_batch.options(result_ttl=60).enqueue(Thumbnail(7))
+    audit_events.options().enqueue({"action": "login"})
+    many = pgq.enqueue_many([thumbnails_batch.s(image_id=i) for i in range(3)])
+    return [first, second, third, *many]

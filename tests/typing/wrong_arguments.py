@@ -6,9 +6,11 @@ Excluded from the project's own mypy run (pyproject.toml), which would fail on p
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import psycopg
 
-from pgqueue import PgQueue
+from pgqueue import Item, PgQueue
 
 pgq = PgQueue()
 
@@ -47,6 +49,27 @@ def wrong_options() -> None:
     pgq.enqueue("add", {"a": 1}, tags=3)  # error: arg-type
     pgq.enqueue("add", {"a": 1}, on_conflict="merge")  # error: arg-type
     add.options(unique_among="running").enqueue(1, 2)  # error: arg-type
+
+
+class Row(TypedDict):
+    n: int
+
+
+@pgq.task(batch_size=10)
+def rows(items: list[Item[Row]]) -> None:
+    for item in items:
+        print(item.args["m"])  # error: typeddict-item
+
+
+def wrong_batches() -> None:
+    rows.options().enqueue({"n": "1"})  # error: typeddict-item
+    rows.options().enqueue(n=1)  # error: call-arg
+    pgq.task(batch_size="10")  # error: call-overload
+    pgq.task(batch_size=10, pass_context=True)  # error: call-overload
+
+
+@pgq.task(batch_size=10)  # error: arg-type
+def not_a_batch(n: int) -> None: ...
 
 
 async def wrong_async() -> None:
