@@ -8,6 +8,7 @@ from pgqueue._version import __version__
 from pgqueue.client import PgQueue
 from pgqueue.enqueue import JobId, JobSpec
 from pgqueue.errors import (
+    CommitOutcomeUnknown,
     ConfigurationError,
     Fail,
     InvalidCursorError,
@@ -18,6 +19,8 @@ from pgqueue.errors import (
     JobFailedError,
     JobNotFoundError,
     JobTimeout,
+    JobTransactionError,
+    LeaseLost,
     PgQueueError,
     QueueFullError,
     ResultTimeoutError,
@@ -40,6 +43,7 @@ __all__ = [
     "UNSET",
     "Chain",
     "CircuitBreaker",
+    "CommitOutcomeUnknown",
     "ConfigurationError",
     "ConstantBackoff",
     "ExponentialBackoff",
@@ -57,6 +61,8 @@ __all__ = [
     "JobNotFoundError",
     "JobSpec",
     "JobTimeout",
+    "JobTransactionError",
+    "LeaseLost",
     "PgQueue",
     "PgQueueError",
     "QueueFullError",

@@ -39,6 +39,7 @@ from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_curre
 from pgqueue.worker import frames
 from pgqueue.worker.executor import raised_outcome, returned_outcome
 from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.transactions import ChildTransactions
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue
@@ -177,11 +178,20 @@ def _reply(outcome: Outcome) -> dict[str, Any]:
 
 
 class _Runner:
-    def __init__(self, app: PgQueue, spec: str, worker_id: str, channel: _Channel) -> None:
+    def __init__(
+        self,
+        app: PgQueue,
+        spec: str,
+        worker_id: str,
+        channel: _Channel,
+        transactions: ChildTransactions | None = None,
+    ) -> None:
         self.app = app
         self.spec = spec
         self.worker_id = worker_id
         self.channel = channel
+        #: Handlers' ctx.transaction() blocks: this child's own connection.
+        self.transactions = transactions
         self.jobs: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.current: JobContext | None = None
@@ -252,7 +262,10 @@ class _Runner:
             datetime.fromisoformat(message["run_at"]),
             bool(message["wants_result"]),
         )
-        ctx = JobContext(job, self.worker_id)
+        transactions = self.transactions
+        ctx = JobContext(job, self.worker_id, transactions=transactions)
+        if transactions is not None:
+            transactions.waking = {(job.id, job.lease_token)} if message.get("wake") else set()
         channel = self.channel
         ctx.progress_hook = lambda text: channel.send(
             {"t": "progress", "id": job.id, "token": job.lease_token, "value": text}
@@ -297,6 +310,22 @@ class _Runner:
         return _reply(returned_outcome(task, job, value, self.worker_id))
 
 
+def _transactions(
+    config: dict[str, Any], app: PgQueue, channel: _Channel
+) -> ChildTransactions | None:
+    """What this child's handlers' ctx.transaction() blocks connect with (the worker's DSN)."""
+    settings = config.get("transactions")
+    if not settings:
+        return None
+    return ChildTransactions(
+        str(settings["dsn"]),
+        prepare=bool(settings["prepare"]),
+        application_name=settings["application_name"],
+        max_result_bytes=app.max_payload_bytes,
+        send=channel.send,
+    )
+
+
 def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -319,7 +348,7 @@ def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
             # The app configured no logging of its own: records go to the worker's.
             root.addHandler(_ForwardingHandler(channel))
             root.setLevel(int(config["log_level"]))
-        runner = _Runner(app, spec, worker_id, channel)
+        runner = _Runner(app, spec, worker_id, channel, _transactions(config, app, channel))
         threading.Thread(
             target=runner.read,
             args=(inbox, threading.get_ident()),
