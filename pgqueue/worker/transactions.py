@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from pgqueue.db.refusals import ConnectFailures
 from pgqueue.job_context import ClaimedJob, JobContext
 from pgqueue.job_transaction import TransactionHost
 
@@ -61,6 +62,9 @@ class WorkerTransactions(TransactionHost):
         self._pool: ConnectionPool | None = None
         self._async_pool: AsyncConnectionPool | None = None
         self._async_opening: asyncio.Lock | None = None
+        # Reconnecting quickly after an outage, as the worker's own pool does (psycopg_pool's
+        # own backoff would leave handlers waiting long after the database is back).
+        self._failures = ConnectFailures("handlers' transaction pool")
 
     def wake(self, job: ClaimedJob) -> list[str] | None:
         return None if self._wake is None else self._wake(job)
@@ -82,7 +86,10 @@ class WorkerTransactions(TransactionHost):
             with self._lock:
                 if self._pool is None:
                     pool = ConnectionPool(
-                        self.dsn, check=ConnectionPool.check_connection, **self._options()
+                        self.dsn,
+                        check=ConnectionPool.check_connection,
+                        connection_class=self._failures.sync_connection_class(),
+                        **self._options(),
                     )
                     pool.open()
                     self._pool = pool
@@ -99,7 +106,10 @@ class WorkerTransactions(TransactionHost):
             async with self._async_opening:
                 if self._async_pool is None:
                     pool = AsyncConnectionPool(
-                        self.dsn, check=AsyncConnectionPool.check_connection, **self._options()
+                        self.dsn,
+                        check=AsyncConnectionPool.check_connection,
+                        connection_class=self._failures.async_connection_class(),
+                        **self._options(),
                     )
                     await pool.open()
                     self._async_pool = pool
