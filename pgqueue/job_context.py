@@ -47,8 +47,28 @@ class ClaimedJob(NamedTuple):
         return tuple.__new__(cls, (*row[:11], leased_at))
 
 
+class _TransactionFields:
+    """What :meth:`JobContext.transaction` keeps on the context: class attributes, not
+    dataclass fields, so a job that never opens a block costs nothing for them (one context is
+    made per claimed job)."""
+
+    #: The worker's side of the block (found when the block opens; see
+    #: :func:`pgqueue.job_transaction.current_host`).
+    transactions: TransactionHost | None = None
+    #: Where the job's :meth:`JobContext.transaction` stands (None: no block yet, or it rolled
+    #: back; "open", "completing", "committed", "lost", "unknown": see
+    #: pgqueue.job_transaction). The worker reads it: a committed job is complete, whatever
+    #: the handler does next.
+    transaction_state: str | None = None
+    #: Once the transaction committed: "succeeded", or "cancelled" (cancel requested while it
+    #: ran: recorded as cancelled, as an ack would).
+    completed_as: str | None = None
+    #: The value :meth:`JobContext.set_result` gave, as the JSON the completion records.
+    result_json: str | None = None
+
+
 @dataclass(eq=False)
-class JobContext:
+class JobContext(_TransactionFields):
     """Passed to handlers declared with ``pass_context=True``; also ``pgqueue.current_job()``.
 
     Long-running handlers should check :attr:`cancelled` (or call :meth:`raise_if_cancelled`)
@@ -67,17 +87,6 @@ class JobContext:
     _progress: str | None = field(default=None, repr=False)
     #: Where progress goes instead (a child process forwards it to its worker).
     progress_hook: Callable[[str], None] | None = field(default=None, repr=False)
-    #: The worker's side of :meth:`transaction` (None outside a worker).
-    transactions: TransactionHost | None = field(default=None, repr=False)
-    #: Where the job's :meth:`transaction` stands (None: no block yet, or it rolled back;
-    #: "open", "completing", "committed", "lost", "unknown": see pgqueue.job_transaction).
-    #: The worker reads it: a committed job is complete, whatever the handler does next.
-    transaction_state: str | None = field(default=None, repr=False)
-    #: Once the transaction committed: "succeeded", or "cancelled" (cancel requested while it
-    #: ran: recorded as cancelled, as an ack would).
-    completed_as: str | None = field(default=None, repr=False)
-    #: The value :meth:`set_result` gave, as the JSON the completion records.
-    result_json: str | None = field(default=None, repr=False)
 
     @property
     def id(self) -> int:

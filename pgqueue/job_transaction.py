@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -134,6 +135,19 @@ class TransactionHost:
     async def check_connection_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         async with await psycopg.AsyncConnection.connect(self.dsn, **self._check_kwargs()) as conn:
             yield conn
+
+
+_host: contextvars.ContextVar[TransactionHost] = contextvars.ContextVar("pgqueue_transactions")
+
+
+def bind_host(host: TransactionHost) -> None:
+    """The worker's side of the blocks its handlers open (set in the context the worker's
+    tasks and handler threads inherit, and in a child process)."""
+    _host.set(host)
+
+
+def current_host() -> TransactionHost | None:
+    return _host.get(None)
 
 
 class Completed(NamedTuple):
@@ -252,7 +266,7 @@ class JobTransaction:
 
     def _begin(self, asynchronous: bool) -> TransactionHost:
         ctx = self._ctx
-        host = ctx.transactions
+        host = ctx.transactions or current_host()
         if host is None:
             raise JobTransactionError(
                 "ctx.transaction() works in a handler run by a pgqueue worker (this job "
@@ -280,6 +294,7 @@ class JobTransaction:
                     "ctx.transaction()` in an async handler"
                 )
         ctx.result_json = None
+        ctx.transactions = host
         ctx.set_transaction_state(OPEN)
         return host
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import logs
 from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.job_transaction import bind_host
 from pgqueue.worker import frames
 from pgqueue.worker.executor import raised_outcome, returned_outcome
 from pgqueue.worker.outcome import Outcome
@@ -263,7 +264,7 @@ class _Runner:
             bool(message["wants_result"]),
         )
         transactions = self.transactions
-        ctx = JobContext(job, self.worker_id, transactions=transactions)
+        ctx = JobContext(job, self.worker_id)
         if transactions is not None:
             transactions.waking = {(job.id, job.lease_token)} if message.get("wake") else set()
         channel = self.channel
@@ -348,7 +349,10 @@ def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
             # The app configured no logging of its own: records go to the worker's.
             root.addHandler(_ForwardingHandler(channel))
             root.setLevel(int(config["log_level"]))
-        runner = _Runner(app, spec, worker_id, channel, _transactions(config, app, channel))
+        transactions = _transactions(config, app, channel)
+        if transactions is not None:
+            bind_host(transactions)
+        runner = _Runner(app, spec, worker_id, channel, transactions)
         threading.Thread(
             target=runner.read,
             args=(inbox, threading.get_ident()),

@@ -159,8 +159,6 @@ class Executor:
         transactions: TransactionHost | None = None,
     ) -> None:
         self.tasks = tasks
-        #: Connections for handlers' ctx.transaction() blocks (None: no block can run).
-        self.transactions = transactions
         self.concurrency = concurrency
         self.worker_id = worker_id
         self.submit = submit
@@ -273,7 +271,7 @@ class Executor:
         return 0 if self._threads is None else self._threads.busy
 
     def start(self, job: ClaimedJob) -> None:
-        running = Running(job, JobContext(job, self.worker_id, transactions=self.transactions))
+        running = Running(job, JobContext(job, self.worker_id))
         self.running[job.id, job.lease_token] = running
         task = self.tasks.get(job.task)
         if task is not None and not task.is_async and self.pool is None:

@@ -58,6 +58,7 @@ from pgqueue.db import plan as plans
 from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError
 from pgqueue.job_context import ClaimedJob
+from pgqueue.job_transaction import bind_host
 from pgqueue.payload import check_name
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.completer import Completer
@@ -417,6 +418,8 @@ class Worker:
             max_result_bytes=self.app.max_payload_bytes,
             wake=lambda job: [job.queue] if completer.wakes(job.id, job.lease_token) else None,
         )
+        # Before any service starts: their tasks (and the handler threads) inherit it.
+        bind_host(transactions)
         executor = self.executor = Executor(
             self.app.tasks,
             settings.min_concurrency or settings.concurrency,

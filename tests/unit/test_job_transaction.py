@@ -26,7 +26,9 @@ NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 def context(host: TransactionHost | None = None, wants_result: bool = False) -> JobContext:
     job = ClaimedJob(7, "default", "t", {}, 1, 3, 1, 0, NOW, NOW, wants_result)
-    return JobContext(job, "worker", transactions=host)
+    ctx = JobContext(job, "worker")
+    ctx.transactions = host
+    return ctx
 
 
 def host() -> TransactionHost:
