@@ -115,6 +115,11 @@ class TransactionHost:
         ``ack_jobs_waking`` query), else None."""
         return None
 
+    def claim_unsettled(self, job: ClaimedJob) -> bool:
+        """Whether the claim that gave this worker the job may not have committed (the
+        completion then waits for it and checks the row is still this worker's)."""
+        return False
+
     def state_changed(self, ctx: JobContext) -> None:
         """``ctx.transaction_state`` changed (a child process tells its worker)."""
 
@@ -159,9 +164,27 @@ class Completed(NamedTuple):
     pid: int  # its backend (pg_backend_pid: the server's, even behind PgBouncer)
 
 
-def complete(ctx: JobContext, wake: list[str] | None) -> plans.Plan[Completed | None]:
-    """The job's fenced completion, in the transaction the plan runs in; None: not held."""
+class Claimed(NamedTuple):
+    """The job's row as ``lock_claimed_job`` found it, once the claim's transaction ended."""
+
+    lease_token: int
+    state: str
+    worker_id: str | None
+
+
+def complete(
+    ctx: JobContext, wake: list[str] | None, unsettled: bool = False
+) -> plans.Plan[Completed | None]:
+    """The job's fenced completion, in the transaction the plan runs in; None: not held.
+    ``unsettled``: the claim may not have committed yet: wait for it first (a completion
+    sent meanwhile would see the row as it was before the claim, and find nothing)."""
     job = ctx.job
+    if unsettled:
+        row = yield from plans.fetch_first(
+            "lock_claimed_job", {"id": job.id}, row=class_row(Claimed)
+        )
+        if row is None or row != (job.lease_token, "running", ctx.worker_id):
+            return None
     rows = yield from plans.fetch_all(
         "complete_job",
         {
@@ -391,8 +414,9 @@ class JobTransaction:
             if owned.flush is not None:
                 owned.flush()  # the ORM's pending writes first: the job's row lock is last
             ctx.set_transaction_state(COMPLETING)
+            host = ctx.transactions
             completed = plans.run(
-                complete(ctx, ctx.transactions.wake(ctx.job)),
+                complete(ctx, host.wake(ctx.job), host.claim_unsettled(ctx.job)),
                 owned.driver,
                 foreign=self._conn is not None,
             )
@@ -477,8 +501,9 @@ class JobTransaction:
             if owned.flush is not None:
                 await owned.flush()
             ctx.set_transaction_state(COMPLETING)
+            host = ctx.transactions
             completed = await plans.run_async(
-                complete(ctx, ctx.transactions.wake(ctx.job)),
+                complete(ctx, host.wake(ctx.job), host.claim_unsettled(ctx.job)),
                 owned.driver,
                 foreign=self._conn is not None,
             )

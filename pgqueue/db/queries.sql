@@ -368,6 +368,18 @@ SELECT d.id, d.cancel_requested, pg_current_xact_id()::text AS xid, pg_backend_p
   FROM done AS d
  WHERE (SELECT count(*) FROM woken) >= 0
 
+-- name: lock_claimed_job
+-- Before a handler's completion, when the claim that gave it the job may not have committed
+-- yet (an idle worker starts jobs while its claim's COMMIT is on its way): waits for that
+-- claim's transaction and locks the row for the handler's (complete_job's snapshot, a new
+-- statement's, then sees the claim). The handler completes only if the row is running under
+-- its lease and its worker: a claim the server lost (a crash before its WAL flush) can hand
+-- the same token to another worker.
+SELECT lease_token, state, worker_id::text AS worker_id
+  FROM pgqueue.jobs
+ WHERE id = %(id)s
+   FOR NO KEY UPDATE
+
 -- name: transaction_status
 -- Did a transaction whose COMMIT got no reply commit? 'committed', 'aborted', or
 -- 'in progress' (the server has not received the COMMIT yet).

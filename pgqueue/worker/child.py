@@ -266,7 +266,9 @@ class _Runner:
         transactions = self.transactions
         ctx = JobContext(job, self.worker_id)
         if transactions is not None:
-            transactions.waking = {(job.id, job.lease_token)} if message.get("wake") else set()
+            key = (job.id, job.lease_token)
+            transactions.waking = {key} if message.get("wake") else set()
+            transactions.unsettled = {key} if message.get("unsettled") else set()
         channel = self.channel
         ctx.progress_hook = lambda text: channel.send(
             {"t": "progress", "id": job.id, "token": job.lease_token, "value": text}

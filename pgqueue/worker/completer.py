@@ -245,6 +245,12 @@ class Completer(Service):
             if o.written is None
         ]
 
+    def claim_unsettled(self, job_id: int, lease_token: int) -> bool:
+        """Whether the claim of this lease has not committed, or never did (see
+        :meth:`claim_pending`)."""
+        key = (job_id, lease_token)
+        return key in self._uncommitted or key in self._not_ours
+
     def wakes(self, job_id: int, lease_token: int) -> bool:
         """Whether this job's exit notifies its queue (see :meth:`wake_on_exit`)."""
         return (job_id, lease_token) in self._wakes

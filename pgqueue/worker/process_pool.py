@@ -382,6 +382,7 @@ class Child:
         self.job = (job.id, job.lease_token)
         self.ctx = ctx  # where the child's progress reports go (the heartbeat writes them)
         self.reply = reply = self.loop.create_future()
+        transactions = self.pool.transactions
         self.send(
             {
                 "t": "job",
@@ -397,8 +398,10 @@ class Child:
                 "created_at": job.created_at.isoformat(),
                 "run_at": job.run_at.isoformat(),
                 "wants_result": job.wants_result,
-                # Its completion notifies its queue (it took a limit's last free place).
-                "wake": bool(self.pool.transactions and self.pool.transactions.wake(job)),
+                # Its completion notifies its queue (it took a limit's last free place); its
+                # claim may not have committed yet (the completion waits for it).
+                "wake": bool(transactions and transactions.wake(job)),
+                "unsettled": bool(transactions and transactions.claim_unsettled(job)),
             }
         )
         return reply

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from pgqueue.db import pool_check
 from pgqueue.db.refusals import ConnectFailures
 from pgqueue.job_context import ClaimedJob, JobContext
 from pgqueue.job_transaction import TransactionHost
@@ -48,6 +49,7 @@ class WorkerTransactions(TransactionHost):
         application_name: str | None,
         max_result_bytes: int,
         wake: Callable[[ClaimedJob], list[str] | None] | None = None,
+        unsettled: Callable[[ClaimedJob], bool] | None = None,
     ) -> None:
         super().__init__(
             dsn,
@@ -58,6 +60,7 @@ class WorkerTransactions(TransactionHost):
         self.size = size
         self.kwargs = connection_kwargs(application_name, prepare)
         self._wake = wake
+        self._unsettled = unsettled
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
         self._async_pool: AsyncConnectionPool | None = None
@@ -68,6 +71,9 @@ class WorkerTransactions(TransactionHost):
 
     def wake(self, job: ClaimedJob) -> list[str] | None:
         return None if self._wake is None else self._wake(job)
+
+    def claim_unsettled(self, job: ClaimedJob) -> bool:
+        return self._unsettled is not None and self._unsettled(job)
 
     def _options(self) -> dict[str, Any]:
         return {
@@ -87,7 +93,7 @@ class WorkerTransactions(TransactionHost):
                 if self._pool is None:
                     pool = ConnectionPool(
                         self.dsn,
-                        check=ConnectionPool.check_connection,
+                        check=pool_check.check,
                         connection_class=self._failures.sync_connection_class(),
                         **self._options(),
                     )
@@ -107,7 +113,7 @@ class WorkerTransactions(TransactionHost):
                 if self._async_pool is None:
                     pool = AsyncConnectionPool(
                         self.dsn,
-                        check=AsyncConnectionPool.check_connection,
+                        check=pool_check.check_async,
                         connection_class=self._failures.async_connection_class(),
                         **self._options(),
                     )
@@ -152,9 +158,14 @@ class ChildTransactions(TransactionHost):
         self._conn: psycopg.Connection[Any] | None = None
         #: (id, token) of the job whose completion notifies its queue (told with the job).
         self.waking: set[tuple[int, int]] = set()
+        #: (id, token) of the job whose claim had not committed when it was sent here.
+        self.unsettled: set[tuple[int, int]] = set()
 
     def wake(self, job: ClaimedJob) -> list[str] | None:
         return [job.queue] if (job.id, job.lease_token) in self.waking else None
+
+    def claim_unsettled(self, job: ClaimedJob) -> bool:
+        return (job.id, job.lease_token) in self.unsettled
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:

@@ -417,6 +417,7 @@ class Worker:
             application_name=application_name(dsn, "worker", self.id),
             max_result_bytes=self.app.max_payload_bytes,
             wake=lambda job: [job.queue] if completer.wakes(job.id, job.lease_token) else None,
+            unsettled=lambda job: completer.claim_unsettled(job.id, job.lease_token),
         )
         # Before any service starts: their tasks (and the handler threads) inherit it.
         bind_host(transactions)

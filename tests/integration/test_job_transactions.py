@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from threading import Thread
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgqueue import PgQueue
+from pgqueue import JobContext, PgQueue
+from pgqueue.db import plan as plans
+from pgqueue.db.queries import query as named
+from pgqueue.job_context import ClaimedJob
+from pgqueue.job_transaction import complete
 from tests.chaos.proxy import Proxy
 from tests.conftest import TEMPLATE, PgServer
 from tests.helpers import ThreadWorker, scalar, spawn_worker, stop_workers, wait_for
@@ -305,6 +312,86 @@ def test_a_child_goes_on_after_its_commit_unharmed(process_worker, pgq, tx_dsn):
     assert effects(tx_dsn, job) == [(1, "process")]
     about = [line for line in process_worker.read_text().splitlines() if f"job_id={job} " in line]
     assert about and not [line for line in about if "lease lost" in line]
+
+
+# -- a claim whose COMMIT is still on its way --------------------------------------------------
+
+
+def _claim(conn: psycopg.Connection[Any], worker_id: str) -> JobContext:
+    """Claim the one job of queue ``tx_unclaimed`` (no worker serves it) on ``conn``."""
+    row = conn.execute(
+        named("claim_jobs"),
+        {
+            "queues": ["tx_unclaimed"],
+            "tasks": ["tx.sync"],
+            "lease": timedelta(seconds=30),
+            "worker_id": worker_id,
+            "limit": 1,
+            "after_priority": [None],
+            "after_run_at": [None],
+            "after_id": [None],
+        },
+    ).fetchone()
+    assert row is not None
+    return JobContext(ClaimedJob.from_row(row), worker_id)
+
+
+def _complete_in_thread(dsn: str, ctx: JobContext) -> tuple[Thread, dict[str, Any]]:
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        with psycopg.connect(dsn) as conn, conn.transaction():
+            done["row"] = plans.run(complete(ctx, None, unsettled=True), conn)
+
+    thread = Thread(target=run)
+    thread.start()
+    return thread, done
+
+
+@pytest.mark.parametrize("claim", ["commits", "rolls back"])
+def test_a_completion_waits_for_a_claim_still_committing(pgq, tx_dsn, claim):
+    """An idle worker starts a job while its claim's COMMIT is on its way: a completion sent
+    meanwhile would see the row as it was before the claim and find nothing. Told the claim is
+    unsettled, it waits for it (the claim's row lock), then completes, or finds the job not its
+    own."""
+    worker_id = str(uuid.uuid4())
+    job = enqueue(pgq, "tx.sync", queue="tx_unclaimed")
+    with psycopg.connect(tx_dsn) as claimer:  # the claim's transaction stays open
+        ctx = _claim(claimer, worker_id)
+        with psycopg.connect(tx_dsn) as conn, conn.transaction():
+            assert plans.run(complete(ctx, None), conn) is None  # without waiting: nothing
+        thread, done = _complete_in_thread(tx_dsn, ctx)
+        wait_for(
+            lambda: scalar(
+                tx_dsn,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()",
+            ),
+            message="the completion to wait for the claim",
+        )
+        claimer.commit() if claim == "commits" else claimer.rollback()
+        thread.join(10)
+    if claim == "commits":
+        assert done["row"] is not None and done["row"].id == job
+        finished(tx_dsn, job)
+    else:
+        assert done["row"] is None
+        assert scalar(tx_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (job,)) == "ready"
+        pgq.cancel(job)
+
+
+def test_a_token_handed_out_again_to_another_worker_is_not_completed(pgq, tx_dsn):
+    """A claim the server lost (a crash before its WAL flush) can hand the same lease token to
+    another worker: the unsettled completion checks the row is this worker's."""
+    job = enqueue(pgq, "tx.sync", queue="tx_unclaimed")
+    with psycopg.connect(tx_dsn) as claimer:
+        ctx = _claim(claimer, str(uuid.uuid4()))
+        claimer.execute(
+            "UPDATE pgqueue.jobs SET worker_id = %s WHERE id = %s", (str(uuid.uuid4()), job)
+        )
+    with psycopg.connect(tx_dsn) as conn, conn.transaction():
+        assert plans.run(complete(ctx, None, unsettled=True), conn) is None
+    pgq.cancel(job)
 
 
 # -- a COMMIT without a reply ------------------------------------------------------------------
