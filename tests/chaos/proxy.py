@@ -17,6 +17,12 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+#: The COMMIT of a handler's ``ctx.transaction()`` as it travels: a simple-protocol Query
+#: message (psycopg ends a transaction outside a pipeline that way, and so do the ORMs through
+#: it). The worker's own COMMITs (an idle claim's) go in a pipeline, as a Parse message, so a
+#: trap on this pattern never catches them.
+TRANSACTION_COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+
 
 class Proxy:
     def __init__(self, upstream_dsn: str) -> None:

@@ -23,7 +23,7 @@ import psycopg
 
 from pgqueue.db.queries import query as named
 from tests.chaos.harness import Report, Run, Settings, now, query, run, scalar
-from tests.chaos.proxy import Proxy
+from tests.chaos.proxy import TRANSACTION_COMMIT, Proxy
 
 
 @dataclass
@@ -361,7 +361,7 @@ def ambiguous_commits(env: Env, size: str) -> Report:
     proxy = Proxy(env.dsn).start()
     traps = {
         # A transactional job's COMMIT: the handler asks the server whether it committed.
-        "commit": b"COMMIT\x00",
+        "commit": TRANSACTION_COMMIT,
         # The completer's ack (a transactional job's completion is another statement).
         "ack": b"SELECT id, cancel_requested FROM done",
         "claim": b"WITH candidates AS MATERIALIZED",
