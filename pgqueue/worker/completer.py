@@ -178,6 +178,13 @@ class Completer(Service):
 
     def submit(self, outcome: Outcome) -> None:
         key = (outcome.job.id, outcome.job.lease_token)
+        if outcome.written in ("succeeded", "cancelled"):
+            # Its handler's transaction completed the job, having found the row running under
+            # this lease: the claim committed, whatever its COMMIT's reply said.
+            self._not_ours.discard(key)
+            self.pending.append(outcome)
+            self.wake()
+            return
         if key in self._uncommitted:
             self._uncommitted[key] = [*(self._uncommitted[key] or ()), outcome]
             return

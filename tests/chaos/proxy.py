@@ -22,6 +22,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 #: it). The worker's own COMMITs (an idle claim's) go in a pipeline, as a Parse message, so a
 #: trap on this pattern never catches them.
 TRANSACTION_COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+#: The COMMIT of an idle worker's claim: in a pipeline, a Parse message (the statement's name,
+#: empty or not, ends with a zero byte just before the text).
+PIPELINED_COMMIT = b"\x00COMMIT\x00"
 
 
 class Proxy:

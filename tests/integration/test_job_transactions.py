@@ -10,6 +10,7 @@ injection proxy (``tests/chaos/proxy.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -27,7 +28,7 @@ from pgqueue.db import plan as plans
 from pgqueue.db.queries import query as named
 from pgqueue.job_context import ClaimedJob
 from pgqueue.job_transaction import complete
-from tests.chaos.proxy import TRANSACTION_COMMIT, Proxy
+from tests.chaos.proxy import PIPELINED_COMMIT, TRANSACTION_COMMIT, Proxy
 from tests.helpers import ThreadWorker, scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import tx_app
 from tests.integration.test_caller_transactions import _django
@@ -175,9 +176,11 @@ def test_after_the_block_the_job_is_complete_whatever_the_handler_does(worker, p
     assert stats.stale == stale  # the completer wrote nothing for them
 
 
-@pytest.mark.parametrize("task", ["tx.lost", "tx.async_lost"])
-def test_a_lost_lease_rolls_the_whole_transaction_back(worker, pgq, tx_dsn, task):
-    job = enqueue(pgq, task)
+@pytest.mark.parametrize(
+    ("task", "args"), [("tx.lost", {}), ("tx.lost", {"orm": True}), ("tx.async_lost", {})]
+)
+def test_a_lost_lease_rolls_the_whole_transaction_back(worker, pgq, tx_dsn, task, args):
+    job = enqueue(pgq, task, args)
     wait_for(lambda: marks(tx_dsn, job, "waiting"), message="the block to be open")
     take_lease(tx_dsn, job)
     finished(tx_dsn, job)
@@ -246,7 +249,9 @@ def test_a_heartbeat_after_the_commit_is_no_lost_lease(worker, pgq, tx_dsn, task
         ("tx.sqlalchemy", {}, "sqlalchemy"),
         ("tx.sqlalchemy", {"core": True}, "sqlalchemy core"),
         ("tx.sqlalchemy_async", {}, "sqlalchemy async"),
+        ("tx.sqlalchemy_async", {"core": True}, "sqlalchemy async core"),
         ("tx.psycopg", {}, "psycopg"),
+        ("tx.psycopg_async", {}, "psycopg async"),
     ],
 )
 def test_the_applications_connection_carries_the_transaction(worker, pgq, tx_dsn, task, args, via):
@@ -397,9 +402,15 @@ def test_a_token_handed_out_again_to_another_worker_is_not_completed(pgq, tx_dsn
 
 @pytest.fixture
 def proxied_worker(tx_dsn: str) -> Iterator[tuple[ThreadWorker, Proxy]]:
+    with proxied(tx_dsn) as both:
+        yield both
+
+
+@contextlib.contextmanager
+def proxied(tx_dsn: str, **settings: Any) -> Iterator[tuple[ThreadWorker, Proxy]]:
     """A worker whose connections go through the fault-injection proxy (its own queue)."""
     proxy = Proxy(tx_dsn).start()
-    worker = ThreadWorker(tx_app.pgq, proxy.dsn(), queues=["tx_proxied"], lease=LEASE)
+    worker = ThreadWorker(tx_app.pgq, proxy.dsn(), queues=["tx_proxied"], lease=LEASE, **settings)
     worker.start()
     try:
         # Idle, so done with its start-up (whose own transaction must not meet the trap).
@@ -418,21 +429,44 @@ def proxied_worker(tx_dsn: str) -> Iterator[tuple[ThreadWorker, Proxy]]:
 
 
 @pytest.mark.parametrize("lose", ["reply", "request"])
-def test_a_commit_whose_reply_is_lost_is_settled_once(proxied_worker, pgq, tx_dsn, lose, caplog):
+@pytest.mark.parametrize("task", ["tx.sync", "tx.async"])
+def test_a_commit_whose_reply_is_lost_is_settled_once(
+    proxied_worker, pgq, tx_dsn, task, lose, caplog
+):
     """``reply``: the server committed, the reply never came: the block finds out and the job is
     complete. ``request``: the COMMIT never arrived and the server holds the transaction open:
     its backend is ended, the transaction did not commit, and the job runs again."""
     worker, proxy = proxied_worker
     caplog.set_level(logging.INFO, logger="pgqueue.transaction")
     proxy.trap(TRANSACTION_COMMIT, lose=lose)
-    job = enqueue(pgq, "tx.sync", queue="tx_proxied")
+    job = enqueue(pgq, task, queue="tx_proxied")
     finished(tx_dsn, job)
     wait_for(lambda: worker.worker.stats.succeeded, message="the worker to report the job")
     assert proxy.trapped == 1
+    via = task.removeprefix("tx.")
     if lose == "reply":
-        assert effects(tx_dsn, job) == [(1, "sync")]
+        assert effects(tx_dsn, job) == [(1, via)]
         assert "COMMIT reply was lost; it committed" in caplog.text
     else:
-        assert effects(tx_dsn, job) == [(2, "sync")]
+        assert effects(tx_dsn, job) == [(2, via)]
         assert "got no reply and did not commit" in caplog.text
+    assert (worker.worker.stats.succeeded, worker.worker.stats.stale) == (1, 0)
+
+
+def test_a_claim_whose_commit_reply_was_lost_is_proven_by_the_jobs_transaction(pgq, tx_dsn, caplog):
+    """An idle worker's claim commits but its COMMIT's reply is lost: the worker takes the
+    claim for failed and stops the handler, whose transaction completes the job all the same
+    (its completion found the row running under this lease, so the claim committed). The job
+    is complete once, and the worker reports it as such rather than dropping its outcome."""
+    caplog.set_level(logging.WARNING, logger="pgqueue.worker")
+    # No polling: the only claim after the trap is the one the enqueue's notification wakes.
+    with proxied(tx_dsn, poll_interval=600) as (worker, proxy):
+        proxy.trap(PIPELINED_COMMIT)
+        job = enqueue(pgq, "tx.sync", queue="tx_proxied")
+        finished(tx_dsn, job)
+        wait_for(lambda: worker.worker.stats.succeeded, message="the worker to report the job")
+        assert proxy.trapped == 1
+    assert effects(tx_dsn, job) == [(1, "sync")]
+    assert "claim did not commit; its jobs were stopped" in caplog.text
+    assert "outcome not written" not in caplog.text
     assert (worker.worker.stats.succeeded, worker.worker.stats.stale) == (1, 0)

@@ -11,6 +11,7 @@ its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from functools import cache
@@ -129,12 +130,18 @@ async def async_effect(
 
 
 @pgq.task(name="tx.lost", queue="tx", backoff=QUICK)
-def lost_lease() -> None:
-    """The first attempt's lease is taken away while its block is open."""
+def lost_lease(orm: bool = False) -> None:
+    """The first attempt's lease is taken away while its block is open (``orm``: the block is
+    a SQLAlchemy session's, whose pending write is flushed before the completion)."""
     ctx = current_job()
     try:
-        with ctx.transaction() as conn:
-            _effect(conn, "sync")
+        with contextlib.ExitStack() as stack:
+            if orm:
+                session = stack.enter_context(Session(_engines()[0]))
+                stack.enter_context(ctx.transaction(conn=session))
+                session.add(SqlEffect(job_id=ctx.id, attempt=ctx.attempt, via="sqlalchemy"))
+            else:
+                _effect(stack.enter_context(ctx.transaction()), "sync")
             if ctx.attempt == 1:
                 mark("waiting")
                 _wait_until_taken()
@@ -245,10 +252,18 @@ def sqlalchemy_effect(raise_in: bool = False, core: bool = False) -> None:
 
 
 @pgq.task(name="tx.sqlalchemy_async", queue="tx", backoff=QUICK)
-async def sqlalchemy_async_effect() -> None:
+async def sqlalchemy_async_effect(core: bool = False) -> None:
     _, async_engine = _engines()
     effect = SqlEffect
     ctx = current_job()
+    if core:
+        async with async_engine.connect() as connection, ctx.transaction(conn=connection):
+            await connection.execute(
+                insert(effect).values(
+                    job_id=ctx.id, attempt=ctx.attempt, via="sqlalchemy async core"
+                )
+            )
+        return
     async with AsyncSession(async_engine) as session, ctx.transaction(conn=session):
         session.add(effect(job_id=ctx.id, attempt=ctx.attempt, via="sqlalchemy async"))
 
@@ -261,6 +276,14 @@ def psycopg_effect(in_transaction: bool = False) -> None:
             connection.execute("SELECT 1")  # the connection's transaction is open now
         with ctx.transaction(conn=connection) as conn:
             _effect(conn, "psycopg")
+
+
+@pgq.task(name="tx.psycopg_async", queue="tx", backoff=QUICK)
+async def psycopg_async_effect() -> None:
+    connection = await psycopg.AsyncConnection.connect(_dsn())
+    async with connection, current_job().transaction(conn=connection) as conn:
+        assert conn is connection
+        await _effect_async(conn, "psycopg async")
 
 
 # -- child processes (pgq work --pool process --queue tx_proc) ---------------------------------
