@@ -73,6 +73,11 @@ def main() -> None:
     print(f"machine: {about[0] if about else 'unknown'}\n")
     print(format_table(reports))
     print()
+    if any(report.tx_jobs for report in reports):
+        print("Effects written in the completion's transaction (ctx.transaction()), beside the")
+        print("plain ledger, by the same jobs:\n")
+        print(format_table(reports, tx=True))
+        print()
     for report in reports:
         if report.notes:
             notes = ", ".join(f"{key}: {value}" for key, value in report.notes.items())

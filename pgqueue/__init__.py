@@ -9,6 +9,7 @@ from pgqueue.batch import BatchTask, Item
 from pgqueue.client import PgQueue
 from pgqueue.enqueue import JobId, JobSpec
 from pgqueue.errors import (
+    CommitOutcomeUnknown,
     ConfigurationError,
     Fail,
     InvalidCursorError,
@@ -19,6 +20,8 @@ from pgqueue.errors import (
     JobFailedError,
     JobNotFoundError,
     JobTimeout,
+    JobTransactionError,
+    LeaseLost,
     PgQueueError,
     QueueFullError,
     ResultTimeoutError,
@@ -42,6 +45,7 @@ __all__ = [
     "BatchTask",
     "Chain",
     "CircuitBreaker",
+    "CommitOutcomeUnknown",
     "ConfigurationError",
     "ConstantBackoff",
     "ExponentialBackoff",
@@ -60,6 +64,8 @@ __all__ = [
     "JobNotFoundError",
     "JobSpec",
     "JobTimeout",
+    "JobTransactionError",
+    "LeaseLost",
     "PgQueue",
     "PgQueueError",
     "QueueFullError",

@@ -124,6 +124,25 @@ class JobCancelled(Exception):
     its lease was lost, so cooperative sync handlers can stop early."""
 
 
+class LeaseLost(JobCancelled):
+    """Raised by ``ctx.transaction()`` when the job's completion found that this worker no
+    longer holds the job (its lease expired and it was reaped or claimed again): the
+    transaction was rolled back, so nothing the block wrote is kept, and the worker writes
+    nothing for this attempt. The job's new holder runs it."""
+
+
+class CommitOutcomeUnknown(PgQueueError):
+    """The connection failed while ``ctx.transaction()`` committed, and pgqueue could not find
+    out whether the commit happened (the server stayed unreachable). Nothing is written for the
+    attempt: if the transaction committed, the job is complete; if not, the job's lease runs
+    out and it runs again. Either way its effects are applied once."""
+
+
+class JobTransactionError(PgQueueError, RuntimeError):
+    """``ctx.transaction()`` used where it cannot work: outside a worker, a second block after
+    the job was completed, a block inside another, or ``ctx.set_result()`` outside a block."""
+
+
 class InvalidCursorError(PgQueueError, ValueError):
     """A search cursor that no search page handed out (truncated, edited, or from another
     version of pgqueue)."""

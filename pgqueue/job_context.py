@@ -10,7 +10,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from pgqueue import progress as progress_values
-from pgqueue.errors import JobCancelled
+from pgqueue.errors import JobCancelled, JobTransactionError
+from pgqueue.job_transaction import OPEN, JobTransaction, TransactionHost
+from pgqueue.payload import dumps
 
 #: Why a handler is asked to stop. "cancelled": an operator cancelled the job; "lease lost":
 #: the job was reaped or re-claimed, so this worker no longer owns it; "timeout": it ran past the
@@ -51,8 +53,28 @@ class ClaimedJob(NamedTuple):
         return tuple.__new__(cls, (*row[:14], leased_at))
 
 
+class _TransactionFields:
+    """What :meth:`JobContext.transaction` keeps on the context: class attributes, not
+    dataclass fields, so a job that never opens a block costs nothing for them (one context is
+    made per claimed job)."""
+
+    #: The worker's side of the block (found when the block opens; see
+    #: :func:`pgqueue.job_transaction.current_host`).
+    transactions: TransactionHost | None = None
+    #: Where the job's :meth:`JobContext.transaction` stands (None: no block yet, or it rolled
+    #: back; "open", "completing", "committed", "lost", "unknown": see
+    #: pgqueue.job_transaction). The worker reads it: a committed job is complete, whatever
+    #: the handler does next.
+    transaction_state: str | None = None
+    #: Once the transaction committed: "succeeded", or "cancelled" (cancel requested while it
+    #: ran: recorded as cancelled, as an ack would).
+    completed_as: str | None = None
+    #: The value :meth:`JobContext.set_result` gave, as the JSON the completion records.
+    result_json: str | None = None
+
+
 @dataclass(eq=False)
-class JobContext:
+class JobContext(_TransactionFields):
     """Passed to handlers declared with ``pass_context=True``; also ``pgqueue.current_job()``.
 
     Long-running handlers should check :attr:`cancelled` (or call :meth:`raise_if_cancelled`)
@@ -173,6 +195,44 @@ class JobContext:
         with _EVENT_LOCK:
             if self._progress is None:
                 self._progress = text
+
+    def transaction(self, conn: object = None) -> JobTransaction:
+        """The job's database work and its completion in one transaction: ``with
+        ctx.transaction() as conn:`` in a sync handler, ``async with`` in an async one.
+
+        The block's writes and the job's completion commit together when it ends, as the
+        transaction's last statement: the job is complete if and only if they commit, so
+        they happen exactly once. If this worker no longer holds the job (its lease was lost)
+        the transaction is rolled back and :class:`~pgqueue.LeaseLost` raised; if the block
+        raises, it is rolled back and the error fails the attempt as usual. Once it committed
+        the job is done: what the handler returns or raises afterwards is ignored (keep a
+        result with :meth:`set_result` inside the block). One block per attempt.
+
+        ``conn``: write on the application's connection instead of the worker's (any
+        ``conn=`` pgqueue accepts: psycopg, a SQLAlchemy ``Session``/``Connection`` or their
+        async forms, Django's connection), so ORM models are saved in the same transaction;
+        it must not be in a transaction already. The block's value is ``conn`` itself, or
+        else a psycopg connection of the worker's."""
+        return JobTransaction(self, conn)
+
+    def set_result(self, value: Any) -> None:
+        """Inside a :meth:`transaction` block: the value the job keeps as its result (jobs
+        with ``result_ttl``), recorded by the completion in the same transaction. Raises
+        :class:`~pgqueue.InvalidJobError` for a value that cannot be stored."""
+        if self.transaction_state != OPEN:
+            raise JobTransactionError(
+                "ctx.set_result() is for inside a ctx.transaction() block (elsewhere the "
+                "handler's return value is the result)"
+            )
+        if self.job.wants_result and self.transactions is not None:
+            limit = self.transactions.max_result_bytes
+            self.result_json = dumps(value, limit=limit, what="result")
+
+    def set_transaction_state(self, state: str | None) -> None:
+        """Record where :meth:`transaction` stands (and tell the worker, from a child)."""
+        self.transaction_state = state
+        if self.transactions is not None:
+            self.transactions.state_changed(self)
 
     def cancel(self, reason: CancelReason) -> None:
         """Mark the job cancelled for ``reason`` (the worker calls it; a handler sees

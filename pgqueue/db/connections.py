@@ -14,13 +14,20 @@ connection), and anything that must be all-or-nothing runs in a savepoint inside
 caller's transaction behind its back (the first statement inside Django's ``atomic()``, a
 SQLAlchemy session before its first flush). There the transaction is opened first with a
 statement of its own, so the block becomes a savepoint in it.
+
+The one exception is a handler's ``ctx.transaction(conn=...)``: there the block *is* the
+transaction (the job completes if and only if it commits), so :func:`own_transaction` /
+:func:`own_transaction_async` begin it with the framework's own call (``session.begin()``,
+Django's ``atomic()``), and commit or roll it back when the block ends; a connection already in
+a transaction is refused, since committing it would commit what the block did not write.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeAlias, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -110,6 +117,85 @@ def _must_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> 
 
 
 C = TypeVar("C", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Owned(Generic[C]):
+    """A transaction :func:`own_transaction` began: the psycopg connection it runs on, and what
+    sends the framework's pending writes before the block's last statement (a SQLAlchemy
+    session's ``flush``; None where every write is sent at once)."""
+
+    driver: C
+    flush: Callable[[], Any] | None = None
+
+
+_IN_TRANSACTION = (
+    "conn is already in a transaction: ctx.transaction(conn=...) begins the transaction it "
+    "commits, and would commit what came before; commit or roll back first"
+)
+
+
+@contextmanager
+def own_transaction(conn: object) -> Iterator[Owned[psycopg.Connection[Any]]]:
+    """A transaction of its own on ``conn`` (any connection :func:`sync_driver` accepts),
+    begun and ended by the framework's own calls: committed when the block ends normally,
+    rolled back when it raises. The commit's error, if any, comes out of the ``with``."""
+    if isinstance(conn, psycopg.Connection):
+        if _open(conn).info.transaction_status != TransactionStatus.IDLE:
+            raise UnsupportedConnectionError(_IN_TRANSACTION)
+        with conn.transaction():
+            yield Owned(conn)
+        return
+    origin = _origin(conn)
+    if origin == "sqlalchemy":
+        from sqlalchemy.engine import Connection
+        from sqlalchemy.orm import Session
+
+        if isinstance(conn, Session | Connection):
+            if conn.in_transaction():
+                raise UnsupportedConnectionError(_IN_TRANSACTION)
+            with conn.begin():
+                yield Owned(sync_driver(conn), conn.flush if isinstance(conn, Session) else None)
+            return
+    elif origin == "django":
+        from django.db import transaction
+
+        driver = sync_driver(conn)
+        if getattr(conn, "in_atomic_block", False) or not driver.autocommit:
+            raise UnsupportedConnectionError(_IN_TRANSACTION)
+        with transaction.atomic(using=getattr(conn, "alias", None), durable=True):
+            yield Owned(sync_driver(conn))
+        return
+    sync_driver(conn)  # raises the error naming what is accepted
+    raise UnsupportedConnectionError(f"conn must be {ACCEPTED}; got {_describe(conn)}")
+
+
+@asynccontextmanager
+async def own_transaction_async(
+    conn: object,
+) -> AsyncIterator[Owned[psycopg.AsyncConnection[Any]]]:
+    """The async twin of :func:`own_transaction` (a psycopg ``AsyncConnection``, a SQLAlchemy
+    ``AsyncSession`` or ``AsyncConnection``)."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        if _open(conn).info.transaction_status != TransactionStatus.IDLE:
+            raise UnsupportedConnectionError(_IN_TRANSACTION)
+        async with conn.transaction():
+            yield Owned(conn)
+        return
+    if _origin(conn) == "sqlalchemy":
+        from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+        if isinstance(conn, AsyncSession | AsyncConnection):
+            if conn.in_transaction():
+                raise UnsupportedConnectionError(_IN_TRANSACTION)
+            async with conn.begin():
+                flush: Callable[[], Awaitable[None]] | None = (
+                    conn.flush if isinstance(conn, AsyncSession) else None
+                )
+                yield Owned(await async_driver(conn), flush)
+            return
+    await async_driver(conn)  # raises the error naming what is accepted
+    raise UnsupportedConnectionError(f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)}")
 
 
 def _open(conn: C) -> C:

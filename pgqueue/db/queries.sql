@@ -401,6 +401,48 @@ SELECT id, cancel_requested FROM done
 SELECT id, cancel_requested FROM done
  WHERE (SELECT count(*) FROM woken) >= 0
 
+-- name: complete_job
+-- A handler's ctx.transaction(): the job's fenced completion, run in the handler's own
+-- transaction as its last statement, so the job completes if and only if the handler's writes
+-- commit (pgqueue/job_transaction.py). The same success as ack_jobs (history, result,
+-- workflow settling) for one job; its row lock is taken here, just before the COMMIT, so the
+-- heartbeat never waits long on a handler's open transaction. No row: the lease was lost and
+-- the handler rolls back. The transaction id and the backend's pid tell what became of a
+-- commit whose reply was lost (transaction_status, end_transaction). wake: the job took a
+-- limit's last free place (see ack_jobs_waking).
+{{ack_done}}, woken AS (
+    SELECT pg_notify('pgqueue_jobs', w.queue) FROM unnest(%(wake)s::text[]) AS w(queue)
+)
+SELECT d.id, d.cancel_requested, pg_current_xact_id()::text AS xid, pg_backend_pid() AS pid
+  FROM done AS d
+ WHERE (SELECT count(*) FROM woken) >= 0
+
+-- name: lock_claimed_job
+-- Before a handler's completion, when the claim that gave it the job may not have committed
+-- yet (an idle worker starts jobs while its claim's COMMIT is on its way): waits for that
+-- claim's transaction and locks the row for the handler's (complete_job's snapshot, a new
+-- statement's, then sees the claim). The handler completes only if the row is running under
+-- its lease and its worker: a claim the server lost (a crash before its WAL flush) can hand
+-- the same token to another worker.
+SELECT lease_token, state, worker_id::text AS worker_id
+  FROM pgqueue.jobs
+ WHERE id = %(id)s
+   FOR NO KEY UPDATE
+
+-- name: transaction_status
+-- Did a transaction whose COMMIT got no reply commit? 'committed', 'aborted', or
+-- 'in progress' (the server has not received the COMMIT yet).
+SELECT pg_xact_status(%(xid)s::xid8)
+
+-- name: end_transaction
+-- A transaction still in progress after its client lost the connection (the COMMIT was never
+-- received, or the server has not noticed the client is gone): end its backend, waiting up to
+-- five seconds, so that transaction_status then says for good whether it committed. The pid
+-- alone could name another session by now; the transaction id cannot.
+SELECT pg_terminate_backend(a.pid, 5000)
+  FROM pg_stat_activity AS a
+ WHERE a.pid = %(pid)s AND a.backend_xid = xid(%(xid)s::xid8)
+
 -- name: fail_jobs
 -- Every unsuccessful outcome, decided in one place with the row locked:
 --   cancelled (cancel requested, or the handler was cancelled) -> job_history as cancelled;

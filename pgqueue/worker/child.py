@@ -37,12 +37,14 @@ from pgqueue import logs
 from pgqueue.batch import BatchTask
 from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.job_transaction import bind_host
 from pgqueue.tasks import Task
 from pgqueue.tracing import consumer
 from pgqueue.worker import frames
 from pgqueue.worker.batches import prepare, settle
 from pgqueue.worker.executor import raised_outcome, returned_outcome
 from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.transactions import ChildTransactions
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue
@@ -181,11 +183,20 @@ def _reply(outcome: Outcome) -> dict[str, Any]:
 
 
 class _Runner:
-    def __init__(self, app: PgQueue, spec: str, worker_id: str, channel: _Channel) -> None:
+    def __init__(
+        self,
+        app: PgQueue,
+        spec: str,
+        worker_id: str,
+        channel: _Channel,
+        transactions: ChildTransactions | None = None,
+    ) -> None:
         self.app = app
         self.spec = spec
         self.worker_id = worker_id
         self.channel = channel
+        #: Handlers' ctx.transaction() blocks: this child's own connection.
+        self.transactions = transactions
         self.jobs: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.current: JobContext | None = None
@@ -256,7 +267,12 @@ class _Runner:
         if message.get("t") == "batch":
             return self.run_batch(message)
         job = _claimed(message)
+        transactions = self.transactions
         ctx = JobContext(job, self.worker_id)
+        if transactions is not None:
+            key = (job.id, job.lease_token)
+            transactions.waking = {key} if message.get("wake") else set()
+            transactions.unsettled = {key} if message.get("unsettled") else set()
         channel = self.channel
         ctx.progress_hook = lambda text: channel.send(
             {"t": "progress", "id": job.id, "token": job.lease_token, "value": text}
@@ -403,6 +419,22 @@ def _claimed(message: dict[str, Any]) -> ClaimedJob:
     )
 
 
+def _transactions(
+    config: dict[str, Any], app: PgQueue, channel: _Channel
+) -> ChildTransactions | None:
+    """What this child's handlers' ctx.transaction() blocks connect with (the worker's DSN)."""
+    settings = config.get("transactions")
+    if not settings:
+        return None
+    return ChildTransactions(
+        str(settings["dsn"]),
+        prepare=bool(settings["prepare"]),
+        application_name=settings["application_name"],
+        max_result_bytes=app.max_payload_bytes,
+        send=channel.send,
+    )
+
+
 def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -425,7 +457,10 @@ def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
             # The app configured no logging of its own: records go to the worker's.
             root.addHandler(_ForwardingHandler(channel))
             root.setLevel(int(config["log_level"]))
-        runner = _Runner(app, spec, worker_id, channel)
+        transactions = _transactions(config, app, channel)
+        if transactions is not None:
+            bind_host(transactions)
+        runner = _Runner(app, spec, worker_id, channel, transactions)
         threading.Thread(
             target=runner.read,
             args=(inbox, threading.get_ident()),

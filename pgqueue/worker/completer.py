@@ -178,6 +178,13 @@ class Completer(Service):
 
     def submit(self, outcome: Outcome) -> None:
         key = (outcome.job.id, outcome.job.lease_token)
+        if outcome.written in ("succeeded", "cancelled"):
+            # Its handler's transaction completed the job, having found the row running under
+            # this lease: the claim committed, whatever its COMMIT's reply said.
+            self._not_ours.discard(key)
+            self.pending.append(outcome)
+            self.wake()
+            return
         if key in self._uncommitted:
             self._uncommitted[key] = [*(self._uncommitted[key] or ()), outcome]
             return
@@ -239,7 +246,21 @@ class Completer(Service):
 
     def held(self) -> list[tuple[int, int]]:
         """Jobs whose outcome is not written yet: their leases must still be extended."""
-        return [(o.job.id, o.job.lease_token) for o in (*self.in_flight, *self.pending)]
+        return [
+            (o.job.id, o.job.lease_token)
+            for o in (*self.in_flight, *self.pending)
+            if o.written is None
+        ]
+
+    def claim_unsettled(self, job_id: int, lease_token: int) -> bool:
+        """Whether the claim of this lease has not committed, or never did (see
+        :meth:`claim_pending`)."""
+        key = (job_id, lease_token)
+        return key in self._uncommitted or key in self._not_ours
+
+    def wakes(self, job_id: int, lease_token: int) -> bool:
+        """Whether this job's exit notifies its queue (see :meth:`wake_on_exit`)."""
+        return (job_id, lease_token) in self._wakes
 
     def idle(self) -> bool:
         return not self.pending and not self.in_flight and not self._uncommitted
@@ -280,8 +301,10 @@ class Completer(Service):
             await self._record_breakers()
 
     async def _write(self, report: Written, logged: set[int]) -> None:
-        acks = [o for o in self.in_flight if o.kind == "ack"]
+        acks = [o for o in self.in_flight if o.kind == "ack" and o.written is None]
         others = [o for o in self.in_flight if o.kind != "ack"]
+        if len(acks) + len(others) < len(self.in_flight):
+            self._written_by_handlers(report)
         kept = None
         if acks:
             kept = await self._write_isolating("ack_jobs", acks, report, logged)
@@ -289,6 +312,17 @@ class Completer(Service):
             kept = await self._write_isolating("fail_jobs", others, report, logged) or kept
         if kept is not None:
             raise kept  # the service logs it and tries again after a backoff
+
+    def _written_by_handlers(self, report: Written) -> None:
+        """Outcomes their handlers' own transactions wrote (ctx.transaction()): reported as
+        written, never written again (the job has left the table)."""
+        done = [o for o in self.in_flight if o.written is not None]
+        written: Written = [(o, o.written) for o in done if o.written is not None]
+        # A committed completion notified its queue when it took a limit's last place.
+        self._woken([o for o, what in written if what != "stale"])
+        self._done(done)
+        report.extend(written)
+        self._count_breakers(written)
 
     async def _write_isolating(
         self, name: str, outcomes: list[Outcome], report: Written, logged: set[int]
@@ -576,7 +610,16 @@ class Completer(Service):
 
     def _log_written(self, outcome: Outcome, written: str) -> None:
         job = outcome.job
-        if written == "stale":
+        if written == "stale" and outcome.written is not None:
+            self.log.warning(
+                "lease lost: the job's transaction was rolled back, nothing written job_id=%s "
+                "task=%s attempt=%s lease_token=%s",
+                job.id,
+                job.task,
+                job.attempt,
+                job.lease_token,
+            )
+        elif written == "stale":
             self.log.warning(
                 "stale %s ignored: lease no longer held job_id=%s task=%s attempt=%s "
                 "lease_token=%s",

@@ -55,6 +55,7 @@ from typing import Any
 from pgqueue.batch import BatchTask
 from pgqueue.errors import Fail, InvalidJobError, JobCancelled, JobTimeout, Retry
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.job_transaction import COMMITTED, HOLDING, LOST, UNKNOWN, TransactionHost
 from pgqueue.payload import dumps
 from pgqueue.tasks import Task
 from pgqueue.tracing import consumer
@@ -167,6 +168,7 @@ class Executor:
         max_concurrency: int | None = None,
         prefetch: int | None = None,
         children: ChildSettings | None = None,
+        transactions: TransactionHost | None = None,
     ) -> None:
         self.tasks = tasks
         self.concurrency = concurrency
@@ -203,6 +205,7 @@ class Executor:
                 concurrency,
                 worker_id,
                 frozenset(name for name, task in tasks.items() if not task.is_async),
+                transactions,
             )
         )
 
@@ -258,11 +261,23 @@ class Executor:
 
     def held(self) -> list[tuple[int, int]]:
         """(id, lease_token) of every job claimed here and not finished: running, waiting or
-        gathered into a batch."""
+        gathered into a batch. Not a job whose transaction is completing it (its row is locked
+        by that transaction until it ends) or has ended (complete, or no longer ours)."""
         return [
-            *self.running,
+            *(key for key, r in self.running.items() if r.ctx.transaction_state in HOLDING),
             *((job.id, job.lease_token) for job in (*self.waiting, *self.gathered())),
         ]
+
+    def completing(self, job_id: int, token: int) -> bool:
+        """Whether the job's own transaction is completing it or has (a heartbeat that finds
+        its row gone has not found a lost lease). A child's state comes by its pipe: what it
+        wrote before sending the completion is read first."""
+        running = self.running.get((job_id, token))
+        if running is None:
+            return False
+        if self.pool is not None:
+            self.pool.read_now((job_id, token))
+        return running.ctx.transaction_state not in HOLDING
 
     async def wait_for_capacity(self, at_least: int = 1, prefetch: bool = True) -> None:
         """Until the fetcher may claim ``at_least`` jobs (or any, when nothing runs)."""
@@ -408,6 +423,8 @@ class Executor:
 
     def _record(self, running: Running, outcome: Outcome | None) -> None:
         """Hand an attempt's outcome (if it has one to write) to the completer."""
+        if running.ctx.transaction_state is not None:
+            outcome = self._transaction_outcome(running, outcome)
         if running.span is not None:
             assert self.tracer is not None
             self.tracer.finish(running.span, outcome)
@@ -419,6 +436,43 @@ class Executor:
                 duration if mean is None else mean + _EWMA_WEIGHT * (duration - mean)
             )
             self.submit(outcome)
+
+    def _transaction_outcome(self, running: Running, outcome: Outcome | None) -> Outcome | None:
+        """The attempt of a handler that used ``ctx.transaction()``: once that transaction
+        ended, its outcome is what the transaction wrote, whatever the handler did next."""
+        ctx, job = running.ctx, running.job
+        state = ctx.transaction_state
+        if state == COMMITTED:
+            if outcome is None or outcome.kind != "ack":
+                log.warning(
+                    "handler failed after its transaction completed the job; ignored (the job "
+                    "is complete) job_id=%s task=%s attempt=%s error=%s",
+                    job.id,
+                    job.task,
+                    job.attempt,
+                    (outcome.summary if outcome is not None else None) or "stopped",
+                )
+            elif outcome.result not in (None, "null") and ctx.result_json is None:
+                log.warning(
+                    "handler returned a value after its transaction completed the job: not "
+                    "kept (call ctx.set_result(value) inside the block) job_id=%s task=%s",
+                    job.id,
+                    job.task,
+                )
+            return Outcome(job, "ack", written=ctx.completed_as or "succeeded")
+        if state == LOST:
+            return Outcome(job, "ack", written="stale")
+        if state == UNKNOWN:
+            log.warning(
+                "the job's transaction may or may not have committed (its COMMIT got no reply "
+                "and the server could not be asked); nothing written: if it did not commit, "
+                "the job runs again once its lease expires job_id=%s task=%s attempt=%s",
+                job.id,
+                job.task,
+                job.attempt,
+            )
+            return None
+        return outcome  # rolled back (or never ended): the attempt as the handler left it
 
     def _finish(self, running: Running, outcome: Outcome | None) -> None:
         """A sync attempt is over: its slot frees (the next waiting job starts) and its

@@ -113,6 +113,8 @@ class Heartbeater(Service):
         job = self.executor.find(job_id, token)
         if job is None:
             return  # finished and written meanwhile: not lost
+        if self.executor.completing(job_id, token):
+            return  # its own transaction completed it (or is completing it): not lost
         self.lost.add((job_id, token))
         self.observer.lease_lost(job)
         self.log.warning(

@@ -33,6 +33,10 @@ class Outcome:
     #: A write of it was cut off without a reply (the connection dropped): it may have
     #: committed, so a retry that finds nothing to write is not by itself a lost lease.
     ambiguous: bool = False
+    #: Already written by the handler's own transaction (``ctx.transaction()``): succeeded or
+    #: cancelled (it committed), stale (its completion found the lease lost and rolled back).
+    #: The completer reports it and writes nothing.
+    written: str | None = None
 
     @classmethod
     def from_exception(

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from pgqueue.errors import ConfigurationError
 from pgqueue.job_context import ClaimedJob, JobContext
+from pgqueue.job_transaction import OPEN, TransactionHost
 from pgqueue.worker import frames
 from pgqueue.worker.outcome import Kind
 
@@ -56,6 +57,8 @@ log = logging.getLogger("pgqueue.worker.pool")
 JobKey = tuple[int, int]  # (job id, lease token)
 ReplyKind = Kind | Literal["stopped"]
 _REPLY_KINDS = frozenset((*get_args(Kind), "stopped"))
+
+_TX_STATES = frozenset((None, OPEN, "completing", "committed", "lost", "unknown"))
 
 _SPAWN = multiprocessing.get_context("spawn")
 #: How long an idle child told to exit may take before it is terminated.
@@ -355,6 +358,11 @@ class Child:
             if not drain:
                 return
 
+    def read_now(self) -> None:
+        """Everything the child wrote so far, handled now (not at the loop's next turn)."""
+        if self._read_fd is not None:
+            self._read(drain=True)
+
     def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message.get("t")
         if kind == "done":
@@ -367,6 +375,16 @@ class Child:
             job = (message.get("id"), message.get("token"))
             if ctx is not None and isinstance(value, str) and job == self.job:
                 ctx.report_progress(value)
+        elif kind == "tx":
+            # Where the handler's ctx.transaction() stands: sent before each step, so the
+            # heartbeat can tell a job being completed from a lost lease.
+            ctx = self.ctx
+            state = message.get("state")
+            job = (message.get("id"), message.get("token"))
+            if ctx is not None and job == self.job and state in _TX_STATES:
+                ctx.transaction_state = state
+                done_as = message.get("as")
+                ctx.completed_as = done_as if done_as in ("succeeded", "cancelled") else None
         elif kind == "ready":
             if self._start_timer is not None:
                 self._start_timer.cancel()
@@ -412,7 +430,17 @@ class Child:
         self.reply = reply = self.loop.create_future()
         if batch is None:
             self.ctx = ctx  # where the child's progress reports go (the heartbeat writes them)
-            self.send({"t": "job", **_job_message(job)})
+            transactions = self.pool.transactions
+            self.send(
+                {
+                    "t": "job",
+                    **_job_message(job),
+                    # Its completion notifies its queue (it took a limit's last free place); its
+                    # claim may not have committed yet (the completion waits for it).
+                    "wake": bool(transactions and transactions.wake(job)),
+                    "unsettled": bool(transactions and transactions.claim_unsettled(job)),
+                }
+            )
             return reply
         self.batch_size = len(batch)
         self.batch = {(c.id, c.job.lease_token): c for c in batch}
@@ -617,8 +645,11 @@ class ProcessPool:
         size: int,
         worker_id: str,
         sync_tasks: frozenset[str],
+        transactions: TransactionHost | None = None,
     ) -> None:
         self.settings = settings
+        #: Where the children's ctx.transaction() blocks connect (their own connection each).
+        self.transactions = transactions
         self.size = size
         self.worker_id = worker_id
         self.sync_tasks = sync_tasks
@@ -714,6 +745,13 @@ class ProcessPool:
         if child is not None:
             child.stop_item(item, reason)
 
+    def read_now(self, key: JobKey) -> None:
+        """Read what the child running ``key`` has written so far (its transaction's state
+        comes that way)."""
+        child = self._busy.get(key)
+        if child is not None:
+            child.read_now()
+
     def _recycle_reason(self, child: Child) -> str | None:
         settings = self.settings
         if settings.max_jobs is not None and child.jobs >= settings.max_jobs:
@@ -798,12 +836,19 @@ class ProcessPool:
             # One long-lived thread starts every child: Linux's parent-death signal (set by
             # the child) follows the thread that forked it, so that thread must outlive them.
             self._spawner = ThreadPoolExecutor(1, thread_name_prefix="pgqueue-spawner")
-        config = {
+        config: dict[str, Any] = {
             "app": self.settings.app_spec,
             "worker_id": self.worker_id,
             "parent_pid": os.getpid(),
             "log_level": logging.getLogger().getEffectiveLevel(),
         }
+        transactions = self.transactions
+        if transactions is not None:
+            config["transactions"] = {
+                "dsn": transactions.dsn,
+                "application_name": transactions.application_name,
+                "prepare": transactions.prepare,
+            }
         try:
             write_fd, read_fd = await child.loop.run_in_executor(
                 self._spawner, child.launch, config

@@ -59,6 +59,7 @@ from pgqueue.db import plan as plans
 from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError
 from pgqueue.job_context import ClaimedJob
+from pgqueue.job_transaction import bind_host
 from pgqueue.payload import check_name
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.completer import Completer
@@ -74,6 +75,7 @@ from pgqueue.worker.pruner import Pruner
 from pgqueue.worker.reaper import Reaper
 from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import RetryDelay, Service
+from pgqueue.worker.transactions import WorkerTransactions
 from pgqueue.worker.watchdog import LoopWatchdog
 
 if TYPE_CHECKING:
@@ -175,6 +177,17 @@ class WorkerSettings:
             "above MB megabytes.",
         ),
     )
+    #: Connections the worker keeps for handlers' ctx.transaction() blocks (opened on first
+    #: use, per kind of handler: threads, async); None: one per slot (concurrency).
+    transaction_connections: int | None = field(
+        default=None,
+        metadata=option(
+            min=1,
+            metavar="N",
+            help="Connections kept for handlers' ctx.transaction() blocks, opened on first "
+            "use. Default: one per slot (--concurrency).",
+        ),
+    )
     scheduler: bool = field(
         default=True, metadata=option(help="Enqueue due cron ticks (safe in every worker).")
     )
@@ -271,6 +284,10 @@ class WorkerSettings:
             raise ConfigurationError(
                 "max jobs / max memory per child apply to child processes: use pool='process' "
                 "(pgq work --pool process)"
+            )
+        if self.transaction_connections is not None and self.transaction_connections < 1:
+            raise ConfigurationError(
+                f"transaction connections must be at least 1, got {self.transaction_connections}"
             )
         if self.max_jobs_per_child is not None and self.max_jobs_per_child < 1:
             raise ConfigurationError(
@@ -406,6 +423,17 @@ class Worker:
             leases,
         )
         completer.on_breaker_open = lambda task: self._breaker_opened(db, task)
+        transactions = WorkerTransactions(
+            dsn,
+            size=settings.transaction_connections or settings.concurrency,
+            prepare=settings.prepare,
+            application_name=application_name(dsn, "worker", self.id),
+            max_result_bytes=self.app.max_payload_bytes,
+            wake=lambda job: [job.queue] if completer.wakes(job.id, job.lease_token) else None,
+            unsettled=lambda job: completer.claim_unsettled(job.id, job.lease_token),
+        )
+        # Before any service starts: their tasks (and the handler threads) inherit it.
+        bind_host(transactions)
         executor = self.executor = Executor(
             self.app.tasks,
             settings.min_concurrency or settings.concurrency,
@@ -414,6 +442,7 @@ class Worker:
             max_concurrency=settings.concurrency,
             prefetch=settings.prefetch,
             children=settings.child_settings(self.app),
+            transactions=transactions,
         )
         fetcher = Fetcher(
             db,
@@ -529,6 +558,7 @@ class Worker:
             if registered:
                 await heartbeater.flush()
                 await self._deregister(db)
+            await transactions.close()
             await db.close()
             self.threads_finished = executor.shutdown_threads()
             if handle_signals:

@@ -80,16 +80,32 @@ async def record(event: str, n: int) -> None:
     )
 
 
+TX_INSERT = (
+    "INSERT INTO chaos_tx_ledger (job_id, n, token, attempt, worker, pid)"
+    " VALUES (%s, %s, %s, %s, %s, %s)"
+)
+
+
+def _tx_row(n: int) -> tuple[Any, ...]:
+    ctx = current_job()
+    return (ctx.id, n, ctx.job.lease_token, ctx.attempt, ctx.worker_id, os.getpid())
+
+
 @pgq.task(name="chaos.work", max_attempts=1000)
-async def work(n: int, ms: float = 0.0, block_ms: float = 0.0) -> None:
+async def work(n: int, ms: float = 0.0, block_ms: float = 0.0, tx: bool = False) -> None:
     """The effect: a start record, some work, an end record (the end is the effect).
-    ``block_ms``: first block the whole event loop that long (a careless handler)."""
+    ``block_ms``: first block the whole event loop that long (a careless handler). ``tx``:
+    then the effect again, in the transaction that completes the job (the transactional
+    ledger, in the queue's database)."""
     await record("start", n)
     if block_ms:
         time.sleep(block_ms / 1000)  # noqa: ASYNC251 - the fault under test
     if ms:
         await asyncio.sleep(ms / 1000)
     await record("end", n)
+    if tx:
+        async with current_job().transaction() as conn:
+            await conn.execute(TX_INSERT, _tx_row(n))
 
 
 @pgq.task(name="chaos.poison", max_attempts=3)
@@ -121,9 +137,10 @@ def record_sync(event: str, n: int) -> None:
 
 
 @pgq.task(name="chaos.sync_work", max_attempts=1000)
-def sync_work(n: int, ms: float = 0.0, crash: str = "") -> None:
+def sync_work(n: int, ms: float = 0.0, crash: str = "", tx: bool = False) -> None:
     """The effect from a plain ``def`` handler. ``crash``: on its first attempt, the process
-    running it dies mid-job (``exit``: os._exit(3); ``kill``: SIGKILL, as the OOM killer does)."""
+    running it dies mid-job (``exit``: os._exit(3); ``kill``: SIGKILL, as the OOM killer does).
+    ``tx``: as for chaos.work."""
     record_sync("start", n)
     if crash and current_job().attempt == 1:
         if crash == "kill":
@@ -132,3 +149,6 @@ def sync_work(n: int, ms: float = 0.0, crash: str = "") -> None:
     if ms:
         time.sleep(ms / 1000)
     record_sync("end", n)
+    if tx:
+        with current_job().transaction() as conn:
+            conn.execute(TX_INSERT, _tx_row(n))

@@ -8,6 +8,9 @@ What is recorded, and where:
 
 * **Effects ledger** (``chaos_ledger``): every execution writes a start and an end row (job id,
   n, lease token, attempt, worker, pid, database time) on a connection of its own.
+* **Transactional ledger** (``chaos_tx_ledger``, in the queue's database): with
+  ``Settings.tx_every``, every such job also writes its effect in the transaction that completes
+  it (``ctx.transaction()``), after its plain end record: the same executions seen both ways.
 * **Queue audit** (``chaos_done``, ``chaos_violations``): a trigger on ``pgqueue.jobs`` sees
   every write the database accepted and who issued it (each worker connection names its worker
   in ``application_name``). A job leaving the table is recorded in ``chaos_done``. A write that
@@ -23,6 +26,9 @@ The checks, per run (:class:`Report`):
 * **duplicates**: extra end records (effects) beyond one per number; must be at most the
   **interrupted** executions: the jobs held by a worker or connection at the moment a fault hit
   it (counted when the fault is injected, so the bound is independent of the outcome);
+* **tx duplicates / tx lost**: numbers of transactional jobs with more than one, or no,
+  transactional effect (both must be 0: exactly once, where the plain ledger's duplicates are
+  only bounded);
 * **stale acks / stale writes accepted**: audit violations (must be 0);
 * **recovery**: for each fault, from the fault until every job it interrupted was finished
   (for a fault that interrupted none: from the heal to the next finished job); the largest;
@@ -64,6 +70,19 @@ CREATE TABLE IF NOT EXISTS chaos_ledger (
     worker  text,
     pid     integer,
     event   text NOT NULL,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+"""
+
+TX_LEDGER_SQL = r"""
+CREATE TABLE IF NOT EXISTS chaos_tx_ledger (
+    seq     bigserial PRIMARY KEY,
+    job_id  bigint,
+    n       bigint,
+    token   integer,
+    attempt integer,
+    worker  text,
+    pid     integer,
     at      timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 """
@@ -178,6 +197,9 @@ class Settings:
     #: Workers write their logs into a pipe nobody reads until they are stopped (a stuck log
     #: shipper, a supervisor's full pipe).
     unread_pipe: bool = False
+    #: Every tx_every-th job also writes its effect in its completion's transaction (the
+    #: transactional ledger); 0: none does.
+    tx_every: int = 0
 
 
 @dataclass
@@ -200,6 +222,12 @@ class Report:
     dead: int = 0
     stale_acks: int = 0
     stale_writes: int = 0
+    #: The transactional ledger: jobs that write it, their numbers with more than one effect
+    #: (extra effects counted) or none, and the plain ledger's duplicates among the same jobs.
+    tx_jobs: int = 0
+    tx_duplicates: int = 0
+    tx_lost: int = 0
+    tx_plain_duplicates: int = 0
     recovery_s: float | None = None
     p50_ms: float | None = None
     p99_ms: float | None = None
@@ -217,6 +245,11 @@ class Report:
             )
         if self.stale_acks or self.stale_writes:
             problems.append(f"stale writes accepted: {self.stale_acks} acks, {self.stale_writes}")
+        if self.tx_duplicates or self.tx_lost:
+            problems.append(
+                f"transactional effects not exactly once: {self.tx_duplicates} duplicates, "
+                f"{self.tx_lost} missing"
+            )
         if self.dead != expect_dead:
             problems.append(f"{self.dead} dead-lettered, expected {expect_dead}")
         assert not problems, f"{self.scenario}: {'; '.join(problems)} ({self})"
@@ -236,6 +269,19 @@ class Report:
             "recovery (s)": "-" if self.recovery_s is None else f"{self.recovery_s:.1f}",
             "p99 pickup (ms)": ms(self.p99_ms),
             "drain (s)": "-" if self.drain_s is None else f"{self.drain_s:.1f}",
+        }
+
+    def tx_row(self) -> dict[str, Any]:
+        """The same executions in both ledgers (jobs that write the transactional one)."""
+        return {
+            "scenario": self.scenario,
+            "faults": self.faults,
+            "interrupted": self.interrupted,
+            "transactional jobs": self.tx_jobs,
+            "plain duplicates (all jobs)": self.duplicates,
+            "plain duplicates (these jobs)": self.tx_plain_duplicates,
+            "tx duplicates": self.tx_duplicates,
+            "tx lost": self.tx_lost,
         }
 
 
@@ -366,7 +412,11 @@ class Run:
         self.rng = random.Random(os.environ.get("CHAOS_SEED", "pgqueue"))
         workdir.mkdir(parents=True, exist_ok=True)
         s = settings
+        # Transactional jobs hold a connection of the worker's for their completion's
+        # transaction: a few per worker serve short jobs (stock max_connections is 100).
+        tx_args = ["--transaction-connections", "4"] if s.tx_every else []
         args = [
+            *tx_args,
             "--concurrency",
             str(s.concurrency),
             "--lease",
@@ -398,6 +448,7 @@ class Run:
         #: Statements the producer saw fail (each retried until its batch was in).
         self.producer_errors = 0
         query(self.ledger_dsn, LEDGER_SQL)
+        query(dsn, TX_LEDGER_SQL)  # in the queue's database: written with the completions
         query(dsn, AUDIT_SQL)
         self.deadlocks_before = self.deadlocks()
 
@@ -467,13 +518,19 @@ class Run:
                 time.sleep(0.3)
 
     def _blocks(self, n: int) -> dict[str, Any]:
-        """The fault a numbered job carries in its args, if any."""
+        """The fault a numbered job carries in its args, if any (and whether it writes the
+        transactional ledger)."""
         s = self.settings
+        extra: dict[str, Any] = {"tx": True} if self.transactional(n) else {}
         if s.block_every and n % s.block_every == 0:
-            return {"block_ms": s.block_ms}
+            return {**extra, "block_ms": s.block_ms}
         if s.crash_every and n % s.crash_every == 0:
-            return {"crash": "kill" if n // s.crash_every % 2 else "exit"}
-        return {}
+            return {**extra, "crash": "kill" if n // s.crash_every % 2 else "exit"}
+        return extra
+
+    def transactional(self, n: int) -> bool:
+        every = self.settings.tx_every
+        return bool(every) and n % every == 0
 
     def _batch_exists(self, n: int) -> bool:
         return bool(
@@ -576,6 +633,7 @@ class Run:
         report.lost = sum(1 for n in range(self.enqueued) if n not in ended and n not in buried)
         report.notes["still queued"] = self.remaining()
         report.interrupted = sum(len(f.held) for f in self.faults)
+        self._tx_figures(report, buried, {n: count for n, count in ends})
         violations = query(dsn, "SELECT kind, count(*) FROM chaos_violations GROUP BY kind")
         report.stale_acks = sum(c for kind, c in violations if kind.startswith("ack"))
         report.stale_writes = sum(c for kind, c in violations if not kind.startswith("ack"))
@@ -589,6 +647,24 @@ class Run:
         report.notes["deadlocks"] = self.deadlocks() - self.deadlocks_before
         report.notes["worker processes"] = self.fleet.spawned
         return report
+
+    def _tx_figures(self, report: Report, buried: set[int], plain: dict[int, int]) -> None:
+        """The transactional ledger against the numbers that write it: exactly one effect each
+        (none for a dead-lettered one)."""
+        numbers = [n for n in range(self.enqueued) if self.transactional(n)]
+        if not numbers:
+            return
+        counts = dict(
+            query(
+                self.dsn,
+                "SELECT n, count(*) FROM chaos_tx_ledger WHERE n < %s GROUP BY n",
+                (self.settings.jobs,),
+            )
+        )
+        report.tx_jobs = len(numbers)
+        report.tx_duplicates = sum(max(0, counts.get(n, 0) - 1) for n in numbers)
+        report.tx_lost = sum(1 for n in numbers if n not in counts and n not in buried)
+        report.tx_plain_duplicates = sum(max(0, plain.get(n, 0) - 1) for n in numbers)
 
     def _pickup_percentiles(self) -> tuple[float | None, float | None]:
         """Enqueue (the queue's record) to first start (the ledger's), p50 and p99 in ms."""
@@ -664,9 +740,10 @@ def run(name: str, dsn: str, settings: Settings, workdir: Path, **kwargs: Any) -
         chaos.close()
 
 
-def format_table(reports: Sequence[Report]) -> str:
-    """The figures as a Markdown table."""
-    rows = [r.row() for r in reports]
+def format_table(reports: Sequence[Report], tx: bool = False) -> str:
+    """The figures as a Markdown table (``tx``: the transactional ledger's, for the runs that
+    wrote it)."""
+    rows = [r.tx_row() for r in reports if r.tx_jobs] if tx else [r.row() for r in reports]
     if not rows:
         return ""
     headers = list(rows[0])

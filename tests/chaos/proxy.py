@@ -2,7 +2,9 @@
 can cut the network: ``drop()`` resets every connection and refuses new ones, ``pause()``
 blackholes traffic (nothing is lost: TCP would retransmit it once the partition heals),
 ``heal()`` restores it, and ``trap(pattern)`` lets one message matching ``pattern`` through,
-then loses the server's reply and resets that connection: an ambiguous commit.
+then loses the server's reply and resets that connection: an ambiguous commit. With
+``lose="request"`` the message itself is lost instead and only the client's side is reset: the
+server keeps waiting on an open transaction, as it does when a client vanishes unannounced.
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+#: The COMMIT of a handler's ``ctx.transaction()`` as it travels: a simple-protocol Query
+#: message (psycopg ends a transaction outside a pipeline that way, and so do the ORMs through
+#: it). The worker's own COMMITs (an idle claim's) go in a pipeline, as a Parse message, so a
+#: trap on this pattern never catches them.
+TRANSACTION_COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+#: The COMMIT of an idle worker's claim: in a pipeline, a Parse message (the statement's name,
+#: empty or not, ends with a zero byte just before the text).
+PIPELINED_COMMIT = b"\x00COMMIT\x00"
+
 
 class Proxy:
     def __init__(self, upstream_dsn: str) -> None:
@@ -26,6 +37,7 @@ class Proxy:
         self.refusing = False
         self.trapped = 0  # ambiguous commits produced
         self._trap: bytes | None = None
+        self._lose = "reply"
         self._loop = asyncio.new_event_loop()
         self._flowing: asyncio.Event | None = None
         self._server: asyncio.Server | None = None
@@ -54,10 +66,12 @@ class Proxy:
     def heal(self) -> None:
         self._call(self._heal)
 
-    def trap(self, pattern: bytes) -> None:
+    def trap(self, pattern: bytes, lose: str = "reply") -> None:
         """The next client message containing ``pattern`` reaches the server; its reply never
-        comes back and the connection is reset (did it commit? the client cannot know)."""
-        self._call(self._set_trap, pattern)
+        comes back and the connection is reset (did it commit? the client cannot know).
+        ``lose="request"``: the message never reaches the server, the client's side of the
+        connection is reset and the server's is left open."""
+        self._call(self._set_trap, pattern, lose)
 
     def close(self) -> None:
         self._call(self._close)
@@ -106,8 +120,9 @@ class Proxy:
         self.refusing = False
         self._flowing.set()
 
-    def _set_trap(self, pattern: bytes) -> None:
+    def _set_trap(self, pattern: bytes, lose: str) -> None:
         self._trap = pattern
+        self._lose = lose
 
     def _close(self) -> None:
         self._drop()
@@ -125,12 +140,14 @@ class Proxy:
             return
         pair = (writer, up_writer)
         self.connections.add(pair)
-        state = {"reply_lost": False}
+        state = {"reply_lost": False, "keep_server": False}
         await asyncio.gather(
             self._pump(reader, up_writer, pair, state, upstream=True),
             self._pump(up_reader, writer, pair, state, upstream=False),
             return_exceptions=True,
         )
+        for side in pair:  # a server side kept open (lose="request") ends with the other
+            side.transport.abort()
         self.connections.discard(pair)
 
     async def _pump(
@@ -153,16 +170,25 @@ class Proxy:
                     break
                 if not upstream and state["reply_lost"]:
                     continue  # the reply to the trapped message (and anything after) is lost
+                trapped = upstream and self._trap is not None and self._trap in data
+                if trapped and self._lose == "request":
+                    self._trap = None
+                    self.trapped += 1
+                    state["reply_lost"] = state["keep_server"] = True
+                    client = pair[0]
+                    self._loop.call_later(0.5, client.transport.abort)
+                    continue  # never delivered; the server's side stays open
                 writer.write(data)
                 await writer.drain()
-                if upstream and self._trap is not None and self._trap in data:
+                if trapped:
                     self._trap = None
                     self.trapped += 1
                     state["reply_lost"] = True
                     self._loop.call_later(0.5, self._reset, pair)
         finally:
-            with contextlib.suppress(Exception):
-                writer.transport.abort()
+            if not (upstream and state.get("keep_server")):
+                with contextlib.suppress(Exception):
+                    writer.transport.abort()
 
     def _reset(self, pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter]) -> None:
         for writer in pair:

@@ -23,7 +23,7 @@ import psycopg
 
 from pgqueue.db.queries import query as named
 from tests.chaos.harness import Report, Run, Settings, now, query, run, scalar
-from tests.chaos.proxy import Proxy
+from tests.chaos.proxy import TRANSACTION_COMMIT, Proxy
 
 
 @dataclass
@@ -54,6 +54,7 @@ def sigkill_workers(env: Env, size: str) -> Report:
         # Paced below what the fleet drains on a busy 2-core machine, so pickup latency shows
         # the faults rather than a backlog the producer built up.
         rate=pick(size, 500.0, 700.0),
+        tx_every=2,  # half the jobs also write their effect in their completion's transaction
     )
     with run("1. SIGKILL workers (5%/batch)", env.dsn, settings, env.workdir) as chaos:
         chaos.start_workers()
@@ -96,6 +97,7 @@ def sigstop_past_lease(env: Env, size: str) -> Report:
         lease=1.0,
         job_ms=300.0,
         rate=pick(size, None, 30.0),  # full size: paced at ~3/4 of the 40 jobs/s capacity
+        tx_every=2,
     )
     rounds = pick(size, 2, 10)
     with run("2. SIGSTOP > lease, SIGCONT", env.dsn, settings, env.workdir) as chaos:
@@ -265,6 +267,7 @@ def postgres_restarts(env: Env, size: str) -> Report:
         lease=3.0,
         job_ms=2.0,
         rate=pick(size, 250.0, 700.0),
+        tx_every=2,
     )
     restarts = pick(size, 3, 8)
     with run("4. PostgreSQL restart -m immediate", env.dsn, settings, env.workdir) as chaos:
@@ -301,6 +304,7 @@ def network_cuts(env: Env, size: str) -> Report:
         lease=2.0,
         job_ms=50.0,  # long enough that the cut workers hold jobs when the cut comes
         rate=pick(size, 250.0, 300.0),  # 32 slots x 50 ms: 640 jobs/s at most
+        tx_every=2,
     )
     cuts = pick(size, ["drop", "pause"], ["drop", "pause"] * 4)
     proxy = Proxy(env.dsn).start()
@@ -343,23 +347,28 @@ def _holding(chaos: Run, worker_ids: list[str]) -> Callable[[], bool]:
 
 def ambiguous_commits(env: Env, size: str) -> Report:
     """The reply to a committed statement is lost and the connection reset: for an ack (the
-    worker retries it, finds the job gone, and must not run it again) and for a claim (the
-    worker never learns it holds the jobs; they run once, after the lease, via the reaper)."""
+    worker retries it, finds the job gone, and must not run it again), for a claim (the
+    worker never learns it holds the jobs; they run once, after the lease, via the reaper) and
+    for a transactional job's COMMIT (the handler asks the server, finds it committed, and the
+    job is complete: it must not run again)."""
     settings = Settings(
         # The lease outlasts the reconnect, so the worker knows a retried ack's first try
         # committed (see pgqueue/worker/leases.py).
-        jobs=pick(size, 40, 400), workers=1, concurrency=4, lease=3.0, job_ms=50.0,
+        jobs=pick(size, 60, 400), workers=1, concurrency=4, lease=3.0, job_ms=50.0,
         # --no-prepare: the statement text travels with every execution, so the trap sees it.
-        worker_args=("--no-prepare",),
+        worker_args=("--no-prepare",), tx_every=2,
     )  # fmt: skip
     proxy = Proxy(env.dsn).start()
     traps = {
-        "ack": b"AS a(id, token, result)",
+        # A transactional job's COMMIT: the handler asks the server whether it committed.
+        "commit": TRANSACTION_COMMIT,
+        # The completer's ack (a transactional job's completion is another statement).
+        "ack": b"SELECT id, cancel_requested FROM done",
         "claim": b"WITH candidates AS MATERIALIZED",
     }
     try:
         with run(
-            "5b. ambiguous commit (claim, ack)",
+            "5b. ambiguous commit (claim, ack, transaction)",
             env.dsn,
             settings,
             env.workdir,
@@ -381,6 +390,9 @@ def ambiguous_commits(env: Env, size: str) -> Report:
     finally:
         proxy.close()
     report.notes["ambiguous commits"] = proxy.trapped
+    report.notes["transactions found committed"] = chaos.fleet.log_text().count(
+        "COMMIT reply was lost; it committed"
+    )
     logs = chaos.fleet.log_text()
     report.notes["acks found already written"] = logs.count("ack already written")
     report.notes["stale ack warnings"] = logs.count("stale ack ignored") + logs.count(
@@ -681,6 +693,7 @@ def child_crashes(env: Env, size: str) -> Report:
         job_ms=2.0,
         crash_every=100,
         worker_args=("--pool", "process"),
+        tx_every=2,
     )
     name = "12. child processes die mid-job (--pool process)"
     with run(name, env.dsn, settings, env.workdir, task="chaos.sync_work") as chaos:
