@@ -53,7 +53,8 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> float:
 
         params = {
             "queue": "default", "task": "bench.job", "args": "{}", "priority": 0,
-            "run_at": None, "delay": None, "max_attempts": 5, "result_ttl": None,
+            "run_at": None, "delay": None, "max_attempts": 5, "result_ttl": None, "meta": None,
+            "tags": None,
         }  # fmt: skip
 
         def make() -> Callable[[], object]:

@@ -213,9 +213,10 @@ def test_fair_queue_with_a_task_limit_and_keys_enqueued_in_a_transaction(fleet_d
     assert sampler.peak["fair.shared"] == 2  # the task's limit holds in a fair queue
     keys = [key for _, key, _ in starts(fleet_dsn, ids)]
     # B's two jobs, enqueued after A's twelve in the same transaction, take turns with A's
-    # (A, B, A, B; give or take one place: the ledger rows are written by the handlers of two
-    # workers, not by the claims), not behind A's twelve.
-    assert keys[:5].count("B") == 2, keys
+    # (ranks A0 B0 A1 B1 A2 ...), not behind A's twelve. The order read here is that of the
+    # handlers' ledger rows, written by two busy workers, and a claim under the task's limit
+    # may take the next rank's A while B's place is still held: a round or so of slack.
+    assert keys[:6].count("B") == 2, keys
 
 
 def test_rolled_back_enqueue_leaves_no_rank_and_no_key(fleet_dsn, client: Any):
