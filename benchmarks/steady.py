@@ -17,10 +17,13 @@ import that checkout, as in `benchmarks.latency`):
   0.25 s: least-squares growth and peak), the notifications producers sent per 1,000 jobs
   (counted by a LISTEN connection of the harness: every one is a commit PostgreSQL serialised),
   the share of samples in which some worker was registered idle, and the workers' claims per
-  second during the load and in the two seconds after its last job started (the empty queue);
-* **raw INSERT** (``--no-raw`` leaves it out), per rate, once per run: the same producers
-  doing a one-row INSERT per transaction into a minimal table with no worker running, the
-  ceiling the machine's commits allow at that moment;
+  second during the load and in the two seconds after its last job started (the empty queue),
+  and how busy the machine's cores were while the producers ran;
+* **ceilings** (``--no-raw`` leaves them out), per rate, once per run, the same producers with
+  no worker running: **raw INSERT**, a one-row INSERT per transaction into a minimal table
+  (what the machine's commits allow at that moment), and **enqueue, no worker**, this
+  checkout's ``PgQueue.enqueue`` (what the producers reach when they have the cores to
+  themselves);
 * **idle latency**: `benchmarks.latency`'s measurement (one worker, one producer at
   ``--latency-rate``, ``async def`` handler), and ``--quiet-jobs`` single jobs ``--quiet-gap``
   seconds apart (each one after a quiet spell, so it arrives by NOTIFY).
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -53,7 +57,8 @@ from benchmarks.common import fresh_database, machine, server
 ROOT = Path(__file__).resolve().parent.parent
 TASK = latency.TASKS["async"]
 WORKERS = 2
-RAW = "raw INSERT"
+#: The ceilings' columns (see ceiling).
+CEILINGS = {"raw": "raw INSERT", "enqueue": "enqueue, no worker"}
 SAMPLE_EVERY = 0.25
 Sent = tuple[float, float]  # sent, the enqueue returned (wall clock)
 AFTER = 2.0  # seconds of empty queue whose claims are counted
@@ -167,6 +172,23 @@ def produced(running: list[subprocess.Popen[bytes]], outs: list[Path]) -> dict[i
     return {job: (t0, t1) for out in outs for job, t0, t1 in json.loads(out.read_text())}
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot (``/proc/stat``; zeros elsewhere)."""
+    try:
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(since: tuple[int, int]) -> float:
+    """Share of all cores busy since ``since`` (cpu_ticks()), in percent: the whole machine,
+    other work on it included."""
+    busy, total = (now - then for now, then in zip(cpu_ticks(), since, strict=True))
+    return busy / total * 100 if total else math.nan
+
+
 def producer_figures(sent: dict[int, Sent], seconds: float) -> dict[str, float]:
     calls = [(t1 - t0) * 1e3 for t0, t1 in sent.values()]
     return {
@@ -176,20 +198,24 @@ def producer_figures(sent: dict[int, Sent], seconds: float) -> dict[str, float]:
     }
 
 
-def raw_ceiling(
-    dsn: str, rate: float, seconds: float, producers: int, tmp: Path
+def ceiling(
+    dsn: str, kind: str, rate: float, seconds: float, producers: int, tmp: Path
 ) -> dict[str, float]:
-    """The same producers doing a one-row INSERT per transaction into a minimal table, no
-    worker running: what the machine's commits allow at that moment."""
+    """The same producers with no worker running: ``raw``, a one-row INSERT per transaction
+    into a minimal table (what the machine's commits allow at that moment), or ``enqueue``,
+    this checkout's ``PgQueue.enqueue`` (what the producers alone reach)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS raw_steady (id bigint GENERATED ALWAYS AS IDENTITY"
             " PRIMARY KEY, args jsonb NOT NULL)"
         )
-        conn.execute("TRUNCATE raw_steady")
+        conn.execute("TRUNCATE raw_steady, pgqueue.jobs")
     env = latency.system_under_test(ROOT, tmp)
-    running, outs = start_producers(["raw", dsn], rate, seconds, producers, env, tmp)
-    return producer_figures(produced(running, outs), seconds)
+    command = ["raw", dsn] if kind == "raw" else ["steady", dsn, TASK]
+    running, outs = start_producers(command, rate, seconds, producers, env, tmp)
+    before = cpu_ticks()
+    sent = produced(running, outs)
+    return {**producer_figures(sent, seconds), "cpu": cpu_busy(before)}
 
 
 def steady(
@@ -202,6 +228,7 @@ def steady(
     try:
         wait_registered(dsn, procs)
         running, outs = start_producers(["steady", dsn, TASK], rate, seconds, producers, env, tmp)
+        before = cpu_ticks()
         counter = NotifyCounter(dsn)
         samples: list[tuple[float, float]] = []
         registered = 0
@@ -215,6 +242,7 @@ def steady(
                 samples.append((time.time(), float(row[0])))
                 registered += bool(row[1])
                 time.sleep(SAMPLE_EVERY)
+        busy = cpu_busy(before)
         notifications = counter.stop()
         sent = produced(running, outs)
         deadline = time.monotonic() + SETTLE
@@ -247,6 +275,7 @@ def steady(
         "registered": registered / max(1, len(samples)) * 100,
         "claims": during / (last - first) / WORKERS,
         "claims_after": after / AFTER / WORKERS,
+        "cpu": busy,
     }
 
 
@@ -269,6 +298,7 @@ FIGURES = {
     "registered": ("samples with a worker registered idle (%)", "{:.0f}"),
     "claims": ("claims/s per worker during the load", "{:,.0f}"),
     "claims_after": ("claims/s per worker, 2 s after the last job", "{:,.0f}"),
+    "cpu": ("CPU busy while the producers ran (% of all cores)", "{:.0f}"),
     "max": ("enqueue->start max (ms)", "{:.1f}"),
 }
 
@@ -303,9 +333,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     p.add_argument("--quiet-jobs", type=int, default=10)
     p.add_argument("--quiet-gap", type=float, default=2.0, help="seconds between quiet jobs")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument(
-        "--no-raw", dest="raw", action="store_false", help="leave out the raw INSERT ceiling"
-    )
+    p.add_argument("--no-raw", dest="raw", action="store_false", help="leave out the ceilings")
     p.add_argument("--tree", type=Path, action="append", default=[], help="another checkout")
     p.add_argument(
         "--allow-fsync-off", action="store_true", help="smoke tests: figures mean nothing"
@@ -327,11 +355,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
         envs = latency.environments(trees, Path(tmp))
         for run in range(args.runs):
             for rate in rates if args.raw else []:
-                figures = raw_ceiling(dsn, rate, args.seconds, args.producers, Path(tmp))
-                add(f"steady {rate:,.0f}", RAW, figures)
-                shown = ", ".join(f"{k} {v:,.1f}" for k, v in figures.items())
-                print(f"run {run + 1} raw INSERT steady {rate:,.0f}: {shown}", flush=True)
-            for name, env in envs.items():
+                for kind, column in CEILINGS.items():
+                    figures = ceiling(dsn, kind, rate, args.seconds, args.producers, Path(tmp))
+                    add(f"steady {rate:,.0f}", column, figures)
+                    shown = ", ".join(f"{k} {v:,.1f}" for k, v in figures.items())
+                    print(f"run {run + 1} {column} steady {rate:,.0f}: {shown}", flush=True)
+            # Checkouts alternate their order from run to run: none always runs on a warmer cache.
+            order = list(envs.items())
+            for name, env in order if run % 2 == 0 else order[::-1]:
                 for rate in rates:
                     figures = steady(dsn, env, rate, args.seconds, args.producers, Path(tmp))
                     add(f"steady {rate:,.0f}", name, figures)
@@ -349,7 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
                     add(f"quiet, a job every {args.quiet_gap:g} s", name, figures)
                     print(f"run {run + 1} {name} quiet: {figures}", flush=True)
         print()
-        print(table(results, [*trees, *([RAW] if args.raw else [])]), flush=True)
+        print(table(results, [*trees, *(CEILINGS.values() if args.raw else [])]), flush=True)
         print("BENCH-RESULT " + json.dumps(results), flush=True)
     return results
 
