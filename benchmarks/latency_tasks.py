@@ -3,6 +3,8 @@ the producer; and the sleeping tasks of `benchmarks.sleep_jobs`.
 
     PGQUEUE_DSN=... BENCH_STAGES_FILE=/tmp/stages pgq work benchmarks.latency_tasks:pgq
     python -m benchmarks.latency_tasks DSN TASK JOBS RATE OUT
+    python -m benchmarks.latency_tasks steady DSN TASK RATE SECONDS START_AT OUT
+    python -m benchmarks.latency_tasks raw DSN RATE SECONDS START_AT OUT
 
 The module imports nothing of the benchmarks package, so `benchmarks.latency` can run a copy of
 it against another checkout's pgqueue (``--tree``).
@@ -27,6 +29,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from pgqueue import PgQueue, current_job
@@ -151,8 +154,65 @@ def produce(dsn: str, task: str, jobs: int, rate: float) -> dict[int, tuple[floa
     return sent
 
 
+def _paced(
+    enqueue: Callable[[], int], rate: float, seconds: float, start_at: float
+) -> list[tuple[int, float, float]]:
+    """``enqueue`` at ``rate`` a second for ``seconds`` from ``start_at`` (wall clock: the
+    producers of `benchmarks.steady` start together, whenever their imports end), catching up
+    if late; one that falls behind sends fewer jobs, it does not run longer. [job id, sent,
+    returned] per call."""
+    sent: list[tuple[int, float, float]] = []
+    time.sleep(max(0.0, start_at - time.time()))
+    start = time.monotonic() - max(0.0, time.time() - start_at)
+    deadline = start + seconds
+    for i in range(int(rate * seconds)):
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        delay = start + i / rate - now
+        if delay > 0:
+            time.sleep(delay)
+        t0 = time.time()
+        job_id = enqueue()
+        sent.append((job_id, t0, time.time()))
+    return sent
+
+
+def produce_steady(
+    dsn: str, task: str, rate: float, seconds: float, start_at: float
+) -> list[tuple[int, float, float]]:
+    """One job per transaction with ``PgQueue.enqueue`` (see _paced)."""
+    with PgQueue(dsn, pool_size=1) as app:
+        app.enqueue_many([])  # open the pool before the clock starts
+        return _paced(lambda: int(app.enqueue(task, {})), rate, seconds, start_at)
+
+
+def produce_raw(
+    dsn: str, rate: float, seconds: float, start_at: float
+) -> list[tuple[int, float, float]]:
+    """A one-row INSERT per transaction into ``raw_steady`` (see _paced): the ceiling."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        insert = "INSERT INTO raw_steady (args) VALUES ('{}') RETURNING id"
+
+        def enqueue() -> int:
+            row = conn.execute(insert, prepare=True).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return _paced(enqueue, rate, seconds, start_at)
+
+
 if __name__ == "__main__":
-    dsn, task, jobs, rate, out = sys.argv[1:]
-    times = produce(dsn, task, int(jobs), float(rate))
+    if sys.argv[1] == "steady":
+        dsn, task, rate, seconds, start_at, out = sys.argv[2:]
+        result: Any = produce_steady(dsn, task, float(rate), float(seconds), float(start_at))
+    elif sys.argv[1] == "raw":
+        dsn, rate, seconds, start_at, out = sys.argv[2:]
+        result = produce_raw(dsn, float(rate), float(seconds), float(start_at))
+    else:
+        dsn, task, jobs, rate, out = sys.argv[1:]
+        result = produce(dsn, task, int(jobs), float(rate))
     with open(out, "w") as f:
-        json.dump(times, f)
+        json.dump(result, f)

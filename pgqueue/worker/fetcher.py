@@ -35,6 +35,7 @@ from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.db import TRANSIENT_ERRORS, Row, WorkerDB
 from pgqueue.worker.executor import Executor
+from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
 
 
@@ -93,6 +94,8 @@ class Fetcher(Service):
         self.listening: Callable[[], bool] = lambda: False
         #: Whether this worker is registered in idle_workers (see _go_idle).
         self._idle = _Idle.NO
+        #: Whether to poll instead of registering while work arrives fast (see linger.py).
+        self.linger = Linger()
         self._handshake_backoff = 0.0
         #: The main lane's claim while it is in flight (see run_once).
         self._main: asyncio.Future[tuple[list[Row], float | None, bool]] | None = None
@@ -140,6 +143,7 @@ class Fetcher(Service):
         claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
+            self.linger.claimed(claimed, full=True)
             if self._idle is not _Idle.NO:
                 # Busy: this worker claims as soon as a slot frees; producers need not notify.
                 await self.db.fetch("unregister_idle", self.params)
@@ -172,8 +176,15 @@ class Fetcher(Service):
             self._next_sleep = min(self.poll_interval, self.throttle_cap, max(0.005, wait))
             return
         self._throttle_backoff = 0.0
+        lingering = False
+        if not self.burst:
+            self.linger.claimed(claimed, full=False)
+            lingering = self.linger.active
         due, self._due = self._due, None  # read with an idle worker's claim (_claim_early)
-        if due is None:
+        if due is None and not (lingering and claimed):
+            # (A claim that found jobs while lingering: the next poll comes before any timer
+            # would, and claim_jobs skips its walk under flow control, so it would have found
+            # none.)
             due = await self.db.fetch("next_due", self.params)
         if due and due[0][1] and not self.flow:
             # Flow control applies (claim_jobs skipped its walk): claim the other way, now.
@@ -184,10 +195,19 @@ class Fetcher(Service):
             self.on_burst_done()
             self.stop()
             return
+        seconds = due[0][0] if due and due[0][0] is not None else None
+        if lingering:
+            if self._idle is not _Idle.NO:
+                # Producers need not notify for a worker that polls (linger.py).
+                await self.db.fetch("unregister_idle", self.params)
+                self._idle = _Idle.NO
+            self._next_sleep = min(self.poll_interval, self.linger.interval)
+            if seconds is not None:
+                self._next_sleep = min(self._next_sleep, max(0.0, float(seconds)))
+            return
         if not self.burst and self._idle is not _Idle.VERIFIED:
             await self._go_idle()
             return
-        seconds = due[0][0] if due and due[0][0] is not None else None
         self._next_sleep = (
             self.poll_interval
             if seconds is None
@@ -276,6 +296,13 @@ class Fetcher(Service):
         finally:
             self._ahead = None
             self._ahead_sent = False
+
+    def notified(self, pid: int | None) -> None:
+        """The listener passed on a notification for one of this worker's queues, sent by
+        backend ``pid`` (None: the listener just connected, and anything may have arrived)."""
+        if pid is not None:
+            self.linger.notified(pid)
+        self.wake()
 
     def outcomes_written(self, notified: bool) -> None:
         """The completer wrote outcomes of this worker's jobs, so their places under any limit

@@ -29,7 +29,7 @@ class Listener(Service):
         dsn: str,
         queues: list[str],
         *,
-        on_jobs: Callable[[], None],
+        on_jobs: Callable[[int | None], None],
         on_cancel: Callable[[int], None],
         health_interval: float = 10.0,
         probe_timeout: float = 3.0,
@@ -70,14 +70,14 @@ class Listener(Service):
                 return
             self.connected = True
             self.log.info("listening for notifications")
-            self.on_jobs()  # catch up on anything enqueued while we were not listening
+            self.on_jobs(None)  # catch up on anything enqueued while we were not listening
             while not self.stopping.is_set():
                 async for notify in conn.notifies(timeout=self.health_interval):
                     self.notifications += 1
                     if notify.channel == "pgqueue_cancel":
                         self.on_cancel(int(notify.payload))
                     elif notify.payload in self.queues:
-                        self.on_jobs()
+                        self.on_jobs(notify.pid)
                 await conn.execute(query("ping"))
         finally:
             self.connected = False

@@ -493,7 +493,7 @@ class Worker:
             listener = Listener(
                 settings.listen_dsn or dsn,
                 settings.queues,
-                on_jobs=fetcher.wake,
+                on_jobs=fetcher.notified,
                 on_cancel=self._cancel_requested,
                 application_name=application_name(settings.listen_dsn or dsn, "listener", self.id),
             )

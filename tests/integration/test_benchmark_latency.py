@@ -1,12 +1,12 @@
-"""The latency, single-enqueue and sleeping-jobs benchmarks run end to end (tiny sizes, the
-suite's server, whose fsync is off: the figures mean nothing). Figures are never asserted,
-only that every step produced one."""
+"""The latency, single-enqueue, sleeping-jobs and steady-load benchmarks run end to end (tiny
+sizes, the suite's server, whose fsync is off: the figures mean nothing). Figures are never
+asserted, only that every step produced one."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import enqueue_single, latency, sleep_jobs
+from benchmarks import enqueue_single, latency, sleep_jobs, steady
 
 pytestmark = pytest.mark.slow
 
@@ -40,3 +40,14 @@ def test_sleep_jobs_and_single_enqueue_produce_figures(pg_server):
     )
     assert {variant for variant, _ in figures} == {"raw", "jobs INSERT", "PgQueue.enqueue this"}
     assert all(values[0] > 0 for values in figures.values())
+
+
+def test_steady_load_produces_every_figure(pg_server):
+    # (The idle-latency parts are latency.run_once, run by the test above.)
+    args = ["--rates", "100", "--seconds", "1", "--producers", "2", "--latency-jobs", "0"]
+    only = ["--quiet-jobs", "0", "--no-raw", "--runs", "1", "--allow-fsync-off"]
+    results = steady.main(["--dsn", pg_server.admin_dsn, *args, *only])
+    (load,) = results.values()
+    assert set(load) == set(steady.FIGURES) - {"max"}
+    assert load["reached"][0] > 0
+    assert load["p50"][0] > 0
