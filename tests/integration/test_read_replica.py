@@ -42,7 +42,9 @@ def dsns(pair: Pair) -> Iterator[tuple[str, str]]:
             pgq.enqueue("replica.task", {"n": n}, queue="reads")
         with psycopg.connect(primary, autocommit=True) as conn:
             lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-        with psycopg.connect(standby, autocommit=True) as conn:
+        # The standby's own maintenance database: the new one exists there only once the
+        # standby replayed its creation, which this waits for.
+        with psycopg.connect(pair.standby.dsn("postgres"), autocommit=True) as conn:
             wait_for(
                 lambda: conn.execute(
                     "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)
@@ -55,7 +57,7 @@ def dsns(pair: Pair) -> Iterator[tuple[str, str]]:
     try:
         yield primary, standby
     finally:
-        with psycopg.connect(standby, autocommit=True) as conn:
+        with psycopg.connect(pair.standby.dsn("postgres"), autocommit=True) as conn:
             conn.execute("SELECT pg_wal_replay_resume()")
 
 
