@@ -15,7 +15,10 @@ statements' own work (indexes, constraints, triggers) rather than the disk's flu
   single enqueue (``PgQueue.spec`` of a plain job: option checks and defaults), timed in a
   subprocess in each tree.
 
-Prints each figure's median with min and max over the rounds.
+Prints each figure's median with min and max over the rounds. The statements are this tree's,
+so they must run on both revisions: later migrations change ``insert_job`` (0013's metadata
+and tags, 0015's fair queues), and the figures in docs/benchmarks.md come from the checkout
+that added 0014 (``git worktree add ../at-0014 a6ef8df``).
 """
 
 from __future__ import annotations
