@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pgqueue import schedules as cron
-from pgqueue.db import flow_plans
+from pgqueue.db import flow_plans, schedule_plans
 from pgqueue.db.plan import Plan
 from pgqueue.flow import DeclaredLimits
 
@@ -48,4 +47,4 @@ def declarations(app: Declaring) -> Plan[None]:
         },
         {t.name: t.circuit_breaker for t in tasks if t.circuit_breaker is not None},
     )
-    yield from cron.save(list(app.schedules.values()), from_code=True)
+    yield from schedule_plans.save(list(app.schedules.values()), from_code=True)
