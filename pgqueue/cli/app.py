@@ -33,6 +33,7 @@ from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue
 from pgqueue.db import embedded
 from pgqueue.db import migrate as migrations
+from pgqueue.db.embedded import resolve_dsn
 from pgqueue.errors import InvalidJobError
 
 app = typer.Typer(
@@ -97,7 +98,7 @@ def _root(
 def db_url(dsn: DsnOption = None) -> None:
     """Print the DSN in use (starting the embedded server if needed): psql "$(pgq db url)"."""
     with friendly_errors():
-        typer.echo(config.resolve_dsn(dsn))
+        typer.echo(resolve_dsn(dsn))
 
 
 @db_app.command("stop", epilog=example("pgq db stop"))
@@ -118,7 +119,7 @@ def db_status(dsn: DsnOption = None) -> None:
                 f"embedded server: {'running' if embedded.is_running() else 'stopped'} "
                 f"(data in {embedded.data_dir()})"
             )
-        url = config.resolve_dsn(dsn)
+        url = resolve_dsn(dsn)
         current = migrations.current_revision(url)
         head = migrations.head_revision()
         typer.echo(f"schema version: {current or 'not installed'} (newest: {head})")
@@ -168,7 +169,7 @@ def migrate(
                     migrations.upgrade_sql(revision, from_revision, transaction=transaction)
                 )
                 return
-            url = config.resolve_dsn(dsn)
+            url = resolve_dsn(dsn)
             migrations.upgrade(url, revision)
             typer.echo(f"pgqueue schema at {migrations.current_revision(url)}")
         except Exception as exc:

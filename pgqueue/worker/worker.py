@@ -54,8 +54,9 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import logs
 from pgqueue._version import __version__
 from pgqueue.batch import BatchTask
-from pgqueue.config import configured_dsn, resolve_dsn
+from pgqueue.config import configured_dsn
 from pgqueue.db import plan as plans
+from pgqueue.db.embedded import resolve_dsn
 from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError
 from pgqueue.job_context import ClaimedJob
