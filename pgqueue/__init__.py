@@ -7,7 +7,7 @@ Jobs are rows in ``pgqueue.jobs``: enqueue them inside your own transactions, ru
 from pgqueue._version import __version__
 from pgqueue.batch import BatchTask, Item
 from pgqueue.client import PgQueue
-from pgqueue.enqueue import JobId, JobSpec
+from pgqueue.db.enqueue_plans import JobId, JobSpec
 from pgqueue.errors import (
     CommitOutcomeUnknown,
     ConfigurationError,

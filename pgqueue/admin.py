@@ -11,8 +11,8 @@ from typing import Any, Literal, NamedTuple, TypedDict
 
 from psycopg.rows import class_row, dict_row
 
+from pgqueue.db.enqueue_plans import check_limit
 from pgqueue.db.plan import Plan, fetch_all, fetch_one, fetch_value, fetch_values
-from pgqueue.enqueue import check_limit
 from pgqueue.errors import InvalidJobError
 
 CancelResult = Literal["cancelled", "cancelling", "not_found"]

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from pgqueue.db.enqueue_plans import JobId, JobSpec, spec_template, with_args
 from pgqueue.dedupe import check_argument_names
-from pgqueue.enqueue import JobId, JobSpec, spec_template, with_args
 from pgqueue.errors import ConfigurationError, InvalidJobError
 from pgqueue.options import (
     DEFAULTS,

@@ -41,7 +41,7 @@ from pgqueue._version import __version__
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from pgqueue.enqueue import JobSpec
+    from pgqueue.db.enqueue_plans import JobSpec
     from pgqueue.job_context import ClaimedJob
     from pgqueue.worker.outcome import Outcome
 

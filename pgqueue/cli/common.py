@@ -16,8 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from pgqueue import config, enqueue, options
+from pgqueue import config, options
 from pgqueue.client import PgQueue
+from pgqueue.db import enqueue_plans as enqueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
 from pgqueue.inspect import json_default

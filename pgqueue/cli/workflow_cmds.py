@@ -21,7 +21,7 @@ from pgqueue.cli.common import (
     open_queue,
     print_rows,
 )
-from pgqueue.workflow.inspect import WORKFLOW_COLUMNS
+from pgqueue.db.workflow_views import WORKFLOW_COLUMNS
 
 workflow_app = typer.Typer(
     help="Workflows: chains, groups, chords and DAGs.",

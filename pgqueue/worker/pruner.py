@@ -17,8 +17,8 @@ from typing import TypeVar
 from pgqueue import retention
 from pgqueue.db import flow_plans
 from pgqueue.db.plan import Plan, Query
-from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.service import Service
+from pgqueue.worker.store import WorkerDB
 
 T = TypeVar("T")
 

@@ -65,7 +65,6 @@ from pgqueue.payload import check_name
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
-from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, application_name
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
@@ -76,6 +75,7 @@ from pgqueue.worker.pruner import Pruner
 from pgqueue.worker.reaper import Reaper
 from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import RetryDelay, Service
+from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerDB, application_name
 from pgqueue.worker.transactions import WorkerTransactions
 from pgqueue.worker.watchdog import LoopWatchdog
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from pgqueue import ConfigurationError, PgQueue
+from pgqueue.db.enqueue_plans import make_spec
 from pgqueue.dedupe import derived_key
-from pgqueue.enqueue import make_spec
 from pgqueue.errors import InvalidJobError
 
 

@@ -17,8 +17,8 @@ from pgqueue import (
     RetryPolicy,
 )
 from pgqueue.cli.work_options import parse_concurrency
+from pgqueue.db.enqueue_plans import make_spec
 from pgqueue.declarations import declarations
-from pgqueue.enqueue import make_spec
 from pgqueue.job_context import ClaimedJob
 from pgqueue.schedules import Schedule, next_tick, plan_ticks
 from pgqueue.worker.completer import Completer

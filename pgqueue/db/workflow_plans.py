@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
+from pgqueue.db.enqueue_plans import JOB_COLUMNS, JobId, JobSpec, _columns, due_at, job_row
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_one, fetch_value
-from pgqueue.enqueue import JOB_COLUMNS, JobId, JobSpec, _columns, due_at, job_row
 from pgqueue.errors import InvalidJobError, JobNotFoundError
 from pgqueue.workflow.builders import Compiled, FailureStep, NodeSpec
 

@@ -248,7 +248,7 @@ def enqueue_one(spec: JobSpec) -> Plan[JobId]:
     through the workflow plan: both need one transaction (``spec.needs_transaction``).
     """
     if spec.depends_on:
-        from pgqueue.workflow.plan import enqueue_dependents
+        from pgqueue.db.workflow_plans import enqueue_dependents
 
         ids = yield from enqueue_dependents([spec])
         return ids[0]
@@ -304,7 +304,7 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     if not specs:
         return []
     if any(spec.depends_on for spec in specs):
-        from pgqueue.workflow.plan import enqueue_dependents
+        from pgqueue.db.workflow_plans import enqueue_dependents
 
         return (yield from enqueue_dependents(specs))
     per_queue: dict[str, int] = {}

@@ -8,8 +8,8 @@ from typing import Any, NamedTuple
 
 from psycopg.rows import class_row
 
+from pgqueue.db.enqueue_plans import check_limit
 from pgqueue.db.plan import Plan, fetch_all, fetch_first
-from pgqueue.enqueue import check_limit
 from pgqueue.errors import InvalidJobError, WorkflowNotFoundError
 
 
