@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from pgqueue.db.enqueue_plans import JobId, JobSpec, spec_template, with_args
 from pgqueue.dedupe import check_argument_names
 from pgqueue.errors import ConfigurationError, InvalidJobError
+from pgqueue.job_specs import JobId, JobSpec, spec_template, with_args
 from pgqueue.options import (
     DEFAULTS,
     JOB_DEFAULT_NAMES,

@@ -18,7 +18,6 @@ from rich.text import Text
 
 from pgqueue import config, options
 from pgqueue.client import PgQueue
-from pgqueue.db import enqueue_plans as enqueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
 from pgqueue.inspect import json_default
@@ -51,7 +50,6 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 # Ranges of numeric options (checked by in_range): out of range is a usage error naming the
 # option and the range, not a database error (LIMIT -1) or an overflow (an id past bigint).
-MAX_ROWS = enqueue.MAX_ROWS  # what the API accepts too
 MAX_BATCH = 100_000
 MAX_JOB_ID = options.MAX_JOB_ID
 

@@ -14,7 +14,6 @@ from pgqueue import inspect, ops, search
 from pgqueue.cli import search_cmd
 from pgqueue.cli.common import (
     MAX_JOB_ID,
-    MAX_ROWS,
     DsnOption,
     JsonOption,
     ReadDsnOption,
@@ -28,6 +27,7 @@ from pgqueue.cli.common import (
     with_reader,
 )
 from pgqueue.client import PgQueue
+from pgqueue.job_specs import MAX_ROWS
 
 jobs_app = typer.Typer(
     help="Jobs: list live ones, search all of them (live, finished, dead), inspect one.",

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pgqueue.db.enqueue_plans import JobSpec
 from pgqueue.errors import InvalidJobError
+from pgqueue.job_specs import JobSpec
 from pgqueue.options import (
     MAX_META_BYTES,
     check_meta,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from pgqueue import ConfigurationError, PgQueue
-from pgqueue.db.enqueue_plans import make_spec
 from pgqueue.dedupe import derived_key
 from pgqueue.errors import InvalidJobError
+from pgqueue.job_specs import make_spec
 
 
 def spec(options, defaults=None, args=None):

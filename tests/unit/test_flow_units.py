@@ -17,9 +17,9 @@ from pgqueue import (
     RetryPolicy,
 )
 from pgqueue.cli.work_options import parse_concurrency
-from pgqueue.db.enqueue_plans import make_spec
 from pgqueue.declarations import declarations
 from pgqueue.job_context import ClaimedJob
+from pgqueue.job_specs import make_spec
 from pgqueue.schedules import Schedule, next_tick, plan_ticks
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.outcome import Outcome
