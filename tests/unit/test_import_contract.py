@@ -55,17 +55,19 @@ LAYERS: dict[str, str] = {
             *("pgqueue._version", "pgqueue.errors", "pgqueue.durations", "pgqueue.config"),
             *("pgqueue.payload", "pgqueue.options", "pgqueue.dedupe", "pgqueue.retry"),
             *("pgqueue.flow", "pgqueue.schedules", "pgqueue.job_specs", "pgqueue.progress"),
-            *("pgqueue.job_context", "pgqueue.logs", "pgqueue.log_queue", "pgqueue.tracing"),
-            *("pgqueue.gc_pause", "pgqueue.tasks", "pgqueue.batch", "pgqueue.workflow"),
+            *("pgqueue.tracing", "pgqueue.gc_pause", "pgqueue.tasks", "pgqueue.workflow"),
         ),
         "pure",
     ),
-    # The database: connections, named queries, plans and what drives them.
+    # The database: connections, named queries, plans and what drives them; and what a running
+    # handler holds (its context opens ctx.transaction(), so it and what reads it live here).
     **dict.fromkeys(
         (
             *("pgqueue.db", "pgqueue.admin", "pgqueue.ops", "pgqueue.inspect", "pgqueue.search"),
             *("pgqueue.results", "pgqueue.results_listener", "pgqueue.retention"),
             *("pgqueue.declarations", "pgqueue.roles", "pgqueue.alembic"),
+            *("pgqueue.job_transaction", "pgqueue.job_context", "pgqueue.batch"),
+            *("pgqueue.logs", "pgqueue.log_queue"),
         ),
         "db",
     ),
