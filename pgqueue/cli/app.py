@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from pgqueue import config
 from pgqueue._version import __version__
-from pgqueue.cli import control, dashboard_cmd, ops, roles, worker_cmds
+from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
@@ -65,6 +65,7 @@ app.command("cancel", epilog=example("pgq cancel 1042 1043"))(control.cancel)
 app.command("pause", epilog=example("pgq pause emails"))(control.pause)
 app.command("resume", epilog=example("pgq resume emails"))(control.resume)
 ops.register(app)
+jobs.register(app)
 app.command("dashboard", epilog=example("pgq dashboard --host 0.0.0.0 --token s3cret --read-only"))(
     dashboard_cmd.dashboard
 )

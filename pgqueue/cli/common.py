@@ -174,3 +174,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value)
     return str(value)
+
+
+def dump_json(data: Any) -> None:
+    """``data`` as indented JSON on stdout (``--json``)."""
+    sys.stdout.write(json.dumps(data, default=json_default, indent=2) + "\n")
