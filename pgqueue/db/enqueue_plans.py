@@ -166,7 +166,7 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     if keyed:
         yield from _insert_keyed(keyed, result)
     if moded:
-        written = yield Query("enqueue_jobs_in_order", _modedcolumns(moded))
+        written = yield Query("enqueue_jobs_in_order", _moded_columns(moded))
         for (index, _, _), (job_id, created, replaced) in zip(moded, written, strict=True):
             result[index] = JobId(job_id, created, replaced)
     for index, key in repeats:
@@ -265,7 +265,7 @@ def _insert_keyed(
             )
 
 
-def _modedcolumns(moded: Sequence[tuple[int, JobSpec, datetime]]) -> dict[str, list[Any]]:
+def _moded_columns(moded: Sequence[tuple[int, JobSpec, datetime]]) -> dict[str, list[Any]]:
     """The parameters of enqueue_jobs_in_order: one array per enqueue_job argument."""
     specs = [spec for _, spec, _ in moded]
     return {
