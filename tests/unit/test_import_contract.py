@@ -4,6 +4,7 @@ the migration tooling (those load when used). Measured in a fresh interpreter.""
 from __future__ import annotations
 
 import ast
+import graphlib
 import json
 import subprocess
 import sys
@@ -162,6 +163,17 @@ def test_every_module_has_a_layer():
 
 def test_layers_point_one_way():
     assert [problem for path in MODULES for problem in _problems(path)] == []
+
+
+def test_no_import_cycles():
+    """Within a layer too: an import placed in a function so that two modules can import each
+    other is a cycle all the same (graphlib names it)."""
+    graph = {}
+    for path in MODULES:
+        module = _module(path)
+        imported = imports_of(path.read_text(), module, package=path.name == "__init__.py")
+        graph[module] = imported - {module}
+    graphlib.TopologicalSorter(graph).prepare()  # raises CycleError
 
 
 def test_the_check_sees_upward_imports():
