@@ -94,8 +94,8 @@ async def sleep_async(seconds: float, batch: int = 0) -> None:
 
 
 def _instrument() -> None:
-    from pgqueue.worker.db import WorkerDB
     from pgqueue.worker.fetcher import Fetcher
+    from pgqueue.worker.store import WorkerDB
 
     wake, run_once, fetch = Fetcher.wake, Fetcher.run_once, WorkerDB.fetch
     early: Any = getattr(WorkerDB, "before_commit", None)  # a base without it: None

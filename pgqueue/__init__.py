@@ -7,7 +7,6 @@ Jobs are rows in ``pgqueue.jobs``: enqueue them inside your own transactions, ru
 from pgqueue._version import __version__
 from pgqueue.batch import BatchTask, Item
 from pgqueue.client import PgQueue
-from pgqueue.enqueue import JobId, JobSpec
 from pgqueue.errors import (
     CommitOutcomeUnknown,
     ConfigurationError,
@@ -34,6 +33,7 @@ from pgqueue.errors import (
 )
 from pgqueue.flow import UNSET, CircuitBreaker, RateLimit
 from pgqueue.job_context import JobContext, current_job
+from pgqueue.job_specs import JobId, JobSpec
 from pgqueue.retry import ConstantBackoff, ExponentialBackoff, RetryPolicy
 from pgqueue.schedules import Schedule
 from pgqueue.tasks import JobCall, Task

@@ -12,8 +12,8 @@ from typing import Any, Literal, NamedTuple, TypedDict
 from psycopg.rows import class_row, dict_row
 
 from pgqueue.db.plan import Plan, fetch_all, fetch_one, fetch_value, fetch_values
-from pgqueue.enqueue import check_limit
 from pgqueue.errors import InvalidJobError
+from pgqueue.job_specs import check_row_limit
 
 CancelResult = Literal["cancelled", "cancelling", "not_found"]
 
@@ -90,7 +90,7 @@ def job_progress(job_id: int) -> Plan[Any]:
 
 def list_dead_letters(filters: DeadLetterFilter, limit: int = 100) -> Plan[list[dict[str, Any]]]:
     # Checked here, not in the plan's body: bad input is refused before any connection.
-    return _list_dead_letters(where(filters), check_limit(limit))
+    return _list_dead_letters(where(filters), check_row_limit(limit))
 
 
 def _list_dead_letters(params: dict[str, Any], limit: int) -> Plan[list[dict[str, Any]]]:

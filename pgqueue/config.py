@@ -1,8 +1,9 @@
-"""Settings shared by the library, the CLI and the tests.
+"""Settings shared by the library, the CLI and the tests: defaults, and the DSN configured.
 
 DSN resolution is the same everywhere: an explicit ``dsn`` argument (``--dsn`` on the CLI), else
 ``PGQUEUE_DSN``, else ``DATABASE_URL``, else the embedded PostgreSQL server that pgqueue starts on
-demand in a per-user data directory (see :mod:`pgqueue.db.embedded`).
+demand in a per-user data directory (:func:`pgqueue.db.embedded.resolve_dsn`; this module only
+reads and checks what is configured).
 """
 
 from __future__ import annotations
@@ -79,13 +80,3 @@ def normalize_dsn(dsn: str, source: str = "DSN") -> str:
             f"{source} is not a valid PostgreSQL DSN ({reason}); expected {ACCEPTED_DSNS}"
         ) from None
     return dsn
-
-
-def resolve_dsn(explicit: str | None = None) -> str:
-    """The DSN to connect to, starting the embedded server when nothing is configured."""
-    dsn = configured_dsn(explicit)
-    if dsn is not None:
-        return dsn
-    from pgqueue.db import embedded
-
-    return embedded.ensure_running()

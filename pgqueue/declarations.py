@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pgqueue import flow
-from pgqueue import schedules as cron
+from pgqueue.db import flow_plans, schedule_plans
 from pgqueue.db.plan import Plan
+from pgqueue.flow import DeclaredLimits
 
 if TYPE_CHECKING:
     from pgqueue.schedules import Schedule
@@ -29,12 +29,12 @@ class Declaring(Protocol):
 
 def declarations(app: Declaring) -> Plan[None]:
     """Write what ``app`` declares; rows written before from code that it no longer declares
-    are cleared, operators' rows are left alone (see :func:`flow.sync_task_declarations`)."""
+    are cleared, operators' rows are left alone (see :func:`flow_plans.sync_task_declarations`)."""
     tasks = app.tasks.values()
-    yield from flow.sync_task_declarations(
+    yield from flow_plans.sync_task_declarations(
         sorted(app.tasks),
         {
-            t.name: flow.DeclaredLimits(
+            t.name: DeclaredLimits(
                 t.concurrency_limit,
                 # Jobs with a concurrency key run one at a time per key unless the task says
                 # otherwise; keys from limit_by are partitions, limited only as declared.
@@ -47,4 +47,4 @@ def declarations(app: Declaring) -> Plan[None]:
         },
         {t.name: t.circuit_breaker for t in tasks if t.circuit_breaker is not None},
     )
-    yield from cron.save(list(app.schedules.values()), from_code=True)
+    yield from schedule_plans.save(list(app.schedules.values()), from_code=True)

@@ -16,8 +16,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pgqueue import search
-from pgqueue.client import PgQueue
-from pgqueue.db.plan import Plan, fetch_all, fetch_first
+from pgqueue.db.plan import Plan, Runner, fetch_all, fetch_first
 from pgqueue.errors import InvalidJobError
 from pgqueue.options import check_meta, check_tags
 from pgqueue.search import JobFilter, SearchPage
@@ -139,13 +138,13 @@ FAILURE_COLUMNS = RecentFailure._fields
 THROUGHPUT_COLUMNS = Throughput._fields
 
 
-def queue_stats(pgq: PgQueue) -> list[dict[str, Any]]:
+def queue_stats(pgq: Runner) -> list[dict[str, Any]]:
     """``pgqueue.queue_stats``: one row per queue."""
     return pgq.run(_dicts("queue_stats", QueueStats))
 
 
 def jobs(
-    pgq: PgQueue,
+    pgq: Runner,
     *,
     queue: str | None = None,
     state: str | None = None,
@@ -171,7 +170,7 @@ def jobs(
     return pgq.run(_dicts("list_jobs", LiveJob, params))
 
 
-def find_job(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
+def find_job(pgq: Runner, job_id: int) -> dict[str, Any] | None:
     """Every column of one job, from wherever it is: ``place`` is live, dead or history."""
     found = pgq.run(fetch_first("find_job", {"id": job_id}, row=class_row(search.FoundJob)))
     if found is None:
@@ -215,7 +214,7 @@ def job_filter(
 
 
 def search_jobs(
-    pgq: PgQueue,
+    pgq: Runner,
     *,
     limit: int = 50,
     after: str | None = None,
@@ -234,7 +233,7 @@ def search_jobs(
 
 
 async def search_jobs_async(
-    pgq: PgQueue,
+    pgq: Runner,
     *,
     limit: int = 50,
     after: str | None = None,
@@ -249,7 +248,7 @@ async def search_jobs_async(
         raise search.timed_out(timeout) from None
 
 
-def job_detail(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
+def job_detail(pgq: Runner, job_id: int) -> dict[str, Any] | None:
     """Everything about one job: its row wherever it is (``place``, ``state``, ``args``,
     ``errors`` with every attempt's traceback), its ``workflow`` (parents and dependents with
     their states; None outside a workflow) and the ``actions`` its state allows. None when no
@@ -257,27 +256,27 @@ def job_detail(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
     return pgq.run(search.job_detail(job_id))
 
 
-async def job_detail_async(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
+async def job_detail_async(pgq: Runner, job_id: int) -> dict[str, Any] | None:
     """The async twin of :func:`job_detail`."""
     return await pgq.run_async(search.job_detail(job_id))
 
 
-def running_jobs(pgq: PgQueue, limit: int = 100) -> list[dict[str, Any]]:
+def running_jobs(pgq: Runner, limit: int = 100) -> list[dict[str, Any]]:
     """``pgqueue.running_jobs``: what runs where, and how much lease it has left."""
     return pgq.run(_dicts("list_running_jobs", RunningJob, {"limit": limit}))
 
 
-def workers(pgq: PgQueue, *, include_stopped: bool = False) -> list[dict[str, Any]]:
+def workers(pgq: Runner, *, include_stopped: bool = False) -> list[dict[str, Any]]:
     """``pgqueue.worker_status``: worker processes (running and lost; stopped ones on request)."""
     return pgq.run(_dicts("list_workers", WorkerStatus, {"all": include_stopped}))
 
 
-def recent_failures(pgq: PgQueue) -> list[dict[str, Any]]:
+def recent_failures(pgq: Runner) -> list[dict[str, Any]]:
     """``pgqueue.recent_failures``: failures over the last hour by queue and task."""
     return pgq.run(_dicts("list_recent_failures", RecentFailure))
 
 
-def throughput(pgq: PgQueue) -> list[dict[str, Any]]:
+def throughput(pgq: Runner) -> list[dict[str, Any]]:
     """``pgqueue.throughput``: finished jobs per minute and queue over the last hour."""
     return pgq.run(_dicts("list_throughput", Throughput))
 

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pgqueue import admin
-from pgqueue.client import PgQueue
-from pgqueue.db.plan import Plan, fetch_value, fetch_values
+from pgqueue.db.plan import Plan, Runner, fetch_value, fetch_values
 from pgqueue.errors import InvalidJobError
 
 
@@ -31,7 +30,7 @@ def _retry(ids: list[int]) -> Plan[RetryResult]:
     return RetryResult(sorted(made_ready), sorted(replayed))
 
 
-def retry(pgq: PgQueue, job_ids: Sequence[int]) -> RetryResult:
+def retry(pgq: Runner, job_ids: Sequence[int]) -> RetryResult:
     """Run jobs again now: a waiting job (retry backoff, scheduled) becomes ready at once; a
     dead letter is replayed with fresh attempts. Running and unknown jobs are left alone."""
     ids = sorted({int(i) for i in job_ids})
@@ -49,7 +48,7 @@ def _purge(dead: bool, queue: str | None, task: str | None, dry_run: bool) -> Pl
 
 
 def purge(
-    pgq: PgQueue,
+    pgq: Runner,
     *,
     queue: str | None = None,
     task: str | None = None,

@@ -40,6 +40,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first
+from pgqueue.durations import parse_duration
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
 from pgqueue.options import MAX_JOB_ID, check_meta, check_tags
 
@@ -341,8 +342,6 @@ def _merged(streams: Iterable[list[dict[str, Any]]], limit: int) -> Iterable[dic
 def parse_time(value: str) -> datetime:
     """A time as operators type it: ISO 8601 (no offset means UTC) or an age ("30m", "2h",
     "7d": that long ago). InvalidJobError says which forms are accepted."""
-    from pgqueue.durations import parse_duration
-
     try:
         return datetime.now(UTC) - timedelta(seconds=parse_duration(value))
     except (ValueError, OverflowError):

@@ -22,8 +22,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pgqueue.dedupe import check_argument_names
-from pgqueue.enqueue import JobId, JobSpec, spec_template, with_args
 from pgqueue.errors import ConfigurationError, InvalidJobError
+from pgqueue.job_specs import JobId, JobSpec, spec_template, with_args
 from pgqueue.options import (
     DEFAULTS,
     JOB_DEFAULT_NAMES,

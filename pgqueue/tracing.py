@@ -41,8 +41,8 @@ from pgqueue._version import __version__
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from pgqueue.enqueue import JobSpec
     from pgqueue.job_context import ClaimedJob
+    from pgqueue.job_specs import JobSpec
     from pgqueue.worker.outcome import Outcome
 
 T = TypeVar("T")

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from pgqueue import config
 from pgqueue._version import __version__
-from pgqueue.cli import dashboard_cmd, jobs, ops, roles, worker_cmds
+from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
@@ -33,6 +33,7 @@ from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue
 from pgqueue.db import embedded
 from pgqueue.db import migrate as migrations
+from pgqueue.db.embedded import resolve_dsn
 from pgqueue.errors import InvalidJobError
 
 app = typer.Typer(
@@ -60,10 +61,11 @@ app.command(
     "work", epilog=example("pgq work myapp.tasks:pgq --queue emails,reports --concurrency 4:32")
 )(worker_cmds.work)
 app.command("reaper", epilog=example("pgq reaper --interval 10s"))(worker_cmds.reaper)
-app.command("cancel", epilog=example("pgq cancel 1042 1043"))(jobs.cancel)
-app.command("pause", epilog=example("pgq pause emails"))(jobs.pause)
-app.command("resume", epilog=example("pgq resume emails"))(jobs.resume)
+app.command("cancel", epilog=example("pgq cancel 1042 1043"))(control.cancel)
+app.command("pause", epilog=example("pgq pause emails"))(control.pause)
+app.command("resume", epilog=example("pgq resume emails"))(control.resume)
 ops.register(app)
+jobs.register(app)
 app.command("dashboard", epilog=example("pgq dashboard --host 0.0.0.0 --token s3cret --read-only"))(
     dashboard_cmd.dashboard
 )
@@ -97,7 +99,7 @@ def _root(
 def db_url(dsn: DsnOption = None) -> None:
     """Print the DSN in use (starting the embedded server if needed): psql "$(pgq db url)"."""
     with friendly_errors():
-        typer.echo(config.resolve_dsn(dsn))
+        typer.echo(resolve_dsn(dsn))
 
 
 @db_app.command("stop", epilog=example("pgq db stop"))
@@ -118,7 +120,7 @@ def db_status(dsn: DsnOption = None) -> None:
                 f"embedded server: {'running' if embedded.is_running() else 'stopped'} "
                 f"(data in {embedded.data_dir()})"
             )
-        url = config.resolve_dsn(dsn)
+        url = resolve_dsn(dsn)
         current = migrations.current_revision(url)
         head = migrations.head_revision()
         typer.echo(f"schema version: {current or 'not installed'} (newest: {head})")
@@ -168,7 +170,7 @@ def migrate(
                     migrations.upgrade_sql(revision, from_revision, transaction=transaction)
                 )
                 return
-            url = config.resolve_dsn(dsn)
+            url = resolve_dsn(dsn)
             migrations.upgrade(url, revision)
             typer.echo(f"pgqueue schema at {migrations.current_revision(url)}")
         except Exception as exc:

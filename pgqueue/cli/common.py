@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from pgqueue import config, enqueue, options
+from pgqueue import config, options
 from pgqueue.client import PgQueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
@@ -50,7 +50,6 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 # Ranges of numeric options (checked by in_range): out of range is a usage error naming the
 # option and the range, not a database error (LIMIT -1) or an overflow (an id past bigint).
-MAX_ROWS = enqueue.MAX_ROWS  # what the API accepts too
 MAX_BATCH = 100_000
 MAX_JOB_ID = options.MAX_JOB_ID
 
@@ -175,3 +174,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value)
     return str(value)
+
+
+def dump_json(data: Any) -> None:
+    """``data`` as indented JSON on stdout (``--json``)."""
+    sys.stdout.write(json.dumps(data, default=json_default, indent=2) + "\n")

@@ -12,7 +12,6 @@ from typing import Annotated
 
 import typer
 
-from pgqueue import config, pgcron
 from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
@@ -21,6 +20,8 @@ from pgqueue.cli.common import (
     print_rows,
     with_app,
 )
+from pgqueue.db import pg_cron
+from pgqueue.db.embedded import resolve_dsn
 
 cron_app = typer.Typer(
     help="Cron schedules (list, pause, resume, delete) and the pg_cron reaper.",
@@ -93,7 +94,7 @@ def install_reaper(
 ) -> None:
     """Schedule pgqueue.reap() in pg_cron, so expired leases are recovered without any worker."""
     with friendly_errors():
-        job = pgcron.install_reaper(config.resolve_dsn(dsn), schedule, name)
+        job = pg_cron.install_reaper(resolve_dsn(dsn), schedule, name)
     if as_json:
         typer.echo(json.dumps(asdict(job)))
     else:
@@ -107,5 +108,5 @@ def install_reaper(
 def uninstall_reaper(name: NameOpt = None, dsn: DsnOption = None) -> None:
     """Remove the reaper's pg_cron job."""
     with friendly_errors():
-        removed = pgcron.uninstall_reaper(config.resolve_dsn(dsn), name)
+        removed = pg_cron.uninstall_reaper(resolve_dsn(dsn), name)
     typer.echo("pg_cron job removed" if removed else "no such pg_cron job")

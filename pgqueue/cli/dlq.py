@@ -11,7 +11,6 @@ import typer
 from pgqueue.cli.common import (
     MAX_BATCH,
     MAX_JOB_ID,
-    MAX_ROWS,
     DsnOption,
     JsonOption,
     console,
@@ -22,6 +21,7 @@ from pgqueue.cli.common import (
 )
 from pgqueue.client import PgQueue
 from pgqueue.errors import InvalidJobError
+from pgqueue.job_specs import MAX_ROWS
 
 dlq_app = typer.Typer(
     help="Dead letters: jobs that failed for good.",

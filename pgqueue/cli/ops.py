@@ -1,26 +1,21 @@
-"""Operator commands: ``pgq status``, ``pgq jobs list/show``, ``pgq workers``, ``pgq retry``,
-``pgq purge``. Each parses arguments and calls :mod:`pgqueue.inspect` or :mod:`pgqueue.ops`."""
+"""Operator commands: ``pgq status``, ``pgq workers``, ``pgq retry``, ``pgq purge``. Each parses
+arguments and calls :mod:`pgqueue.inspect` or :mod:`pgqueue.ops`."""
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from pgqueue import inspect, ops, search
-from pgqueue.cli import search_cmd
+from pgqueue import inspect, ops
 from pgqueue.cli.common import (
     MAX_JOB_ID,
-    MAX_ROWS,
     DsnOption,
     JsonOption,
     ReadDsnOption,
     console,
+    dump_json,
     example,
-    friendly_errors,
     in_range,
     open_queue,
     print_rows,
@@ -28,12 +23,6 @@ from pgqueue.cli.common import (
     with_reader,
 )
 from pgqueue.client import PgQueue
-
-jobs_app = typer.Typer(
-    help="Jobs: list live ones, search all of them (live, finished, dead), inspect one.",
-    epilog=example("pgq jobs list --state running"),
-    no_args_is_help=True,
-)
 
 
 def status(
@@ -55,7 +44,7 @@ def status(
 
     data = with_reader(dsn, read_dsn, read)
     if as_json:
-        _dump(data)
+        dump_json(data)
         return
     print_rows(data["queues"], inspect.QUEUE_STATS_COLUMNS, as_json=False, title="queues")
     w = data["workers"]
@@ -64,83 +53,6 @@ def status(
         + (f", [red]{w['lost']} lost[/red]" if w["lost"] else ""),
         highlight=False,
     )
-
-
-def jobs_list(
-    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")] = None,
-    state: Annotated[
-        str | None, typer.Option("--state", help="ready, scheduled or running.")
-    ] = None,
-    task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
-    tag: search_cmd.TagOption = None,
-    meta: search_cmd.MetaOption = None,
-    limit: Annotated[
-        int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many rows.")
-    ] = 50,
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """List live jobs (waiting and running), oldest first."""
-    contains = search.parse_args_filter(meta or ())
-    rows = with_reader(
-        dsn,
-        read_dsn,
-        lambda pgq: inspect.jobs(
-            pgq, queue=queue, state=state, task=task, tags=tag, meta=contains, limit=limit
-        ),
-    )
-    hidden = {"max_attempts", "created_at", "worker_id"}  # in --json and `pgq jobs show`
-    print_rows(
-        rows,
-        [c for c in inspect.JOB_COLUMNS if c not in hidden],
-        as_json=as_json,
-        title="jobs",
-    )
-
-
-def jobs_show(
-    job_id: Annotated[int, typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Job id.")],
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Everything about one job (live, dead-lettered or finished): its errors, its workflow
-    neighbours and the actions its state allows."""
-    job = with_reader(dsn, read_dsn, lambda pgq: inspect.job_detail(pgq, job_id))
-    if job is None:
-        with friendly_errors():
-            from pgqueue.errors import PgQueueError
-
-            raise PgQueueError(f"job {job_id} not found (never existed, or succeeded)")
-    if as_json:
-        _dump(job)
-        return
-    table = Table(title=f"job {job_id}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    errors = job.get("errors") or []
-    for key, value in job.items():
-        if key not in ("errors", "workflow", "actions"):
-            table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
-    table.add_row("errors", str(len(errors)))
-    table.add_row("actions", ", ".join(job["actions"]) or "none")
-    console.print(table)
-    workflow = job["workflow"]
-    if workflow is not None:
-        console.rule(
-            f"workflow {workflow['id']}" + (f" ({workflow['name']})" if workflow["name"] else "")
-        )
-        for label, key in (("waits for", "parents"), ("then runs", "dependents")):
-            shown = [f"{n['id']} {n['task']} ({n['state']})" for n in workflow[key]]
-            console.print(
-                f"{label}: {', '.join(shown) or 'nothing'}", highlight=False, markup=False
-            )
-    for error in errors:
-        console.rule(f"attempt {error.get('attempt', '?')}: {error.get('error', '')}")
-        console.print(error.get("message", ""), highlight=False, markup=False)
-        if error.get("traceback"):
-            console.print(error["traceback"], highlight=False, markup=False)
 
 
 def workers(
@@ -179,7 +91,7 @@ def retry(
     result = with_app(dsn, lambda pgq: ops.retry(pgq, job_ids))
     skipped = sorted(set(job_ids) - set(result.made_ready) - set(result.replayed))
     if as_json:
-        _dump({"ready": result.made_ready, "replayed": result.replayed, "skipped": skipped})
+        dump_json({"ready": result.made_ready, "replayed": result.replayed, "skipped": skipped})
     else:
         for job_id in result.made_ready:
             typer.echo(f"job {job_id} is ready to run now")
@@ -225,13 +137,9 @@ def purge(
 
 def _report(as_json: bool, deleted: int, would: int | None, text: str) -> None:
     if as_json:
-        _dump({"deleted": deleted, "would_delete": would})
+        dump_json({"deleted": deleted, "would_delete": would})
     else:
         typer.echo(text)
-
-
-def _dump(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, default=inspect.json_default, indent=2) + "\n")
 
 
 def register(app: typer.Typer) -> None:
@@ -242,15 +150,3 @@ def register(app: typer.Typer) -> None:
     app.command("purge", epilog=example("pgq purge --queue emails --task emails.send --dry-run"))(
         purge
     )
-    jobs_app.command(
-        "list", epilog=example("pgq jobs list --queue emails --state scheduled --limit 20")
-    )(jobs_list)
-    jobs_app.command("show", epilog=example("pgq jobs show 1042"))(jobs_show)
-    jobs_app.command(
-        "search",
-        epilog=example(
-            "pgq jobs search --task billing.charge --state dead --error timeout --since 2d",
-            "pgq jobs search --queue emails --args customer=42 --limit 20 --json",
-        ),
-    )(search_cmd.jobs_search)
-    app.add_typer(jobs_app, name="jobs")

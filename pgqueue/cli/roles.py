@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from pgqueue import config, roles
+from pgqueue import roles
 from pgqueue.cli.common import DsnOption, friendly_errors
+from pgqueue.db.embedded import resolve_dsn
 
 
 def roles_command(
@@ -35,5 +36,5 @@ def roles_command(
         if not apply:
             sys.stdout.write(roles.script(names, login=login))
             return
-        roles.apply(config.resolve_dsn(dsn), names, login=login)
+        roles.apply(resolve_dsn(dsn), names, login=login)
     typer.echo(f"roles ready: producer={producer} worker={worker} admin={admin}")

@@ -12,7 +12,6 @@ from rich.tree import Tree
 from pgqueue import inspect
 from pgqueue.cli.common import (
     MAX_JOB_ID,
-    MAX_ROWS,
     DsnOption,
     JsonOption,
     console,
@@ -21,7 +20,8 @@ from pgqueue.cli.common import (
     open_queue,
     print_rows,
 )
-from pgqueue.workflow.inspect import WORKFLOW_COLUMNS
+from pgqueue.db.workflow_views import WORKFLOW_COLUMNS
+from pgqueue.job_specs import MAX_ROWS
 
 workflow_app = typer.Typer(
     help="Workflows: chains, groups, chords and DAGs.",

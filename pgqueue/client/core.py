@@ -29,10 +29,13 @@ from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
+from pgqueue.db.enqueue_plans import enqueue_many, enqueue_one
+from pgqueue.db.workflow_plans import enqueue_compiled
+from pgqueue.db.workflow_views import get_workflow, list_workflows
 from pgqueue.declarations import declarations
-from pgqueue.enqueue import JobId, JobSpec, enqueue_many, enqueue_one, make_spec
 from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
 from pgqueue.gc_pause import gc_paused
+from pgqueue.job_specs import JobId, JobSpec, make_spec
 from pgqueue.options import BATCH_OPTION_NAMES, BatchTaskOptions, JobOptions, TaskOptions
 from pgqueue.payload import check_name
 from pgqueue.progress import Progress
@@ -40,8 +43,6 @@ from pgqueue.results import Deadline, read_outcome, wait_for_result
 from pgqueue.schedules import PeriodicOptions, Schedule, ScheduleTiming
 from pgqueue.tasks import JobCall, P, R, Task, check_unique_by_names
 from pgqueue.workflow.builders import Compiled, Workflow
-from pgqueue.workflow.inspect import get_workflow, list_workflows
-from pgqueue.workflow.plan import enqueue_compiled
 from pgqueue.workflow.run import WorkflowRun
 
 if TYPE_CHECKING:

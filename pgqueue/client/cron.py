@@ -1,4 +1,4 @@
-"""``pgq.cron``: cron schedules made at run time (the plans are in :mod:`pgqueue.schedules`;
+"""``pgq.cron``: cron schedules made at run time (the plans are in :mod:`pgqueue.db.schedule_plans`;
 ``@pgq.periodic`` declares them in code, ``pgq cron`` is the command line)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import schedules as plans
 from pgqueue.client.part import Part
+from pgqueue.db import schedule_plans as plans
 from pgqueue.schedules import Schedule, ScheduleTiming
 
 if TYPE_CHECKING:

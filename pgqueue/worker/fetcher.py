@@ -33,10 +33,10 @@ from typing import Any
 from pgqueue.job_context import ClaimedJob
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.completer import Completer
-from pgqueue.worker.db import TRANSIENT_ERRORS, Row, WorkerDB
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
+from pgqueue.worker.store import TRANSIENT_ERRORS, Row, WorkerDB
 
 
 class _Idle(enum.Enum):

@@ -17,11 +17,11 @@ from datetime import timedelta
 
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
-from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, int_array
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
+from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerDB, int_array
 
 
 class Heartbeater(Service):

@@ -1,13 +1,24 @@
-"""The result of one attempt, as the completer writes it."""
+"""The result of one attempt, as the completer writes it, and how a handler's return or raise
+becomes one (shared with the child processes of ``pool="process"``)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import traceback
 from dataclasses import dataclass
-from typing import Literal
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
+from pgqueue.errors import Fail, InvalidJobError, Retry
 from pgqueue.job_context import ClaimedJob
+from pgqueue.payload import dumps
+
+if TYPE_CHECKING:
+    from pgqueue.tasks import Task
+
+# The executor's logger: these lines are about the attempts it runs.
+log = logging.getLogger("pgqueue.worker.executor")
 
 #: ack: succeeded. error: raised (retry with backoff while attempts remain, else dead letter).
 #: retry: raised Retry (reschedule, attempt not burned). fail: raised Fail (dead letter now).
@@ -87,3 +98,54 @@ def error_json(
         },
         ensure_ascii=False,
     )
+
+
+# -- what an attempt amounts to -----------------------------------------------------------
+
+
+def returned_outcome(task: Task[..., Any], job: ClaimedJob, value: Any, worker_id: str) -> Outcome:
+    """The handler returned ``value``."""
+    # Finished, even if asked to stop meanwhile: report it (the ack is fenced anyway).
+    if not job.wants_result:
+        return Outcome(job, "ack")  # nobody reads the value: do not even serialise it
+    try:
+        result = dumps(value, limit=task.app.max_payload_bytes, what="result")
+    except InvalidJobError as exc:
+        # Storing it can never work, so retrying cannot help: fail for good, saying why.
+        error = InvalidJobError(f"task {task.name!r} returned a value that cannot be stored: {exc}")
+        return Outcome.from_exception(job, "fail", error, worker_id)
+    return Outcome(job, "ack", result=result)
+
+
+def failed_outcome(
+    task: Task[..., Any], job: ClaimedJob, exc: BaseException, worker_id: str
+) -> Outcome:
+    """A failed attempt: retried with the task's backoff while attempts remain, unless its
+    retry policy (``retry_on`` / ``no_retry_on``) makes the error final."""
+    if not task.retry_policy.retryable(exc):
+        # retry_on / no_retry_on say this error is final: dead-letter now.
+        return Outcome.from_exception(job, "no_retry", exc, worker_id)
+    try:
+        delay = task.retry_delay(job.attempt, exc) if job.attempt < job.max_attempts else 0.0
+    except Exception:
+        log.exception("backoff policy failed; retrying at once task=%s", task.name)
+        delay = 0.0
+    return Outcome.from_exception(job, "error", exc, worker_id, delay)
+
+
+def raised_outcome(
+    task: Task[..., Any], job: ClaimedJob, exc: Exception, worker_id: str
+) -> Outcome:
+    """The handler raised ``exc`` (not JobCancelled, and not because it was asked to stop)."""
+    if isinstance(exc, Retry):
+        try:
+            delay = exc.delay if exc.delay is not None else task.retry_delay(job.attempt, exc)
+        except Exception:
+            log.exception("backoff policy failed; retrying at once task=%s", task.name)
+            delay = 0.0
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        return Outcome(job, "retry", float(delay))
+    if isinstance(exc, Fail):
+        return Outcome.from_exception(job, "fail", exc, worker_id)
+    return failed_outcome(task, job, exc, worker_id)

@@ -47,6 +47,7 @@ from pgqueue.errors import ConfigurationError
 from pgqueue.job_context import ClaimedJob, JobContext
 from pgqueue.job_transaction import OPEN, TransactionHost
 from pgqueue.worker import frames
+from pgqueue.worker.child import main as child_main
 from pgqueue.worker.outcome import Kind
 
 if TYPE_CHECKING:
@@ -181,9 +182,7 @@ def _job_message(job: ClaimedJob) -> dict[str, Any]:
 
 def _child_entry(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
     """The spawned process's target (imported by reference: nothing of the app is pickled)."""
-    from pgqueue.worker import child
-
-    child.main(config, inbox, outbox)
+    child_main(config, inbox, outbox)
 
 
 def _emit(data: dict[str, Any]) -> None:

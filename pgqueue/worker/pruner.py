@@ -3,7 +3,8 @@
 Every ``every`` seconds (jittered) it runs one pruning pass (:func:`pgqueue.retention.prune`:
 expired job history and results, dead letters past their retention, emptied workflows) in small
 batches, each statement its own transaction, with SKIP LOCKED so every worker may run it, and
-deletes the per-key token buckets that are full again (:func:`pgqueue.flow.prune_key_buckets`).
+deletes the per-key token buckets that are full again
+(:func:`pgqueue.db.flow_plans.prune_key_buckets`).
 Now and then it also runs the waiting-job safety net (``pgqueue.settle_waiting()``). What to
 keep is read from ``pgqueue.retention`` by the statements themselves, so all workers agree.
 """
@@ -13,10 +14,11 @@ from __future__ import annotations
 import asyncio
 from typing import TypeVar
 
-from pgqueue import flow, retention
+from pgqueue import retention
+from pgqueue.db import flow_plans
 from pgqueue.db.plan import Plan, Query
-from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.service import Service
+from pgqueue.worker.store import WorkerDB
 
 T = TypeVar("T")
 
@@ -46,7 +48,7 @@ class Pruner(Service):
                 report.dead_letters,
                 report.workflows,
             )
-        buckets = await self.drive(flow.prune_key_buckets(self.batch_size))
+        buckets = await self.drive(flow_plans.prune_key_buckets(self.batch_size))
         if buckets:
             self.log.debug("pruned full key buckets=%s", buckets)
         self.passes += 1

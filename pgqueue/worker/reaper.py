@@ -6,8 +6,8 @@ letters), so the same recovery runs from any worker, from ``pgq reaper``, or fro
 
 from __future__ import annotations
 
-from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.service import Service
+from pgqueue.worker.store import WorkerDB
 
 REAP_BATCH = 1000
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pgqueue.errors import QueueFullError
 from pgqueue.schedules import plan_ticks
-from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.service import Service
+from pgqueue.worker.store import WorkerDB
 
 _PRUNE_EVERY = 60.0
 

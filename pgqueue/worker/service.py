@@ -14,8 +14,8 @@ import random
 import time
 from collections.abc import Callable
 
-from pgqueue.worker.db import TRANSIENT_ERRORS
 from pgqueue.worker.observer import WorkerObserver
+from pgqueue.worker.store import TRANSIENT_ERRORS
 
 
 class RetryDelay:

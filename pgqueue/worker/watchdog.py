@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 
 from pgqueue.db.queries import query
-from pgqueue.worker.db import TRANSIENT_ERRORS
+from pgqueue.worker.store import TRANSIENT_ERRORS
 
 log = logging.getLogger("pgqueue.worker.watchdog")
 

@@ -54,8 +54,9 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import logs
 from pgqueue._version import __version__
 from pgqueue.batch import BatchTask
-from pgqueue.config import configured_dsn, resolve_dsn
+from pgqueue.config import configured_dsn
 from pgqueue.db import plan as plans
+from pgqueue.db.embedded import resolve_dsn
 from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError
 from pgqueue.job_context import ClaimedJob
@@ -64,7 +65,6 @@ from pgqueue.payload import check_name
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
-from pgqueue.worker.db import TRANSIENT_ERRORS, WorkerDB, application_name
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
@@ -75,6 +75,7 @@ from pgqueue.worker.pruner import Pruner
 from pgqueue.worker.reaper import Reaper
 from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import RetryDelay, Service
+from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerDB, application_name
 from pgqueue.worker.transactions import WorkerTransactions
 from pgqueue.worker.watchdog import LoopWatchdog
 

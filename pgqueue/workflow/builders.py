@@ -1,7 +1,7 @@
 """Workflow builders: ``chain``, ``group``, ``chord`` and ``DAG``, compiled to a list of nodes.
 
 Everything here is pure: building validates the pieces, :meth:`Workflow.compile` turns them into
-:class:`Compiled` (job specs plus parent links by index), which :mod:`pgqueue.workflow.plan`
+:class:`Compiled` (job specs plus parent links by index), which :mod:`pgqueue.db.workflow_plans`
 writes in one transaction.
 
 Passing results: a step that follows another receives the previous result in its first
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pgqueue.enqueue import JobSpec
 from pgqueue.errors import InvalidJobError
+from pgqueue.job_specs import JobSpec
 from pgqueue.options import (
     MAX_META_BYTES,
     check_meta,

@@ -15,9 +15,9 @@ import pytest
 
 from pgqueue.job_context import ClaimedJob
 from pgqueue.worker.completer import Completer
-from pgqueue.worker.db import WorkerDB
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.store import WorkerDB
 from tests.helpers import scalar, thread_worker, wait_for
 from tests.hostile import hostile_app
 from tests.hostile.test_malformed_rows import insert_raw

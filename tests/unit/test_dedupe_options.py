@@ -11,8 +11,8 @@ import pytest
 
 from pgqueue import ConfigurationError, PgQueue
 from pgqueue.dedupe import derived_key
-from pgqueue.enqueue import make_spec
 from pgqueue.errors import InvalidJobError
+from pgqueue.job_specs import make_spec
 
 
 def spec(options, defaults=None, args=None):

@@ -18,8 +18,8 @@ from pgqueue import (
 )
 from pgqueue.cli.work_options import parse_concurrency
 from pgqueue.declarations import declarations
-from pgqueue.enqueue import make_spec
 from pgqueue.job_context import ClaimedJob
+from pgqueue.job_specs import make_spec
 from pgqueue.schedules import Schedule, next_tick, plan_ticks
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.outcome import Outcome

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pgqueue.db.queries import all_queries, parse
-from pgqueue.worker.db import PLANNED_EACH_TIME
+from pgqueue.worker.store import PLANNED_EACH_TIME
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pgqueue"
 # Callables whose first argument (or ``name=``) is a query name.

@@ -22,7 +22,7 @@ from pgqueue.db.queries import query
 from pgqueue.db.refusals import ConnectFailures
 from pgqueue.worker import loaders
 
-log = logging.getLogger("pgqueue.worker.db")
+log = logging.getLogger("pgqueue.worker.store")
 
 Row = tuple[Any, ...]
 

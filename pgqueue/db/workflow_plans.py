@@ -21,9 +21,10 @@ from typing import Any, NamedTuple
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
+from pgqueue.db.job_rows import JOB_COLUMNS, column_arrays, due_at, job_row
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_one, fetch_value
-from pgqueue.enqueue import JOB_COLUMNS, JobId, JobSpec, _columns, due_at, job_row
 from pgqueue.errors import InvalidJobError, JobNotFoundError
+from pgqueue.job_specs import JobId, JobSpec
 from pgqueue.workflow.builders import Compiled, FailureStep, NodeSpec
 
 #: How long workflow members keep their results unless the workflow or the step says.
@@ -178,8 +179,8 @@ def _write(
     if keyed_tasks:
         # As for any job with a concurrency key: its task's claims check the keys from now on.
         yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
-    columns = (*JOB_COLUMNS[:8], "result_ttls", "concurrency_keys", "metas", "tag_lists")
-    yield Query("insert_workflow_jobs", _columns(job_rows, columns))
+    names = (*JOB_COLUMNS[:8], "result_ttls", "concurrency_keys", "metas", "tag_lists")
+    yield Query("insert_workflow_jobs", column_arrays(job_rows, names))
     yield Query("insert_workflow_nodes", {"workflow_id": workflow_id, "nodes": Jsonb(node_rows)})
     if edges:
         yield Query(

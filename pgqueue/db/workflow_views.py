@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, fetch_all, fetch_first
-from pgqueue.enqueue import check_limit
 from pgqueue.errors import InvalidJobError, WorkflowNotFoundError
+from pgqueue.job_specs import check_row_limit
 
 
 class WorkflowRow(NamedTuple):
@@ -67,7 +67,7 @@ def list_workflows(state: str | None = None, limit: int = 50) -> Plan[list[dict[
     # Checked here, not in the plan's body: bad arguments are refused before any connection.
     if state is not None and state not in STATES:
         raise InvalidJobError(f"workflow state must be one of {', '.join(STATES)}, got {state!r}")
-    return _list_workflows(state, check_limit(limit))
+    return _list_workflows(state, check_row_limit(limit))
 
 
 def _list_workflows(state: str | None, limit: int) -> Plan[list[dict[str, Any]]]:

@@ -1,0 +1,65 @@
+"""Job and queue commands: ``pgq cancel``, ``pgq pause``, ``pgq resume``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pgqueue.cli.common import MAX_JOB_ID, DsnOption, friendly_errors, in_range
+from pgqueue.client import PgQueue
+
+_MESSAGES = {
+    "cancelled": "job {id} cancelled",
+    "cancelling": "job {id} is running: its worker was told to stop it",
+    "not_found": "job {id} not found (unknown, already finished, or dead-lettered)",
+}
+
+
+def cancel(
+    job_ids: Annotated[
+        list[int], typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Job id(s).")
+    ],
+    dsn: DsnOption = None,
+) -> None:
+    """Cancel jobs: waiting ones at once, running ones via their worker."""
+    missing = 0
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            for job_id in job_ids:
+                result = pgq.cancel(job_id)
+                missing += result == "not_found"
+                typer.echo(_MESSAGES[result].format(id=job_id))
+        finally:
+            pgq.close()
+    if missing:
+        raise typer.Exit(1)
+
+
+def pause(
+    queue: Annotated[str, typer.Argument(help="Queue to pause.")],
+    dsn: DsnOption = None,
+) -> None:
+    """Stop workers claiming from QUEUE (enqueue still works; running jobs finish)."""
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            pgq.flow.pause_queue(queue)
+        finally:
+            pgq.close()
+    typer.echo(f"queue {queue!r} paused")
+
+
+def resume(
+    queue: Annotated[str, typer.Argument(help="Queue to resume.")],
+    dsn: DsnOption = None,
+) -> None:
+    """Let workers claim from QUEUE again."""
+    with friendly_errors():
+        pgq = PgQueue(dsn)
+        try:
+            pgq.flow.resume_queue(queue)
+        finally:
+            pgq.close()
+    typer.echo(f"queue {queue!r} resumed")
