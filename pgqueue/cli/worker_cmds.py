@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +19,7 @@ from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 from pgqueue.worker import Worker
 from pgqueue.worker.metrics import MetricsServer
+from pgqueue.worker.reaper import reap_forever, reap_once
 
 
 def _log_level(value: str) -> str:
@@ -216,29 +217,12 @@ def reaper(
 ) -> None:
     """A standalone janitor: runs pgqueue.reap() every INTERVAL (safe beside workers)."""
     logs.configure(log_level or "INFO", log_format or "text")
-    log = logging.getLogger("pgqueue.reaper")
     with friendly_errors():
-        pgq = PgQueue(dsn)
-        if once:
-            typer.echo(pgq.admin.reap())
+        pgq = PgQueue(dsn)  # resolves the DSN as every command does (an embedded server too)
+        try:
+            if once:
+                typer.echo(asyncio.run(reap_once(pgq.dsn)))
+            else:
+                asyncio.run(reap_forever(pgq.dsn, every=interval))
+        finally:
             pgq.close()
-            return
-    log.info("reaper started interval=%ss", interval)
-    failures = 0
-    try:
-        while True:
-            try:
-                recovered = pgq.admin.reap()
-                failures = 0
-                if recovered:
-                    log.warning("recovered jobs with expired leases count=%s", recovered)
-                time.sleep(interval)
-            except Exception as exc:  # the janitor outlives database outages
-                failures += 1
-                wait = min(30.0, 0.5 * 2**failures)
-                log.warning("reaper run failed error=%r retry_in=%.1fs", str(exc)[:200], wait)
-                time.sleep(wait)
-    except KeyboardInterrupt:
-        log.info("reaper stopped")
-    finally:
-        pgq.close()

@@ -37,7 +37,7 @@ from pgqueue.options import MAX_DURATION
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
-from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerDB, int_array
+from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore, int_array
 
 MAX_BATCH = 1000
 # A retry delay the database can add to now() (a backoff callable may return anything).
@@ -138,12 +138,12 @@ class Completer(Service):
 
     def __init__(
         self,
-        db: WorkerDB,
+        store: WorkerStore,
         breaker_tasks: frozenset[str] = frozenset(),
         leases: LeaseClock | None = None,
     ) -> None:
         super().__init__()
-        self.db = db
+        self.store = store
         #: Tells a retried write whose first try committed from one whose lease was lost.
         self.leases = leases
         # Tasks with a circuit breaker: their outcomes are also counted in
@@ -384,9 +384,9 @@ class Completer(Service):
                 ),
             }
             if wake is None:
-                rows = await self.db.fetch("ack_jobs", params)
+                rows = await self.store.fetch("ack_jobs", params)
             else:
-                rows = await self.db.fetch("ack_jobs_waking", {**params, "wake": wake})
+                rows = await self.store.fetch("ack_jobs_waking", {**params, "wake": wake})
             # A job cancelled while its handler ran is recorded as cancelled by ack_jobs.
             done: dict[int, bool] = {row[0]: row[1] for row in rows}
             written: Written = []
@@ -397,7 +397,7 @@ class Completer(Service):
                 else:
                     written.append((outcome, "cancelled" if cancelled else "succeeded"))
             return written
-        rows = await self.db.fetch(
+        rows = await self.store.fetch(
             "fail_jobs",
             {
                 "ids": [o.job.id for o in chunk],
@@ -419,7 +419,9 @@ class Completer(Service):
         retried = [o for o, what in written if what == "stale" and o.ambiguous]
         if not retried:
             return written
-        rows = await self.db.fetch("locate_jobs", {"ids": int_array([o.job.id for o in retried])})
+        rows = await self.store.fetch(
+            "locate_jobs", {"ids": int_array([o.job.id for o in retried])}
+        )
         now: dict[int, tuple[int, str]] = {row[0]: (row[1], row[2]) for row in rows}
         settled: Written = []
         for outcome, what in written:
@@ -472,7 +474,7 @@ class Completer(Service):
         problem = _problem(exc)
         fenced = {"id": job.id, "token": job.lease_token}
         try:
-            rows = await self.db.fetch(
+            rows = await self.store.fetch(
                 "dead_letter_unwritable",
                 {**fenced, "kind": outcome.kind, "error": outcome.error, "problem": problem},
             )
@@ -492,7 +494,7 @@ class Completer(Service):
                 _log_value(problem),
             )
             try:
-                await self.db.fetch("expire_unwritable", {**fenced, "problem": problem})
+                await self.store.fetch("expire_unwritable", {**fenced, "problem": problem})
             except TRANSIENT_ERRORS:
                 raise
             except psycopg.Error as third:
@@ -542,7 +544,7 @@ class Completer(Service):
     async def _record_breakers(self) -> None:
         outcomes = self._breakers
         try:
-            rows = await self.db.fetch(
+            rows = await self.store.fetch(
                 "record_breaker_outcomes",
                 {
                     "tasks": [o.job.task for o, _ in outcomes],

@@ -36,7 +36,7 @@ from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
-from pgqueue.worker.store import TRANSIENT_ERRORS, Row, WorkerDB
+from pgqueue.worker.store import TRANSIENT_ERRORS, Row, WorkerStore
 
 
 class _Idle(enum.Enum):
@@ -51,7 +51,7 @@ class Fetcher(Service):
 
     def __init__(
         self,
-        db: WorkerDB,
+        store: WorkerStore,
         executor: Executor,
         completer: Completer,
         *,
@@ -64,7 +64,7 @@ class Fetcher(Service):
         on_burst_done: Callable[[], None],
     ) -> None:
         super().__init__()
-        self.db = db
+        self.store = store
         self.executor = executor
         self.completer = completer
         self.queues = queues
@@ -146,7 +146,7 @@ class Fetcher(Service):
             self.linger.claimed(claimed, full=True)
             if self._idle is not _Idle.NO:
                 # Busy: this worker claims as soon as a slot frees; producers need not notify.
-                await self.db.fetch("unregister_idle", self.params)
+                await self.store.fetch("unregister_idle", self.params)
                 self._idle = _Idle.NO
             self._next_sleep = 0.0  # there may be more: claim again as soon as slots free up
             self._idle_empty_claims = 0
@@ -185,7 +185,7 @@ class Fetcher(Service):
             # (A claim that found jobs while lingering: the next poll comes before any timer
             # would, and claim_jobs skips its walk under flow control, so it would have found
             # none.)
-            due = await self.db.fetch("next_due", self.params)
+            due = await self.store.fetch("next_due", self.params)
         if due and due[0][1] and not self.flow:
             # Flow control applies (claim_jobs skipped its walk): claim the other way, now.
             self.flow = True
@@ -199,7 +199,7 @@ class Fetcher(Service):
         if lingering:
             if self._idle is not _Idle.NO:
                 # Producers need not notify for a worker that polls (linger.py).
-                await self.db.fetch("unregister_idle", self.params)
+                await self.store.fetch("unregister_idle", self.params)
                 self._idle = _Idle.NO
             self._next_sleep = min(self.poll_interval, self.linger.interval)
             if seconds is not None:
@@ -223,9 +223,9 @@ class Fetcher(Service):
         before our row was there did not notify. Once none of those is still in its
         transaction (idle_handshake), one more claim sees all their jobs."""
         if self._idle is _Idle.NO:
-            await self.db.fetch("register_idle", self.params)
+            await self.store.fetch("register_idle", self.params)
             self._idle = _Idle.REGISTERED
-        ready = await self.db.fetch("idle_handshake")
+        ready = await self.store.fetch("idle_handshake")
         if ready and ready[0][0]:
             self._idle = _Idle.VERIFIED
             self._handshake_backoff = 0.0
@@ -344,11 +344,11 @@ class Fetcher(Service):
             if early:
                 rows = await self._claim_early(params)
             else:
-                rows = await self.db.fetch("claim_jobs", params)
+                rows = await self.store.fetch("claim_jobs", params)
             self.cursor.claimed(rows, full=len(rows) >= limit)
             return rows, None, early
         self.cursor.reset()
-        rows = await self.db.fetch("claim_flow", params)
+        rows = await self.store.fetch("claim_flow", params)
         jobs: list[Row] = []
         throttled: float | None = None
         for row in rows:
@@ -379,7 +379,7 @@ class Fetcher(Service):
         same lease token). A COMMIT that fails, or whose fate is unknown, stops the handlers as for
         a lost lease and drops what they return: the job runs again (at least once), and
         nothing is ever written under that token."""
-        rows, later, commit = await self.db.before_commit(
+        rows, later, commit = await self.store.before_commit(
             "claim_jobs", "next_due", params, generic=True
         )
         keys = [(row[0], row[6]) for row in rows]
@@ -406,7 +406,7 @@ class Fetcher(Service):
         self.log.warning(
             "claim did not commit; its jobs were stopped and run again later job_ids=%s error=%r",
             ",".join(str(job_id) for job_id, _ in keys) or "none",
-            "cancelled" if error is None else self.explain(error)[:300],
+            "cancelled" if error is None else self.outage.explain(error)[:300],
         )
 
     def _running_per_queue(self) -> list[int]:

@@ -21,7 +21,7 @@ from pgqueue.worker.executor import Executor
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
-from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerDB, int_array
+from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore, int_array
 
 
 class Heartbeater(Service):
@@ -29,7 +29,7 @@ class Heartbeater(Service):
 
     def __init__(
         self,
-        db: WorkerDB,
+        store: WorkerStore,
         executor: Executor,
         completer: Completer,
         stats: WorkerStats,
@@ -40,7 +40,7 @@ class Heartbeater(Service):
         leases: LeaseClock | None = None,
     ) -> None:
         super().__init__()
-        self.db = db
+        self.store = store
         self.executor = executor
         self.completer = completer
         self.stats = stats
@@ -74,7 +74,7 @@ class Heartbeater(Service):
         ]
         sent_at = time.monotonic()
         try:
-            rows = await self.db.fetch(
+            rows = await self.store.fetch(
                 "heartbeat",
                 {
                     "worker_id": self.worker_id,

@@ -11,16 +11,10 @@ keep is read from ``pgqueue.retention`` by the statements themselves, so all wor
 
 from __future__ import annotations
 
-import asyncio
-from typing import TypeVar
-
 from pgqueue import retention
 from pgqueue.db import flow_plans
-from pgqueue.db.plan import Plan, Query
 from pgqueue.worker.service import Service
-from pgqueue.worker.store import WorkerDB
-
-T = TypeVar("T")
+from pgqueue.worker.store import WorkerStore
 
 #: Run the waiting-job safety net every this many passes (it reads every waiting job).
 SETTLE_EVERY = 10
@@ -29,9 +23,11 @@ SETTLE_EVERY = 10
 class Pruner(Service):
     name = "pruner"
 
-    def __init__(self, db: WorkerDB, *, every: float, batch_size: int = retention.PRUNE_BATCH):
+    def __init__(
+        self, store: WorkerStore, *, every: float, batch_size: int = retention.PRUNE_BATCH
+    ) -> None:
         super().__init__()
-        self.db = db
+        self.store = store
         self.every = every
         self.batch_size = batch_size
         self.passes = 0
@@ -40,7 +36,7 @@ class Pruner(Service):
         return self.every
 
     async def run_once(self) -> None:
-        report = await self.drive(retention.prune(self.batch_size))
+        report = await self.store.drive(retention.prune(self.batch_size))
         if report.history or report.dead_letters or report.workflows:
             self.log.info(
                 "pruned history=%s dead_letters=%s workflows=%s",
@@ -48,25 +44,13 @@ class Pruner(Service):
                 report.dead_letters,
                 report.workflows,
             )
-        buckets = await self.drive(flow_plans.prune_key_buckets(self.batch_size))
+        buckets = await self.store.drive(flow_plans.prune_key_buckets(self.batch_size))
         if buckets:
             self.log.debug("pruned full key buckets=%s", buckets)
         self.passes += 1
         if self.passes % SETTLE_EVERY == 1:
-            settled = await self.drive(retention.settle_waiting())
+            settled = await self.store.drive(retention.settle_waiting())
             if settled:
                 self.log.warning(
                     "settled waiting jobs whose parents left unnoticed parents=%s", settled
                 )
-
-    async def drive(self, plan: Plan[T]) -> T:
-        """Run a plan of plain queries, each statement in its own transaction."""
-        try:
-            step = next(plan)
-            while True:
-                assert isinstance(step, Query), "the pruner runs plain queries only"
-                rows = await self.db.fetch(step.name, step.params)
-                await asyncio.sleep(0)  # let the hot path in between batches
-                step = plan.send(rows)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]

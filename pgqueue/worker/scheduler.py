@@ -13,7 +13,7 @@ from __future__ import annotations
 from pgqueue.errors import QueueFullError
 from pgqueue.schedules import plan_ticks
 from pgqueue.worker.service import Service
-from pgqueue.worker.store import WorkerDB
+from pgqueue.worker.store import WorkerStore
 
 _PRUNE_EVERY = 60.0
 
@@ -22,9 +22,9 @@ class Scheduler(Service):
     name = "scheduler"
     jitter = 0.0  # sleeps to a tick; the fleet's CAS decides who enqueues it
 
-    def __init__(self, db: WorkerDB, *, max_interval: float = 5.0) -> None:
+    def __init__(self, store: WorkerStore, *, max_interval: float = 5.0) -> None:
         super().__init__()
-        self.db = db
+        self.store = store
         self.max_interval = max_interval
         self._sleep = 0.0
         self._until_prune = 0.0
@@ -34,13 +34,13 @@ class Scheduler(Service):
         return self._sleep
 
     async def run_once(self) -> None:
-        for row in await self.db.fetch("due_schedules"):
+        for row in await self.store.fetch("due_schedules"):
             name, cron, tz, due, missed, grace, max_catch_up, now = row
             plan = plan_ticks(
                 cron, tz, due, now, missed=missed, grace=grace, max_catch_up=max_catch_up
             )
             try:
-                enqueued = await self.db.fetch(
+                enqueued = await self.store.fetch(
                     "enqueue_schedule_ticks",
                     {
                         "name": name,
@@ -74,7 +74,7 @@ class Scheduler(Service):
                     plan.skipped,
                     missed,
                 )
-        rows = await self.db.fetch("next_schedule_in")
+        rows = await self.store.fetch("next_schedule_in")
         seconds = rows[0][0] if rows and rows[0][0] is not None else None
         self._sleep = (
             self.max_interval
@@ -84,4 +84,4 @@ class Scheduler(Service):
         self._until_prune -= self._sleep
         if self._until_prune <= 0:
             self._until_prune = _PRUNE_EVERY
-            await self.db.fetch("prune_idempotency_keys")
+            await self.store.fetch("prune_idempotency_keys")

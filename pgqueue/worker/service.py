@@ -1,9 +1,12 @@
 """The one shape every worker service has: a name, a logger, ``run_once()``, a supervised loop.
 
 The loop runs ``run_once()`` every ``interval()`` seconds (jittered, so a fleet of workers does
-not synchronise), can be woken early, and survives failures: a database error is logged and
-retried with exponential backoff; any other exception is logged with its traceback and the
-service is restarted after a backoff. The worker never exits because one service failed.
+not synchronise), can be woken early, and survives failures: a database error is retried with
+the backoff of the :class:`Outage` the service shares with the others on the same database
+(one warning per outage for all of them, and all retry at once when one gets through); any
+other exception is logged with its traceback and the service is restarted after a backoff of
+its own. The worker never exits because one service failed. The supervisor
+(:mod:`pgqueue.worker.supervisor`) starts and stops the services.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from collections.abc import Callable
 
 from pgqueue.worker.observer import WorkerObserver
 from pgqueue.worker.store import TRANSIENT_ERRORS
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 class RetryDelay:
@@ -33,23 +40,84 @@ class RetryDelay:
     def reset(self) -> None:
         self.failures = 0
 
+    def bound(self) -> float:
+        """The longest delay the next :meth:`next` could draw (before it counts one more)."""
+        return float(min(self.cap, self.base * 2 ** (self.failures + 1)))
+
+
+class Outage:
+    """What the services sharing one database know of it being down: one backoff for all.
+
+    Six services finding the database gone each warned, and each backed off on its own: the
+    one that happened to sleep longest noticed the server back up to five seconds after the
+    first. Now the first failure warns (a reminder each minute, or when the problem changes),
+    the backoff grows with the failures of the service that met the outage first (so it grows
+    as fast as one service's would, not six times faster), and the first service through says
+    the database is reachable again and wakes every service still backing off.
+    """
+
+    def __init__(self, explain: Callable[[BaseException], str] = one_line) -> None:
+        #: Explains a database error in one line (a pool's explain: a pool timeout then names
+        #: the connection failure behind it).
+        self.explain = explain
+        self.delay = RetryDelay()
+        self.failing: dict[Service, None] = {}  # in the order they met the outage
+        self._problem: str | None = None  # the database error last warned about
+        self._warned_at = 0.0
+
+    @property
+    def down(self) -> bool:
+        return bool(self.failing)
+
+    def failed(self, service: Service, exc: BaseException) -> float:
+        """``service`` met a database error: how long it waits before trying again."""
+        self.failing.setdefault(service)
+        if next(iter(self.failing)) is service:
+            delay = self.delay.next()
+        else:
+            delay = random.uniform(self.delay.base, self.delay.bound() / 2)
+        problem = self.explain(exc)[:300]
+        # One warning per outage and problem (a reminder each minute), not one per try and
+        # service: a server refusing connections for minutes must not flood the log.
+        now = time.monotonic()
+        repeat = problem == self._problem and now - self._warned_at < 60.0
+        if not repeat:
+            self._problem, self._warned_at = problem, now
+        service.log.log(
+            logging.DEBUG if repeat else logging.WARNING,
+            "database unavailable service=%s error=%r retry_in=%.2fs",
+            service.name,
+            problem,
+            delay,
+        )
+        return delay
+
+    def succeeded(self, service: Service) -> None:
+        """``service`` got through: the first one after an outage ends it for all."""
+        if service not in self.failing:
+            return
+        del self.failing[service]
+        if self._problem is not None:
+            service.log.info("database reachable again service=%s", service.name)
+            self._problem = None
+            self.delay.reset()
+            for other in self.failing:
+                other.wake()  # try again now rather than at the end of a long backoff
+
 
 class Service:
     name = "service"
     jitter = 0.1  # fraction of the interval to randomise
-    observer: WorkerObserver = WorkerObserver()  # the worker sets its own
-    #: Explains a database error in one line (the worker sets its pool's: a pool timeout
-    #: then names the connection failure behind it).
-    explain: Callable[[BaseException], str] = staticmethod(lambda exc: " ".join(str(exc).split()))
+    observer: WorkerObserver = WorkerObserver()  # the supervisor sets the worker's
 
     def __init__(self) -> None:
         self.log = logging.getLogger(f"pgqueue.worker.{self.name}")
         self.stopping = asyncio.Event()
         self.wakeup = asyncio.Event()
-        self.retry_delay = RetryDelay()
+        #: Shared with the services on the same database (the supervisor sets it).
+        self.outage = Outage()
+        self.crash_delay = RetryDelay()  # after a bug, not an outage: this service's own
         self.db_errors = 0
-        self._problem: str | None = None  # the database error last warned about
-        self._warned_at = 0.0
         self._sleeping: asyncio.Future[None] | None = None  # what sleep() waits for
 
     def interval(self) -> float:
@@ -92,34 +160,17 @@ class Service:
             except TRANSIENT_ERRORS as exc:
                 self.db_errors += 1
                 self.observer.db_error(self.name)
-                delay = self.retry_delay.next()
-                problem = self.explain(exc)[:300]
-                # One warning per outage and problem (a reminder each minute), not one per try:
-                # a server refusing connections for minutes must not flood the log.
-                now = time.monotonic()
-                repeat = problem == self._problem and now - self._warned_at < 60.0
-                if not repeat:
-                    self._problem, self._warned_at = problem, now
-                self.log.log(
-                    logging.DEBUG if repeat else logging.WARNING,
-                    "database unavailable service=%s error=%r retry_in=%.2fs",
-                    self.name,
-                    problem,
-                    delay,
-                )
-                await self.sleep(delay)
+                await self.sleep(self.outage.failed(self, exc))
                 continue
             except Exception:
-                delay = self.retry_delay.next()
+                delay = self.crash_delay.next()
                 self.log.exception(
                     "service crashed; restarting service=%s retry_in=%.2fs", self.name, delay
                 )
                 await self.sleep(delay)
                 continue
-            if self.retry_delay.failures:
-                self.log.info("database reachable again service=%s", self.name)
-                self._problem = None
-            self.retry_delay.reset()
+            self.outage.succeeded(self)
+            self.crash_delay.reset()
             await self.sleep(jittered(self.interval(), self.jitter))
 
 

@@ -12,12 +12,14 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from pgqueue.db import plan as plans
+from pgqueue.db.plan import Plan, Query
 from pgqueue.db.queries import query
 from pgqueue.db.refusals import ConnectFailures
 from pgqueue.worker import loaders
@@ -25,6 +27,7 @@ from pgqueue.worker import loaders
 log = logging.getLogger("pgqueue.worker.store")
 
 Row = tuple[Any, ...]
+T = TypeVar("T")
 
 
 def int_array(values: Iterable[int]) -> str:
@@ -78,7 +81,48 @@ PLANNED_EACH_TIME = frozenset(
 )
 
 
+class WorkerStore(Protocol):
+    """Everything the worker's services do with the database, by query name: the one seam
+    between them and PostgreSQL. :class:`WorkerDB` is the real one; the unit tests drive the
+    services against a fake that records the statements (tests/unit/worker_store.py)."""
+
+    def explain(self, exc: BaseException) -> str:
+        """A database error in one line, naming the connection failure behind a pool timeout."""
+        ...
+
+    async def fetch(
+        self, name: str, params: Mapping[str, Any] | None = None, timeout: float = 30.0
+    ) -> list[Row]:
+        """Run the named query as a transaction of its own; its rows (or [])."""
+        ...
+
+    async def before_commit(
+        self,
+        name: str,
+        then: str,
+        params: Mapping[str, Any],
+        *,
+        generic: bool = False,
+        timeout: float = 30.0,
+    ) -> tuple[list[Row], asyncio.Future[list[Row]], asyncio.Task[None]]:
+        """``name``'s rows before the ``COMMIT`` of ``name`` + ``then`` is confirmed (see
+        :meth:`WorkerDB.before_commit`)."""
+        ...
+
+    async def drive(self, plan: Plan[T], *, atomic: bool = False, timeout: float = 30.0) -> T:
+        """Run a plan (:mod:`pgqueue.db.plan`): each statement a transaction of its own, or
+        all of them in one (``atomic``)."""
+        ...
+
+
+def _one(step: Query) -> Plan[list[Any]]:
+    rows: list[Any] = yield step
+    return rows
+
+
 class WorkerDB:
+    """The worker's :class:`WorkerStore` on PostgreSQL: a small autocommit pool."""
+
     def __init__(
         self, dsn: str, *, size: int, prepare: bool = True, application_name: str | None = None
     ) -> None:
@@ -110,6 +154,9 @@ class WorkerDB:
     async def close(self) -> None:
         await self.pool.close(timeout=5)
 
+    def explain(self, exc: BaseException) -> str:
+        return self.connect_failures.explain(exc)
+
     async def fetch(
         self, name: str, params: Mapping[str, Any] | None = None, timeout: float = 30.0
     ) -> list[Row]:
@@ -117,6 +164,24 @@ class WorkerDB:
             prepare = False if name in PLANNED_EACH_TIME else None
             await cur.execute(query(name), params, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
+
+    async def drive(self, plan: Plan[T], *, atomic: bool = False, timeout: float = 30.0) -> T:
+        if atomic:
+            async with self.pool.connection(timeout=timeout) as conn, conn.transaction():
+                return await plans.run_async(plan, conn, guard=False)
+        # One pooled connection per statement, given back in between: a long maintenance
+        # plan (a pruning pass of many batches) never holds a connection the claims need.
+        try:
+            step = next(plan)
+            while True:
+                if not isinstance(step, Query):
+                    raise TypeError(f"the worker runs queries one by one, not {step!r}")
+                async with self.pool.connection(timeout=timeout) as conn:
+                    rows = await plans.run_async(_one(step), conn)
+                await asyncio.sleep(0)  # let the hot path in between statements
+                step = plan.send(rows)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     async def before_commit(
         self,

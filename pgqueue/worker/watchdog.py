@@ -75,6 +75,15 @@ class LoopWatchdog:
 
     # -- on the loop ------------------------------------------------------------------------
 
+    async def watch(self) -> None:
+        """Watch the loop until cancelled: the thread starts, the loop stamps its ticks, and
+        the thread is stopped (off the loop: it may be writing) when this ends."""
+        self.start()
+        try:
+            await self.tick()
+        finally:
+            await asyncio.to_thread(self.stop)
+
     async def tick(self) -> None:
         """Runs on the loop until cancelled: the stamp the thread watches."""
         while True:

@@ -1,4 +1,4 @@
-"""A worker process: wires the services and owns the job state machine.
+"""A worker process: its settings, its lifecycle, and the job state machine it drives.
 
 Job states (``pgqueue.jobs.state``; finished jobs leave the table)::
 
@@ -26,7 +26,10 @@ reaped) changes nothing. All times come from the database clock.
 Services (each a :class:`~pgqueue.worker.service.Service` in its own module): fetcher (claims),
 executor (runs handlers), completer (writes outcomes in batches), heartbeater (extends leases),
 listener (LISTEN for wake-ups and cancels), reaper (recovers expired leases), pruner
-(retention), scheduler (cron ticks), autoscaler (slots between ``--concurrency MIN:MAX``).
+(retention), scheduler (cron ticks), autoscaler (slots between ``--concurrency MIN:MAX``);
+built and connected in :mod:`pgqueue.worker.wiring`, started and stopped by the
+:mod:`pgqueue.worker.supervisor`, reaching the database only through the
+:class:`~pgqueue.worker.store.WorkerStore`.
 
 Workflow jobs start ``waiting`` (not in any claim index) and become ``ready`` in the statement
 that records their last parent's success; a parent ending dead or cancelled cancels them (see
@@ -48,36 +51,23 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
-from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import logs
 from pgqueue._version import __version__
 from pgqueue.batch import BatchTask
 from pgqueue.config import configured_dsn
-from pgqueue.db import plan as plans
 from pgqueue.db.embedded import resolve_dsn
 from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError
-from pgqueue.job_context import ClaimedJob
 from pgqueue.job_transaction import bind_host
 from pgqueue.payload import check_name
-from pgqueue.worker.autoscaler import Autoscaler
-from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
-from pgqueue.worker.fetcher import Fetcher
-from pgqueue.worker.heartbeater import Heartbeater
-from pgqueue.worker.leases import LeaseClock
-from pgqueue.worker.listener import Listener
 from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats
-from pgqueue.worker.pruner import Pruner
-from pgqueue.worker.reaper import Reaper
-from pgqueue.worker.scheduler import Scheduler
-from pgqueue.worker.service import RetryDelay, Service
-from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerDB, application_name
-from pgqueue.worker.transactions import WorkerTransactions
-from pgqueue.worker.watchdog import LoopWatchdog
+from pgqueue.worker.service import RetryDelay
+from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore
+from pgqueue.worker.wiring import assemble
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue
@@ -370,9 +360,20 @@ class Worker:
         )
         self.request_stop()
 
-    def _log_served_tasks(self) -> None:
-        """Say which tasks run here, and warn about declared tasks that cannot (their queue is
-        not one this worker serves), which would otherwise wait without a word."""
+    def _log_started(self) -> None:
+        """Say the worker started and which tasks run here, and warn about declared tasks that
+        cannot (their queue is not one this worker serves), which would otherwise wait without
+        a word."""
+        settings = self.settings
+        log.info(
+            "worker started worker_id=%s queues=%s concurrency=%s lease=%ss tasks=%s pid=%s",
+            self.id,
+            ",".join(settings.queues),
+            settings.concurrency,
+            settings.lease,
+            len(self.app.tasks),
+            os.getpid(),
+        )
         served = set(self.settings.queues)
         by_queue: dict[str, list[str]] = {}
         for task in self.app.tasks.values():
@@ -407,161 +408,40 @@ class Worker:
         if handle_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(signum, self._on_signal, signum)
-        settings = self.settings
         dsn = self._dsn if self._dsn is not None else await asyncio.to_thread(resolve_dsn, None)
-        db = WorkerDB(
-            dsn,
-            size=4,
-            prepare=settings.prepare,
-            application_name=application_name(dsn, "worker", self.id),
-        )
-        await db.open()
-        # What the heartbeater knows of the leases, for the completer (see worker/leases.py).
-        leases = LeaseClock(settings.lease)
-        completer = Completer(
-            db,
-            frozenset(n for n, t in self.app.tasks.items() if t.circuit_breaker is not None),
-            leases,
-        )
-        completer.on_breaker_open = lambda task: self._breaker_opened(db, task)
-        transactions = WorkerTransactions(
-            dsn,
-            size=settings.transaction_connections or settings.concurrency,
-            prepare=settings.prepare,
-            application_name=application_name(dsn, "worker", self.id),
-            max_result_bytes=self.app.max_payload_bytes,
-            wake=lambda job: [job.queue] if completer.wakes(job.id, job.lease_token) else None,
-            unsettled=lambda job: completer.claim_unsettled(job.id, job.lease_token),
-        )
-        # Before any service starts: their tasks (and the handler threads) inherit it.
-        bind_host(transactions)
-        executor = self.executor = Executor(
-            self.app.tasks,
-            settings.min_concurrency or settings.concurrency,
-            self.id,
-            completer.submit,
-            max_concurrency=settings.concurrency,
-            prefetch=settings.prefetch,
-            children=settings.child_settings(self.app),
-            transactions=transactions,
-        )
-        fetcher = Fetcher(
-            db,
-            executor,
-            completer,
+        parts = assemble(
+            self.app,
+            self.settings,
+            dsn=dsn,
             worker_id=self.id,
-            queues=settings.queues,
-            task_names=sorted(self.app.tasks),
-            lease=settings.lease,
-            poll_interval=settings.poll_interval,
-            burst=settings.burst,
+            stats=self.stats,
+            counts=self.counts,
+            observer=self.observer,
             on_burst_done=self.request_stop,
         )
-        heartbeater = Heartbeater(
-            db,
-            executor,
-            completer,
-            self.stats,
-            worker_id=self.id,
-            lease=settings.lease,
-            counts=self.counts,
-            leases=leases,
-        )
-        # The code of every async handler: what the watchdog looks for on a stalled stack.
-        handler_codes: dict[CodeType, str] = {
-            code: name
-            for name, task in self.app.tasks.items()
-            if task.is_async and (code := getattr(task.func, "__code__", None)) is not None
-        }
-        watchdog = LoopWatchdog(
-            dsn,
-            worker_id=self.id,
-            lease=settings.lease,
-            running_async=lambda: [
-                (job_id, running.job.task)
-                for (job_id, _), running in executor.running.items()
-                if self.app.tasks[running.job.task].is_async
-            ],
-            handler_codes=handler_codes,
-            on_stall=self.observer.loop_stalled,
-            # It writes for this worker: its connection says so, as the pool's do.
-            application_name=application_name(dsn, "worker", self.id),
-        )
-        services: list[Service] = [completer, heartbeater]
-        # Outcomes written wake a fetcher held back by a limit (see Fetcher.outcomes_written).
-        completer.on_written = fetcher.outcomes_written
-        if settings.listen:
-            listener = Listener(
-                settings.listen_dsn or dsn,
-                settings.queues,
-                on_jobs=fetcher.notified,
-                on_cancel=self._cancel_requested,
-                application_name=application_name(settings.listen_dsn or dsn, "listener", self.id),
-            )
-            fetcher.listening = lambda: listener.connected
-            services.append(listener)
-        else:
-            log.warning(
-                "LISTEN disabled: picking up jobs by polling every %ss", settings.poll_interval
-            )
-        if settings.reaper_interval is not None:
-            services.append(Reaper(db, every=settings.reaper_interval))
-        if settings.prune_interval is not None:
-            services.append(Pruner(db, every=settings.prune_interval))
-        if settings.scheduler:
-            services.append(Scheduler(db, max_interval=settings.scheduler_interval))
-        if settings.min_concurrency is not None and settings.min_concurrency < settings.concurrency:
-            services.append(
-                Autoscaler(
-                    executor,
-                    fetcher,
-                    minimum=settings.min_concurrency,
-                    maximum=settings.concurrency,
-                    cooldown=settings.scale_cooldown,
-                )
-            )
-        for service in (fetcher, *services):
-            service.observer = self.observer
-            service.explain = db.connect_failures.explain
-        tasks: list[asyncio.Task[None]] = []
+        self.executor = parts.executor
+        # Before any part starts: their tasks (and the handler threads) inherit it.
+        bind_host(parts.transactions)
+        await parts.store.open()
         registered = False
         try:
-            registered = await self._register(db)
+            registered = await self._register(parts.store)
             if not registered:
                 return
-            await self._sync_declarations(db)
-            log.info(
-                "worker started worker_id=%s queues=%s concurrency=%s lease=%ss tasks=%s pid=%s",
-                self.id,
-                ",".join(settings.queues),
-                settings.concurrency,
-                settings.lease,
-                len(self.app.tasks),
-                os.getpid(),
-            )
-            self._log_served_tasks()
-            tasks = [asyncio.create_task(s.run(), name=f"pgqueue-{s.name}") for s in services]
-            tasks.append(asyncio.create_task(watchdog.tick(), name="pgqueue-watchdog-tick"))
-            watchdog.start()
-            fetch_task = asyncio.create_task(fetcher.run(), name="pgqueue-fetcher")
+            await self._sync_declarations(parts.store)
+            self._log_started()
+            parts.supervisor.start()
             await self._stop_async.wait()
-            fetcher.stop()
-            fetch_task.cancel()
-            await asyncio.gather(fetch_task, return_exceptions=True)
-            await self._drain(db, executor, completer)
+            await parts.supervisor.stop(parts.fetcher)  # no more claims
+            await parts.releaser.drain(self.settings.shutdown_grace)
         finally:
-            for service in services:
-                service.stop()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await asyncio.to_thread(watchdog.stop)
+            await parts.supervisor.stop()
             if registered:
-                await heartbeater.flush()
-                await self._deregister(db)
-            await transactions.close()
-            await db.close()
-            self.threads_finished = executor.shutdown_threads()
+                await parts.heartbeater.flush()
+                await self._deregister(parts.store)
+            await parts.transactions.close()
+            await parts.store.close()
+            self.threads_finished = parts.executor.shutdown_threads()
             if handle_signals:
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     self._loop.remove_signal_handler(signum)
@@ -576,11 +456,7 @@ class Worker:
             self.stats.lost,
         )
 
-    def _cancel_requested(self, job_id: int) -> None:
-        if self.executor is not None and self.executor.stop_job(job_id, "cancelled"):
-            log.info("cancel requested; stopping handler job_id=%s", job_id)
-
-    async def _register(self, db: WorkerDB) -> bool:
+    async def _register(self, store: WorkerStore) -> bool:
         """Register in pgqueue.workers, waiting out a database that is not up yet."""
         delay = RetryDelay(cap=10.0)
         params: dict[str, Any] = {
@@ -593,7 +469,7 @@ class Worker:
         }
         while not self._stop.is_set():
             try:
-                await db.fetch("register_worker", params, timeout=10)
+                await store.fetch("register_worker", params, timeout=10)
                 return True
             except TRANSIENT_ERRORS as exc:
                 wait = delay.next()
@@ -601,7 +477,7 @@ class Worker:
                     # One warning (a reminder each ten tries), not one per try.
                     logging.WARNING if delay.failures % 10 == 1 else logging.DEBUG,
                     "database unavailable at start-up error=%r retry_in=%.1fs",
-                    db.connect_failures.explain(exc)[:300],
+                    store.explain(exc)[:300],
                     wait,
                 )
                 assert self._stop_async is not None
@@ -609,94 +485,18 @@ class Worker:
                     await asyncio.wait_for(self._stop_async.wait(), wait)
         return False
 
-    async def _sync_declarations(self, db: WorkerDB) -> None:
+    async def _sync_declarations(self, store: WorkerStore) -> None:
         """Write the code's task limits, breakers and schedules (see PgQueue.sync_declarations).
         A failure is logged: the worker still runs with what the database already has."""
         try:
-            async with db.pool.connection(timeout=10) as conn, conn.transaction():
-                await plans.run_async(declarations(self.app), conn)
+            await store.drive(declarations(self.app), atomic=True, timeout=10)
         except TRANSIENT_ERRORS as exc:
             log.warning("could not write task declarations error=%r", str(exc)[:200])
 
-    async def _deregister(self, db: WorkerDB) -> None:
+    async def _deregister(self, store: WorkerStore) -> None:
         try:
-            await db.fetch(
+            await store.fetch(
                 "deregister_worker", {"worker_id": self.id, **self.stats.as_params()}, timeout=2
             )
         except TRANSIENT_ERRORS:
             log.warning("could not mark the worker stopped; the reaper will prune its row")
-
-    async def _drain(self, db: WorkerDB, executor: Executor, completer: Completer) -> None:
-        """Graceful shutdown: wait for running jobs, then hand back what did not finish."""
-        grace = self.settings.shutdown_grace
-        # Prefetched jobs that never started go back first: no reason to run them now.
-        never_started = executor.release_waiting()
-        if executor.running:
-            log.info("draining running=%s grace=%ss", len(executor.running), grace)
-        finished = await executor.wait_idle(grace)
-        unfinished = [] if finished else executor.stop_all("shutdown")
-        if unfinished:
-            # Let cancelled async handlers unwind; sync threads keep running but are released.
-            await executor.wait_idle(min(1.0, grace) or 0.1)
-        await self._final_write(completer.run_once, "outcomes")
-        await self._release(db, [*never_started, *(r.job for r in unfinished)], "unfinished")
-
-    async def _release(self, db: WorkerDB, jobs: list[ClaimedJob], why: str) -> None:
-        """Hand jobs back (``ready``, attempt not burned), fenced by their lease tokens."""
-        if not jobs:
-            return
-        rows: list[Any] = []
-
-        async def release() -> None:
-            rows.extend(
-                await db.fetch(
-                    "release_jobs",
-                    {"ids": [j.id for j in jobs], "tokens": [j.lease_token for j in jobs]},
-                )
-            )
-
-        await self._final_write(release, "released jobs")
-        log.info(
-            "released %s jobs count=%s ids=%s", why, len(rows), ",".join(str(r[0]) for r in rows)
-        )
-        released = {row[0] for row in rows}
-        for job in jobs:
-            if job.id in released:
-                log.info(
-                    "job released job_id=%s task=%s queue=%s attempt=%s",
-                    job.id,
-                    job.task,
-                    job.queue,
-                    job.attempt,
-                )
-
-    def _breaker_opened(self, db: WorkerDB, task: str) -> None:
-        """A breaker opened: its task's prefetched jobs (claimed before the trip) go back."""
-        if self.executor is None:
-            return
-        jobs = self.executor.release_waiting(task)
-        if jobs:
-            released = asyncio.get_running_loop().create_task(
-                self._release(db, jobs, "prefetched (circuit breaker open)")
-            )
-            self._background.add(released)
-            released.add_done_callback(self._background.discard)
-
-    async def _final_write(self, write: Any, what: str) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _FINAL_WRITE_TIMEOUT
-        delay = RetryDelay(cap=1.0)
-        while True:
-            try:
-                await write()
-                return
-            except TRANSIENT_ERRORS as exc:
-                if loop.time() > deadline:
-                    log.error(
-                        "could not write %s before exiting (leases will expire and the "
-                        "reaper will recover the jobs) error=%r",
-                        what,
-                        str(exc)[:200],
-                    )
-                    return
-                await asyncio.sleep(delay.next())

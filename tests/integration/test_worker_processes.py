@@ -188,3 +188,41 @@ def test_pgq_reaper_process_recovers_expired_leases(app_dsn, pgq, tmp_path):
     assert once.returncode == 0, once.stderr
     assert once.stdout.strip() == "1"
     assert scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (job,)) == "scheduled"
+
+
+def test_pgq_reaper_runs_until_sigterm_and_stops_cleanly(app_dsn, pgq, tmp_path):
+    """The standalone reaper is the worker's reaper service: it recovers every interval,
+    names itself in pg_stat_activity, and a SIGTERM stops it with exit status 0."""
+    env = {**os.environ, "PGQUEUE_DSN": app_dsn, "PYTHONUNBUFFERED": "1"}
+    log = tmp_path / "reaper.log"
+    with open(log, "ab") as out:
+        reaper = subprocess.Popen(
+            [PGQ, "reaper", "--interval", "200ms"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_for(lambda: "reaper started" in log.read_text(), message="the reaper to start")
+        assert scalar(
+            app_dsn,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            (f"pgqueue reaper pid-{reaper.pid}",),
+        )
+        job = pgq.enqueue("noop", {})
+        with psycopg.connect(app_dsn) as conn:  # held by a worker that vanished
+            conn.execute(
+                "UPDATE pgqueue.jobs SET state = 'running', attempts = 1,"
+                " lease_expires_at = now() - interval '1s' WHERE id = %s",
+                (job,),
+            )
+        wait_for(
+            lambda: (
+                scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (job,))
+                == "scheduled"
+            ),
+            message="the reaper to recover the job",
+        )
+    finally:
+        reaper.send_signal(signal.SIGTERM)
+        assert wait_exit(reaper) == 0
+    text = log.read_text()
+    assert "recovered jobs with expired leases count=1" in text
+    assert "reaper stopped recovered=1" in text

@@ -23,6 +23,7 @@ from pgqueue.job_specs import make_spec
 from pgqueue.schedules import Schedule, next_tick, plan_ticks
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.outcome import Outcome
+from tests.unit.worker.fake_store import FakeStore
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -152,7 +153,7 @@ def test_unique_options_need_a_key_and_known_states():
 
 
 def test_completer_forgets_wake_ups_of_jobs_it_will_never_write():
-    completer = Completer(db=None)  # type: ignore[arg-type]
+    completer = Completer(FakeStore())
     at = datetime.now(UTC)
     pending = ClaimedJob(3, "q", "t", {}, 1, 5, 7, 0, at, at)
     for job_id, token in ((1, 1), (2, 1), (3, 7)):

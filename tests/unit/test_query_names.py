@@ -1,7 +1,7 @@
 """Every query in ``pgqueue/db/queries.sql`` is used, and every query name the code uses is there.
 
 Found from the source, not by running it: each call that takes a query name (``query(...)``,
-``Query(...)``, ``CopyIn(...)``, the worker's ``WorkerDB.fetch(...)``, and any function that
+``Query(...)``, ``CopyIn(...)``, the worker's ``WorkerStore.fetch(...)``, and any function that
 passes one of its parameters on to them, found by following the calls) must name its query so
 that this test can tell which: a string, a conditional between strings, a loop over strings, a
 module-level dict of strings, or a step being run (``step.name``). Anything else fails the test,
@@ -211,7 +211,7 @@ def test_every_query_is_used(resolved):
 
 
 def test_the_workers_names_are_checked_too(resolved):
-    """The worker passes names to WorkerDB.fetch, which the old test of Query()/query() calls
+    """The worker passes names to WorkerStore.fetch, which the old test of Query()/query() calls
     did not see."""
     worker = {
         name

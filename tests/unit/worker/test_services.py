@@ -1,0 +1,479 @@
+"""The worker's services without PostgreSQL: each one driven against the recording store.
+
+What each sends, in which order and with which values, and what it makes of the replies: the
+integration suite proves the statements right against PostgreSQL; these prove the services'
+decisions (batches, fences, lost leases, a claim that did not commit, outages) quickly and
+one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgqueue import PgQueue
+from pgqueue.job_context import ClaimedJob
+from pgqueue.worker.completer import Completer
+from pgqueue.worker.executor import Executor
+from pgqueue.worker.fetcher import Fetcher
+from pgqueue.worker.heartbeater import Heartbeater
+from pgqueue.worker.observer import WorkerObserver, WorkerStats
+from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.pruner import SETTLE_EVERY, Pruner
+from pgqueue.worker.reaper import Reaper
+from pgqueue.worker.releaser import Releaser
+from pgqueue.worker.scheduler import Scheduler
+from pgqueue.worker.service import Outage, Service
+from pgqueue.worker.supervisor import Supervisor
+from tests.unit.worker.fake_store import FakeStore
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    return asyncio.run(coroutine)
+
+
+def ids(array: str) -> list[int]:
+    """The ids of an ``int_array`` parameter (``{1,2,3}``)."""
+    return [int(x) for x in array.strip("{}").split(",") if x]
+
+
+def acked(params: Any) -> list[tuple[int, bool]]:
+    """ack_jobs' reply when every lease held: (id, cancel requested) per job."""
+    return [(job_id, False) for job_id in ids(params["ids"])]
+
+
+def claim_row(job_id: int, task: str, token: int = 1, queue: str = "default") -> tuple[Any, ...]:
+    """A row as claim_jobs returns it."""
+    return (job_id, queue, task, {}, 1, 3, token, 0, NOW, NOW, False, None, None, None)
+
+
+@pytest.fixture
+def app() -> Iterator[PgQueue]:
+    pgq = PgQueue("postgresql://nobody@localhost/none")  # the fake store stands in for it
+
+    @pgq.task(name="quick")
+    async def quick() -> None:
+        return None
+
+    @pgq.task(name="blocked")
+    async def blocked() -> None:
+        await asyncio.Event().wait()  # until stopped
+
+    yield pgq
+    pgq.close()
+
+
+def parts(app: PgQueue, store: FakeStore, concurrency: int = 4) -> tuple[Executor, Completer]:
+    completer = Completer(store)
+    executor = Executor(app.tasks, concurrency, "worker-1", completer.submit)
+    return executor, completer
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+# -- reaper, pruner, scheduler -------------------------------------------------------------
+
+
+def test_the_reaper_runs_batches_until_one_comes_back_short():
+    store = FakeStore()
+    store.once("reap", [(3,)], [(3,)], [(1,)])
+    reaper = Reaper(store, every=5.0, batch=3)
+    assert run(reaper.reap()) == 7
+    assert store.sent("reap") == [{"max_jobs": 3}] * 3
+    assert reaper.recovered == 7
+
+
+def test_the_pruner_prunes_in_batches_and_settles_waiting_jobs_every_tenth_pass():
+    store = FakeStore(
+        replies={
+            "prune_history": [(0, None)],
+            "prune_dead_letters": [(0, None)],
+            "prune_key_buckets": [(0,)],
+            "settle_waiting": [(0,)],
+        }
+    )
+    store.once("prune_history", [(2, [9])], [(1, None)])
+    store.once("prune_workflows", [(9,)])
+    pruner = Pruner(store, every=60.0, batch_size=2)
+    run(pruner.run_once())
+    assert store.names() == [
+        "prune_history",
+        "prune_workflows",
+        "prune_history",
+        "prune_dead_letters",
+        "prune_key_buckets",
+        "settle_waiting",
+    ]
+    assert store.sent("prune_workflows") == [{"ids": [9]}]
+    store.statements.clear()
+    for _ in range(SETTLE_EVERY - 1):
+        run(pruner.run_once())
+    assert "settle_waiting" not in store.names()
+    run(pruner.run_once())
+    assert store.names().count("settle_waiting") == 1
+
+
+def test_the_scheduler_enqueues_a_due_tick_and_sleeps_until_the_next():
+    due = NOW - timedelta(seconds=1)
+    store = FakeStore(
+        replies={
+            "due_schedules": [
+                ("nightly", "*/5 * * * *", "UTC", due, "skip", timedelta(hours=1), 10, NOW)
+            ],
+            "enqueue_schedule_ticks": [(due, 41, True)],
+            "next_schedule_in": [(3.5,)],
+        }
+    )
+    scheduler = Scheduler(store, max_interval=2.0)
+    run(scheduler.run_once())
+    (sent,) = store.sent("enqueue_schedule_ticks")
+    assert sent["name"] == "nightly" and sent["expected"] == due
+    assert sent["next_tick"] > NOW  # moved past now by the compare-and-set
+    assert scheduler.ticks_enqueued == 1
+    assert scheduler.interval() == 2.0  # the next tick is 3.5 s away; it looks again at 2 s
+    assert store.names().count("prune_idempotency_keys") == 1
+    run(scheduler.run_once())  # a minute has not passed: no second prune
+    assert store.names().count("prune_idempotency_keys") == 1
+
+
+# -- fetcher -> executor -> completer ------------------------------------------------------
+
+
+def test_claimed_jobs_run_and_their_outcomes_go_out_in_one_statement(app):
+    async def scenario() -> FakeStore:
+        store = FakeStore(replies={"ack_jobs": acked, "idle_handshake": [(True,)]})
+        store.once("claim_jobs", [claim_row(1, "quick"), claim_row(2, "quick", token=5)])
+        executor, completer = parts(app, store)
+        fetcher = Fetcher(
+            store,
+            executor,
+            completer,
+            worker_id="worker-1",
+            queues=["default"],
+            task_names=sorted(app.tasks),
+            lease=30.0,
+            poll_interval=5.0,
+            burst=False,
+            on_burst_done=lambda: None,
+        )
+        await fetcher.run_once()  # idle: the claim's jobs start before its COMMIT returns
+        await settle()
+        assert len(completer.pending) == 2
+        await completer.run_once()
+        return store
+
+    store = run(scenario())
+    (claim,) = [s for s in store.statements if s.name == "claim_jobs"]
+    assert claim.params["limit"] == 4 and claim.transaction is not None
+    (ack,) = store.sent("ack_jobs")
+    assert (ids(ack["ids"]), ids(ack["tokens"])) == ([1, 2], [1, 5])
+
+
+def test_a_claim_whose_commit_failed_stops_its_handlers_and_writes_nothing(app, caplog):
+    async def scenario() -> tuple[FakeStore, Completer]:
+        store = FakeStore(replies={"ack_jobs": acked})
+        store.once("claim_jobs", [claim_row(7, "blocked")])
+        store.commit_error = psycopg.OperationalError("server closed the connection")
+        executor, completer = parts(app, store)
+        fetcher = Fetcher(
+            store,
+            executor,
+            completer,
+            worker_id="worker-1",
+            queues=["default"],
+            task_names=sorted(app.tasks),
+            lease=30.0,
+            poll_interval=5.0,
+            burst=False,
+            on_burst_done=lambda: None,
+        )
+        await fetcher.run_once()
+        await settle()
+        assert not executor.running, "the handler of a claim that did not commit was stopped"
+        await completer.run_once()
+        return store, completer
+
+    caplog.set_level(logging.INFO, logger="pgqueue.worker")
+    store, _ = run(scenario())
+    assert "ack_jobs" not in store.names() and "fail_jobs" not in store.names()
+    assert "claim did not commit" in caplog.text
+
+
+# -- heartbeater ---------------------------------------------------------------------------
+
+
+def beat_parts(app: PgQueue, store: FakeStore) -> tuple[Executor, Completer, Heartbeater]:
+    executor, completer = parts(app, store)
+    heartbeater = Heartbeater(
+        store, executor, completer, WorkerStats(), worker_id="worker-1", lease=30.0
+    )
+    return executor, completer, heartbeater
+
+
+def test_a_heartbeat_that_finds_a_lease_lost_stops_its_handler_once(app, caplog):
+    async def scenario() -> tuple[FakeStore, Completer]:
+        store = FakeStore()
+        store.once("heartbeat", [(2, 1, False)])  # job 1 is missing: lost
+        executor, completer, heartbeater = beat_parts(app, store)
+        executor.accept(
+            [
+                ClaimedJob.from_row(claim_row(1, "blocked")),
+                ClaimedJob.from_row(claim_row(2, "blocked")),
+            ]
+        )
+        await settle()
+        await heartbeater.run_once()
+        await settle()
+        assert [key for key in executor.running] == [(2, 1)]
+        await heartbeater.run_once()
+        return store, completer
+
+    caplog.set_level(logging.INFO, logger="pgqueue.worker")
+    store, completer = run(scenario())
+    first, second = store.sent("heartbeat")
+    assert (ids(first["ids"]), ids(first["tokens"])) == ([1, 2], [1, 1])
+    assert ids(second["ids"]) == [2]  # a lost lease is not sent again
+    assert caplog.text.count("lease lost; stopping handler job_id=1") == 1
+    assert completer.pending == []  # the job is not ours any more: nothing to write about it
+
+
+def test_a_heartbeat_stops_the_handler_of_a_job_whose_cancel_was_requested(app):
+    async def scenario() -> Completer:
+        store = FakeStore(replies={"heartbeat": [(3, 1, True)]})
+        executor, completer, heartbeater = beat_parts(app, store)
+        executor.accept([ClaimedJob.from_row(claim_row(3, "blocked"))])
+        await settle()
+        await heartbeater.run_once()
+        await settle()
+        assert not executor.running
+        return completer
+
+    completer = run(scenario())
+    assert [(o.job.id, o.kind) for o in completer.pending] == [(3, "cancelled")]
+
+
+def test_a_failed_heartbeat_keeps_its_counts_and_progress_for_the_next(app):
+    async def scenario() -> FakeStore:
+        store = FakeStore()
+        store.once("heartbeat", psycopg.OperationalError("gone"))
+        executor, _, heartbeater = beat_parts(app, store)
+        executor.accept([ClaimedJob.from_row(claim_row(4, "blocked"))])
+        await settle()
+        (running,) = executor.running.values()
+        running.ctx.report_progress("half way")
+        heartbeater.counts.job_written(outcome(9), "succeeded")
+        with pytest.raises(psycopg.OperationalError):
+            await heartbeater.run_once()
+        await heartbeater.run_once()
+        executor.stop_all("test over")
+        await settle()
+        return store
+
+    store = run(scenario())
+    failed, retried = store.sent("heartbeat")
+    assert retried["progress"] == ["half way"] and ids(retried["progress_ids"]) == [4]
+    assert retried["count_succeeded"] == failed["count_succeeded"]
+
+
+# -- completer -----------------------------------------------------------------------------
+
+
+def outcome(job_id: int, kind: str = "ack", token: int = 1) -> Outcome:
+    return Outcome(ClaimedJob.from_row(claim_row(job_id, "quick", token)), kind)  # type: ignore[arg-type]
+
+
+def test_outcomes_kept_through_an_outage_are_written_once_it_ends():
+    store = FakeStore(replies={"ack_jobs": acked})
+    store.once("ack_jobs", psycopg.OperationalError("server closed the connection"))
+    completer = Completer(store)
+    for job_id in (3, 1, 2):
+        completer.submit(outcome(job_id))
+    with pytest.raises(psycopg.OperationalError):
+        run(completer.run_once())
+    assert sorted(o.job.id for o in completer.pending) == [1, 2, 3]
+    run(completer.run_once())
+    first, second = store.sent("ack_jobs")
+    assert ids(first["ids"]) == ids(second["ids"]) == [1, 2, 3]  # sorted: one lock order
+    assert completer.pending == []
+
+
+def test_failures_and_acks_of_one_batch_go_out_in_two_statements():
+    store = FakeStore(
+        replies={
+            "ack_jobs": acked,
+            "fail_jobs": lambda p: [(job_id, "retry") for job_id in p["ids"]],
+        }
+    )
+    completer = Completer(store)
+    completer.submit(outcome(1))
+    completer.submit(outcome(2, "error"))
+    completer.submit(outcome(3))
+    run(completer.run_once())
+    assert store.names() == ["ack_jobs", "fail_jobs"]
+    assert store.sent("fail_jobs")[0]["ids"] == [2]
+
+
+# -- releaser ------------------------------------------------------------------------------
+
+
+def test_a_breaker_that_opens_hands_back_its_tasks_prefetched_jobs(app):
+    async def scenario() -> Executor:
+        store = FakeStore(replies={"release_jobs": lambda p: [(i,) for i in p["ids"]]})
+        executor, completer = parts(app, store, concurrency=1)
+        releaser = Releaser(store, executor, completer)
+        completer.on_breaker_open = releaser.breaker_opened
+        executor.accept([ClaimedJob.from_row(claim_row(n, "blocked", token=n)) for n in (1, 2, 3)])
+        await settle()
+        completer.on_breaker_open("blocked")
+        await settle()
+        assert store.sent("release_jobs") == [{"ids": [2, 3], "tokens": [2, 3]}]
+        executor.stop_all("test over")
+        await settle()
+        return executor
+
+    executor = run(scenario())
+    assert not executor.waiting
+
+
+def test_a_shutdown_hands_back_what_did_not_finish_in_the_grace_period(app):
+    async def scenario() -> FakeStore:
+        store = FakeStore(
+            replies={"release_jobs": lambda p: [(i,) for i in p["ids"]], "ack_jobs": acked}
+        )
+        executor, completer = parts(app, store, concurrency=2)
+        releaser = Releaser(store, executor, completer)
+        executor.accept(
+            [
+                ClaimedJob.from_row(claim_row(1, "blocked")),
+                ClaimedJob.from_row(claim_row(2, "blocked")),
+                ClaimedJob.from_row(claim_row(3, "quick")),  # prefetched: never starts
+            ]
+        )
+        await settle()
+        await releaser.drain(grace=0.05)
+        assert not executor.running
+        return store
+
+    store = run(scenario())
+    assert "ack_jobs" not in store.names()  # the prefetched job never ran
+    assert store.sent("release_jobs") == [{"ids": [3, 1, 2], "tokens": [1, 1, 1]}]
+
+
+# -- outage and supervisor -----------------------------------------------------------------
+
+
+class Flaky(Service):
+    def __init__(self, name: str, store: FakeStore) -> None:
+        self.name = name
+        super().__init__()
+        self.store = store
+
+    def interval(self) -> float:
+        return 0.01
+
+    async def run_once(self) -> None:
+        await self.store.fetch("ping")
+
+
+def test_services_on_one_database_warn_once_per_outage_and_recover_together(caplog):
+    caplog.set_level(logging.DEBUG, logger="pgqueue.worker")
+    outage = Outage()
+    store = FakeStore(replies={"ping": psycopg.OperationalError("connection refused")})
+    services = [Flaky(name, store) for name in ("first", "second", "third")]
+
+    async def outage_then_recovery() -> None:
+        supervisor = Supervisor(WorkerObserver())
+        for service in services:
+            supervisor.add(service, outage)
+        supervisor.start()
+        await asyncio.sleep(0.3)
+        assert outage.down
+        store.replies["ping"] = []
+        for _ in range(100):
+            if not outage.down:
+                break
+            await asyncio.sleep(0.02)
+        assert not outage.down, "every service got through"
+        await supervisor.stop()
+
+    run(outage_then_recovery())
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "database unavailable" in warnings[0].getMessage()
+    recovered = [r for r in caplog.records if "reachable again" in r.getMessage()]
+    assert len(recovered) == 1
+    assert all(s.db_errors >= 1 for s in services)
+
+
+def test_the_first_service_through_ends_the_outage_for_all():
+    woken: list[str] = []
+
+    class Sleeper(Service):
+        def __init__(self, name: str) -> None:
+            self.name = name
+            super().__init__()
+
+        def wake(self) -> None:
+            woken.append(self.name)
+
+    outage = Outage()
+    first, second, third = Sleeper("first"), Sleeper("second"), Sleeper("third")
+    down = psycopg.OperationalError("connection refused")
+    for _ in range(4):
+        for service in (first, second, third):
+            outage.failed(service, down)
+    # The backoff grew as one service's would (four failures), not twelve services'.
+    assert outage.delay.failures == 4
+    assert outage.down
+    outage.succeeded(second)
+    assert woken == ["first", "third"]  # they try again now, not after their backoff
+    assert outage.delay.failures == 0
+    outage.succeeded(first)
+    outage.succeeded(third)
+    assert not outage.down
+
+
+def test_the_supervisor_starts_in_order_and_stops_in_reverse():
+    events: list[str] = []
+
+    class Part(Service):
+        def __init__(self, name: str) -> None:
+            self.name = name
+            super().__init__()
+
+        async def run(self) -> None:
+            events.append(f"start {self.name}")
+            try:
+                await asyncio.Event().wait()
+            finally:
+                events.append(f"end {self.name}")
+
+        def stop(self) -> None:
+            events.append(f"stop {self.name}")
+            super().stop()
+
+    async def scenario() -> None:
+        supervisor = Supervisor(WorkerObserver())
+        outage = Outage()
+        *_, last = (supervisor.add(Part(n), outage) for n in "abc")
+        supervisor.start()
+        await settle()
+        await supervisor.stop(last)
+        await supervisor.stop()
+
+    run(scenario())
+    assert events == [
+        "start a", "start b", "start c",
+        "stop c", "end c",
+        "stop b", "stop a", "end b", "end a",
+    ]  # fmt: skip
