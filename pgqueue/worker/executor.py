@@ -312,6 +312,11 @@ class Executor:
             None,
         )
 
+    def keep_unstarted(self, jobs: list[ClaimedJob]) -> None:
+        """Hold claimed jobs without starting them (claims that came back while the worker
+        stops): the shutdown hands them back with the prefetched ones."""
+        self.waiting.extend(jobs)
+
     def release_waiting(self, task: str | None = None) -> list[ClaimedJob]:
         """Take back the jobs that never started (all, or ``task``'s), batches being gathered
         included: shutdown hands them back, and so does a circuit breaker opening for their

@@ -317,7 +317,7 @@ class Fetcher(Service):
         # Hand the jobs over before anything else can raise (a log handler, an observer): a
         # claimed job the executor never saw would sit unrun until its lease expired.
         if self.stopping.is_set():
-            self.executor.waiting.extend(jobs)  # stopping: handed back, not started
+            self.executor.keep_unstarted(jobs)  # stopping: handed back, not started
         else:
             self.executor.accept(jobs)
         if jobs and self.log.isEnabledFor(logging.INFO):

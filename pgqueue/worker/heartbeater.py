@@ -15,9 +15,8 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
-from pgqueue.worker.executor import Executor
+from pgqueue.worker.holdings import Holdings
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
@@ -30,8 +29,7 @@ class Heartbeater(Service):
     def __init__(
         self,
         store: WorkerStore,
-        executor: Executor,
-        completer: Completer,
+        holdings: Holdings,
         stats: WorkerStats,
         *,
         worker_id: str,
@@ -41,8 +39,7 @@ class Heartbeater(Service):
     ) -> None:
         super().__init__()
         self.store = store
-        self.executor = executor
-        self.completer = completer
+        self.holdings = holdings
         self.stats = stats
         self.worker_id = worker_id
         self.lease = lease
@@ -55,23 +52,14 @@ class Heartbeater(Service):
         return self.lease / 3
 
     async def run_once(self, timeout: float = 30.0) -> None:
-        held = sorted(self.executor.held() + self.completer.held())
-        self.completer.forget_not_ours(set(held))
-        not_ours = self.completer.not_ours()
-        if not_ours:
-            # Claims not committed yet, or that never did: nothing is written under them.
-            held = [pair for pair in held if pair not in not_ours]
+        held = self.holdings.leases()
         if self.lost:
             # Forget losses whose handler has returned (their pair is held nowhere any more).
             self.lost.intersection_update(held)
             held = [pair for pair in held if pair not in self.lost]
         counted = self.counts.take()
         # Progress reported since the last beat, written by this same statement.
-        reported = [
-            (running.ctx, text)
-            for running in self.executor.running.values()
-            if (text := running.ctx.take_progress()) is not None
-        ]
+        reported = self.holdings.progress()
         sent_at = time.monotonic()
         try:
             rows = await self.store.fetch(
@@ -81,7 +69,7 @@ class Heartbeater(Service):
                     "lease": timedelta(seconds=self.lease),
                     "ids": int_array([job_id for job_id, _ in held]),
                     "tokens": int_array([token for _, token in held]),
-                    "concurrency": self.executor.concurrency,
+                    "concurrency": self.holdings.slots,
                     **self.stats.as_params(),
                     **JobCounts.as_params(counted),
                     "progress_ids": int_array(ctx.id for ctx, _ in reported) if reported else None,
@@ -100,8 +88,8 @@ class Heartbeater(Service):
             cancel_requested = alive.get((job_id, token))
             if cancel_requested is None:
                 self._lost(job_id, token)
-            elif cancel_requested and (job := self.executor.find(job_id, token)):
-                self.executor.stop_job(job_id, "cancelled", token)
+            elif cancel_requested and (job := self.holdings.job((job_id, token))):
+                self.holdings.stop((job_id, token), "cancelled")
                 self.log.info(
                     "cancel requested; stopping handler job_id=%s task=%s attempt=%s",
                     job_id,
@@ -110,10 +98,10 @@ class Heartbeater(Service):
                 )
 
     def _lost(self, job_id: int, token: int) -> None:
-        job = self.executor.find(job_id, token)
+        job = self.holdings.job((job_id, token))
         if job is None:
             return  # finished and written meanwhile: not lost
-        if self.executor.completing(job_id, token):
+        if self.holdings.completing((job_id, token)):
             return  # its own transaction completed it (or is completing it): not lost
         self.lost.add((job_id, token))
         self.observer.lease_lost(job)
@@ -124,7 +112,7 @@ class Heartbeater(Service):
             job.attempt,
             token,
         )
-        self.executor.stop_job(job_id, "lease lost", token)
+        self.holdings.stop((job_id, token), "lease lost")
 
     async def flush(self) -> None:
         """At shutdown: report the last counts and totals once (best effort, quick)."""

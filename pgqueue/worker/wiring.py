@@ -4,10 +4,10 @@ Every channel between two parts is set here, by name: the executor hands outcome
 completer (``submit``); the completer wakes the fetcher when outcomes free a limit's room
 (``on_written``) and tells the releaser when a breaker opens (``on_breaker_open``); the listener
 wakes the fetcher (``on_jobs``) and asks the executor to stop a cancelled job (``on_cancel``);
-the heartbeater reads what the executor and completer hold and stops handlers whose lease was
-lost; the fetcher hands claimed jobs to the executor. The supervisor starts them in the order
-added here (the fetcher last, once everything that takes its jobs runs) and stops them in
-reverse.
+the heartbeater sees what the executor and completer hold through ``Holdings`` and stops
+handlers whose lease was lost; the fetcher hands claimed jobs to the executor. The supervisor
+starts them in the order added here (the fetcher last, once everything that takes its jobs
+runs) and stops them in reverse.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
+from pgqueue.worker.holdings import Holdings
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.observer import WorkerObserver, WorkerStats
@@ -115,8 +116,7 @@ def assemble(
     completer.on_written = fetcher.outcomes_written
     heartbeater = Heartbeater(
         store,
-        executor,
-        completer,
+        Holdings(executor, completer),
         stats,
         worker_id=worker_id,
         lease=settings.lease,

@@ -115,4 +115,4 @@ class FakeStore:
                 # (Other row factories: a reply scripts the rows as the factory builds them.)
                 step = plan.send(rows)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value

@@ -23,6 +23,7 @@ from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
+from pgqueue.worker.holdings import Holdings
 from pgqueue.worker.observer import WorkerObserver, WorkerStats
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.pruner import SETTLE_EVERY, Pruner
@@ -75,6 +76,23 @@ def parts(app: PgQueue, store: FakeStore, concurrency: int = 4) -> tuple[Executo
     completer = Completer(store)
     executor = Executor(app.tasks, concurrency, "worker-1", completer.submit)
     return executor, completer
+
+
+def make_fetcher(
+    app: PgQueue, store: FakeStore, executor: Executor, completer: Completer
+) -> Fetcher:
+    return Fetcher(
+        store,
+        executor,
+        completer,
+        worker_id="worker-1",
+        queues=["default"],
+        task_names=sorted(app.tasks),
+        lease=30.0,
+        poll_interval=5.0,
+        burst=False,
+        on_burst_done=lambda: None,
+    )
 
 
 async def settle() -> None:
@@ -155,18 +173,7 @@ def test_claimed_jobs_run_and_their_outcomes_go_out_in_one_statement(app):
         store = FakeStore(replies={"ack_jobs": acked, "idle_handshake": [(True,)]})
         store.once("claim_jobs", [claim_row(1, "quick"), claim_row(2, "quick", token=5)])
         executor, completer = parts(app, store)
-        fetcher = Fetcher(
-            store,
-            executor,
-            completer,
-            worker_id="worker-1",
-            queues=["default"],
-            task_names=sorted(app.tasks),
-            lease=30.0,
-            poll_interval=5.0,
-            burst=False,
-            on_burst_done=lambda: None,
-        )
+        fetcher = make_fetcher(app, store, executor, completer)
         await fetcher.run_once()  # idle: the claim's jobs start before its COMMIT returns
         await settle()
         assert len(completer.pending) == 2
@@ -186,18 +193,7 @@ def test_a_claim_whose_commit_failed_stops_its_handlers_and_writes_nothing(app, 
         store.once("claim_jobs", [claim_row(7, "blocked")])
         store.commit_error = psycopg.OperationalError("server closed the connection")
         executor, completer = parts(app, store)
-        fetcher = Fetcher(
-            store,
-            executor,
-            completer,
-            worker_id="worker-1",
-            queues=["default"],
-            task_names=sorted(app.tasks),
-            lease=30.0,
-            poll_interval=5.0,
-            burst=False,
-            on_burst_done=lambda: None,
-        )
+        fetcher = make_fetcher(app, store, executor, completer)
         await fetcher.run_once()
         await settle()
         assert not executor.running, "the handler of a claim that did not commit was stopped"
@@ -216,7 +212,7 @@ def test_a_claim_whose_commit_failed_stops_its_handlers_and_writes_nothing(app, 
 def beat_parts(app: PgQueue, store: FakeStore) -> tuple[Executor, Completer, Heartbeater]:
     executor, completer = parts(app, store)
     heartbeater = Heartbeater(
-        store, executor, completer, WorkerStats(), worker_id="worker-1", lease=30.0
+        store, Holdings(executor, completer), WorkerStats(), worker_id="worker-1", lease=30.0
     )
     return executor, completer, heartbeater
 
