@@ -28,6 +28,7 @@ from pgqueue.cli.common import (
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.cli.flow import breaker_app, queue_app, task_app
+from pgqueue.cli.pg_cron_cmds import add_deprecated_spellings, pg_cron_app
 from pgqueue.cli.retention_cmds import retention_app
 from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue
@@ -52,6 +53,8 @@ db_app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(cron_app, name="cron")
+add_deprecated_spellings(cron_app)
+app.add_typer(pg_cron_app, name="pg-cron")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(retention_app, name="retention")
 app.add_typer(queue_app, name="queue")

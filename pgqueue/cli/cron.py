@@ -1,13 +1,12 @@
-"""``pgq cron``: cron schedules (``pgqueue.schedules``) and pg_cron integration.
+"""``pgq cron``: cron schedules (``pgqueue.schedules``): the periodic jobs workers enqueue.
 
-``list``/``pause``/``resume``/``delete`` manage the periodic jobs workers enqueue;
-``install-reaper``/``uninstall-reaper`` schedule ``pgqueue.reap()`` inside PostgreSQL with pg_cron.
+``list``/``pause``/``resume``/``delete``. (pg_cron, the PostgreSQL extension, has its own
+group: ``pgq pg-cron``, pgqueue/cli/pg_cron_cmds.py; ``pgq cron install-reaper`` and
+``uninstall-reaper`` are its deprecated spellings, kept working and hidden.)
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -16,15 +15,12 @@ from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
     example,
-    friendly_errors,
     print_rows,
     with_app,
 )
-from pgqueue.db import pg_cron
-from pgqueue.db.embedded import resolve_dsn
 
 cron_app = typer.Typer(
-    help="Cron schedules (list, pause, resume, delete) and the pg_cron reaper.",
+    help="Cron schedules: list, pause, resume, delete.",
     epilog=example("pgq cron list"),
     no_args_is_help=True,
 )
@@ -70,43 +66,3 @@ def delete(
 ) -> None:
     """Delete a schedule (a worker whose code declares it with @periodic writes it again)."""
     _change(name, dsn, "delete")
-
-
-NameOpt = Annotated[
-    str | None,
-    typer.Option("--name", help="pg_cron job name (default: pgqueue-reaper-<database>)."),
-]
-
-
-@cron_app.command(
-    "install-reaper", epilog=example("pgq cron install-reaper --schedule '10 seconds'")
-)
-def install_reaper(
-    schedule: Annotated[
-        str | None,
-        typer.Option(
-            help="pg_cron schedule (default: '5 seconds' on pg_cron 1.5+, else every minute)."
-        ),
-    ] = None,
-    name: NameOpt = None,
-    dsn: DsnOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Schedule pgqueue.reap() in pg_cron, so expired leases are recovered without any worker."""
-    with friendly_errors():
-        job = pg_cron.install_reaper(resolve_dsn(dsn), schedule, name)
-    if as_json:
-        typer.echo(json.dumps(asdict(job)))
-    else:
-        typer.echo(
-            f"pg_cron job {job.name!r} (id {job.id}) runs {job.command!r} in database "
-            f"{job.database!r} on schedule {job.schedule!r}"
-        )
-
-
-@cron_app.command("uninstall-reaper", epilog=example("pgq cron uninstall-reaper"))
-def uninstall_reaper(name: NameOpt = None, dsn: DsnOption = None) -> None:
-    """Remove the reaper's pg_cron job."""
-    with friendly_errors():
-        removed = pg_cron.uninstall_reaper(resolve_dsn(dsn), name)
-    typer.echo("pg_cron job removed" if removed else "no such pg_cron job")

@@ -36,7 +36,7 @@ def pg15_dsn(pg15: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 def test_pg_cron_reclaims_a_killed_workers_job_and_another_worker_completes_it(pg15_dsn, tmp_path):
     runner = CliRunner()
-    installed = runner.invoke(app, ["cron", "install-reaper", "--dsn", pg15_dsn, "--json"])
+    installed = runner.invoke(app, ["pg-cron", "install-reaper", "--dsn", pg15_dsn, "--json"])
     assert installed.exit_code == 0, installed.output
     # pg_cron lives in the `postgres` database; the job runs in pgqueue's.
     with psycopg.connect(pg15_dsn.replace("dbname=pgqueue_app", "dbname=postgres")) as conn:
@@ -45,8 +45,10 @@ def test_pg_cron_reclaims_a_killed_workers_job_and_another_worker_completes_it(p
     assert jobs == [
         ("pgqueue-reaper-pgqueue_app", "* * * * *", "SELECT pgqueue.reap()", "pgqueue_app")
     ]
+    # The old spelling (under pgqueue's own cron schedules) still works, and says the new one.
     again = runner.invoke(app, ["cron", "install-reaper", "--dsn", pg15_dsn])
-    assert again.exit_code == 0 and "pgqueue-reaper-pgqueue_app" in again.output
+    assert again.exit_code == 0 and "pgqueue-reaper-pgqueue_app" in again.stdout
+    assert "deprecated: use pgq pg-cron install-reaper" in again.stderr
 
     pgq = PgQueue(pg15_dsn)
     try:
@@ -85,13 +87,13 @@ def test_pg_cron_reclaims_a_killed_workers_job_and_another_worker_completes_it(p
             " WHERE command = 'SELECT pgqueue.reap()' AND status = 'succeeded'"
         ).fetchall()
     assert runs  # pg_cron ran it
-    removed = runner.invoke(app, ["cron", "uninstall-reaper", "--dsn", pg15_dsn])
+    removed = runner.invoke(app, ["pg-cron", "uninstall-reaper", "--dsn", pg15_dsn])
     assert removed.exit_code == 0 and "removed" in removed.output
 
 
 def test_install_reaper_explains_what_is_missing(dsn):
     # The session's embedded server has no pg_cron loaded.
-    result = CliRunner().invoke(app, ["cron", "install-reaper", "--dsn", dsn])
+    result = CliRunner().invoke(app, ["pg-cron", "install-reaper", "--dsn", dsn])
     assert result.exit_code == 1
     assert "shared_preload_libraries" in result.output
 
