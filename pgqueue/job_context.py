@@ -20,6 +20,10 @@ from pgqueue.payload import dumps
 CancelReason = str
 
 
+#: How many columns of a claim's row make the job (claim_flow adds two of its own after them).
+CLAIMED_COLUMNS = 14
+
+
 class ClaimedJob(NamedTuple):
     """A job this worker holds, as the claim returned it. (A named tuple, not a frozen
     dataclass: one is made per claimed job, and a frozen dataclass's ``__init__`` costs a
@@ -50,7 +54,7 @@ class ClaimedJob(NamedTuple):
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...], leased_at: float = 0.0) -> ClaimedJob:
-        return tuple.__new__(cls, (*row[:14], leased_at))
+        return tuple.__new__(cls, (*row[:CLAIMED_COLUMNS], leased_at))
 
 
 class _TransactionFields:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pgqueue.db.job_rows import JOB_COLUMNS, column_arrays, due_at
+from pgqueue.db.job_rows import ID, JOB_COLUMNS, KEY, column_arrays, due_at
 from pgqueue.db.plan import CopyIn, Plan, Query
 from pgqueue.db.workflow_plans import enqueue_dependents
 from pgqueue.errors import InvalidJobError, QueueFullError
@@ -232,9 +232,9 @@ def _insert_keyed(
     keyed: list[tuple[int, tuple[Any, ...]]], result: list[JobId | None]
 ) -> Plan[None]:
     """Keyed jobs: kept keys of finished jobs first, then insert, then the live holders."""
-    kept_rows = yield Query("kept_idempotency_keys", {"keys": [row[8] for _, row in keyed]})
+    kept_rows = yield Query("kept_idempotency_keys", {"keys": [row[KEY] for _, row in keyed]})
     kept: dict[str, int] = {key: job_id for key, job_id in kept_rows}
-    fresh = [(index, row) for index, row in keyed if row[8] not in kept]
+    fresh = [(index, row) for index, row in keyed if row[KEY] not in kept]
     created_ids: set[int] = set()
     if fresh:
         inserted = yield Query(
@@ -247,21 +247,23 @@ def _insert_keyed(
         for job_id, key, holder in raced:
             created_ids.discard(job_id)
             kept[key] = holder
-    missing = [str(row[8]) for _, row in keyed if row[0] not in created_ids and row[8] not in kept]
+    missing = [
+        str(row[KEY]) for _, row in keyed if row[ID] not in created_ids and row[KEY] not in kept
+    ]
     existing: dict[str, int] = dict(kept)
     if missing:
         found = yield Query("jobs_by_idempotency_keys", {"keys": missing})
         existing.update({key: job_id for key, job_id in found})
     for index, row in keyed:
-        if row[0] in created_ids:
-            result[index] = JobId(row[0], True)
-        elif row[8] in existing:
-            result[index] = JobId(existing[row[8]], False)
+        if row[ID] in created_ids:
+            result[index] = JobId(row[ID], True)
+        elif row[KEY] in existing:
+            result[index] = JobId(existing[row[KEY]], False)
         else:
             # The holder of the key finished between our two statements; rare enough that a
             # clear error beats a retry loop in a bulk path.
             raise InvalidJobError(
-                f"idempotency key {row[8]!r} was released while enqueueing; retry"
+                f"idempotency key {row[KEY]!r} was released while enqueueing; retry"
             )
 
 

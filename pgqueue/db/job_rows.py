@@ -45,6 +45,8 @@ JOB_COLUMNS = (
     "unique_fors",
     "unique_states",
 )
+#: Where a job row holds its id and its idempotency key (the ninth column, when keyed).
+ID, KEY = JOB_COLUMNS.index("ids"), JOB_COLUMNS.index("keys")
 
 
 def column_arrays(

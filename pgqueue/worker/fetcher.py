@@ -30,13 +30,21 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from pgqueue.job_context import ClaimedJob
+from pgqueue.job_context import CLAIMED_COLUMNS, ClaimedJob
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import TRANSIENT_ERRORS, Row, WorkerStore
+
+# Columns of a claim's rows: the job's (ClaimedJob), then claim_flow's own two.
+_ID, _TOKEN = 0, ClaimedJob._fields.index("lease_token")
+#: Seconds until a limit may let a job through (0: unknown; < 0: flow control applies no more),
+#: on the row of no job that claim_flow adds when limits held work back.
+_THROTTLED = CLAIMED_COLUMNS
+#: The job took the last free place under a concurrency limit (see ack_jobs_waking).
+_WAKE_ON_EXIT = CLAIMED_COLUMNS + 1
 
 
 class _Idle(enum.Enum):
@@ -352,18 +360,18 @@ class Fetcher(Service):
         jobs: list[Row] = []
         throttled: float | None = None
         for row in rows:
-            if row[0] is not None:
+            if row[_ID] is not None:
                 jobs.append(row)
-                if row[15]:
+                if row[_WAKE_ON_EXIT]:
                     # It took a limit's last free place: its exit wakes held-back claimers.
-                    self.completer.wake_on_exit(row[0], row[6])
-            elif row[14] < 0:
+                    self.completer.wake_on_exit(row[_ID], row[_TOKEN])
+            elif row[_THROTTLED] < 0:
                 self.flow = False  # no flow control applies any more
             elif throttled is None:
-                throttled = float(row[14])
+                throttled = float(row[_THROTTLED])
         if self.completer.waking() > 2 * self.executor.concurrency + 100:
             # Jobs that never got an outcome (a lost lease, a hand-back) would stay listed.
-            claimed = {(row[0], row[6]) for row in jobs}  # not handed over yet
+            claimed = {(row[_ID], row[_TOKEN]) for row in jobs}  # not handed over yet
             self.completer.keep_wakes(claimed | set(self.executor.held()))
         return jobs, throttled, False
 
@@ -382,7 +390,7 @@ class Fetcher(Service):
         rows, later, commit = await self.store.before_commit(
             "claim_jobs", "next_due", params, generic=True
         )
-        keys = [(row[0], row[6]) for row in rows]
+        keys = [(row[_ID], row[_TOKEN]) for row in rows]
         self.completer.claim_pending(keys)
         self._commits.add(commit)
         commit.add_done_callback(lambda task: self._claim_committed(task, keys))
