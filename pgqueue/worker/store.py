@@ -168,7 +168,7 @@ class WorkerDB:
     async def drive(self, plan: Plan[T], *, atomic: bool = False, timeout: float = 30.0) -> T:
         if atomic:
             async with self.pool.connection(timeout=timeout) as conn, conn.transaction():
-                return await plans.run_async(plan, conn, guard=False)
+                return await plans.run_async(plan, conn)
         # One pooled connection per statement, given back in between: a long maintenance
         # plan (a pruning pass of many batches) never holds a connection the claims need.
         try:
