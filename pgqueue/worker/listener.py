@@ -69,6 +69,9 @@ class Listener(Service):
                 self.stop()
                 return
             self.connected = True
+            # It stays in run_once while connected: say now that the database is back, so an
+            # outage ends (and the services backing off retry) the moment it reconnects.
+            self.outage.succeeded(self)
             self.log.info("listening for notifications")
             self.on_jobs(None)  # catch up on anything enqueued while we were not listening
             while not self.stopping.is_set():

@@ -48,12 +48,14 @@ class RetryDelay:
 class Outage:
     """What the services sharing one database know of it being down: one backoff for all.
 
-    Six services finding the database gone each warned, and each backed off on its own: the
-    one that happened to sleep longest noticed the server back up to five seconds after the
-    first. Now the first failure warns (a reminder each minute, or when the problem changes),
-    the backoff grows with the failures of the service that met the outage first (so it grows
-    as fast as one service's would, not six times faster), and the first service through says
-    the database is reachable again and wakes every service still backing off.
+    Every service finding the database gone warned, and each backed off on its own: the one
+    that happened to sleep longest noticed the server back up to five seconds after the first.
+    Now each problem (a refused connect, a connection cut mid-statement) is warned about once
+    per outage, by the first service that met it, with a reminder each minute; the backoff
+    grows with the failures of the service that met the outage first (as fast as one
+    service's would, not once per service); and the first service through (the listener, the
+    moment it reconnects) says the database is reachable again and wakes every service still
+    backing off.
     """
 
     def __init__(self, explain: Callable[[BaseException], str] = one_line) -> None:
@@ -62,8 +64,10 @@ class Outage:
         self.explain = explain
         self.delay = RetryDelay()
         self.failing: dict[Service, None] = {}  # in the order they met the outage
-        self._problem: str | None = None  # the database error last warned about
-        self._warned_at = 0.0
+        #: The problems warned about in this outage, and when: each service meets the outage
+        #: its own way (a refused connect, a connection cut mid-statement), and one warning
+        #: per problem is enough.
+        self._warned: dict[str, float] = {}
 
     @property
     def down(self) -> bool:
@@ -80,9 +84,10 @@ class Outage:
         # One warning per outage and problem (a reminder each minute), not one per try and
         # service: a server refusing connections for minutes must not flood the log.
         now = time.monotonic()
-        repeat = problem == self._problem and now - self._warned_at < 60.0
+        warned_at = self._warned.get(problem)
+        repeat = warned_at is not None and now - warned_at < 60.0
         if not repeat:
-            self._problem, self._warned_at = problem, now
+            self._warned[problem] = now
         service.log.log(
             logging.DEBUG if repeat else logging.WARNING,
             "database unavailable service=%s error=%r retry_in=%.2fs",
@@ -97,9 +102,9 @@ class Outage:
         if service not in self.failing:
             return
         del self.failing[service]
-        if self._problem is not None:
+        if self._warned:
             service.log.info("database reachable again service=%s", service.name)
-            self._problem = None
+            self._warned.clear()
             self.delay.reset()
             for other in self.failing:
                 other.wake()  # try again now rather than at the end of a long backoff

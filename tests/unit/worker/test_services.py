@@ -439,6 +439,25 @@ def test_the_first_service_through_ends_the_outage_for_all():
     assert not outage.down
 
 
+def test_each_problem_is_warned_about_once_per_outage_whichever_service_meets_it(caplog):
+    caplog.set_level(logging.DEBUG, logger="pgqueue.worker")
+    outage = Outage()
+    listener, fetcher = Flaky("listener", FakeStore()), Flaky("fetcher", FakeStore())
+    refused = psycopg.OperationalError("connection refused")
+    cut = psycopg.OperationalError("server closed the connection unexpectedly")
+    for _ in range(5):  # each meets the outage its own way, over and over
+        outage.failed(listener, refused)
+        outage.failed(fetcher, cut)
+        outage.failed(listener, cut)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2
+    assert "service=listener error='connection refused'" in warned[0]
+    assert "service=fetcher error='server closed" in warned[1]
+    outage.succeeded(listener)
+    outage.failed(fetcher, cut)  # a new outage: warned again
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 3
+
+
 def test_the_supervisor_starts_in_order_and_stops_in_reverse():
     events: list[str] = []
 
