@@ -1,6 +1,6 @@
 """``pgq work``'s options for the worker's settings, made from :class:`WorkerSettings`.
 
-Each WorkerSettings field with a :class:`~pgqueue.worker.worker.Flag` is an option of ``pgq
+Each WorkerSettings field with a :class:`~pgqueue.worker.settings.Flag` is an option of ``pgq
 work``: its help text, metavar and how its value is written are declared there, once. This
 module knows what each way of writing a value is on the command line (the option's type and
 parser, its default as written, how its value becomes settings), puts the options into the
@@ -19,7 +19,7 @@ import typer
 from pgqueue.cli.common import duration
 from pgqueue.errors import ConfigurationError
 from pgqueue.worker import WorkerSettings
-from pgqueue.worker.worker import Flag
+from pgqueue.worker.settings import Flag
 
 
 def parse_concurrency(value: str) -> tuple[int, int]:

@@ -40,7 +40,7 @@ from pgqueue.worker.watchdog import LoopWatchdog
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue
-    from pgqueue.worker.worker import WorkerSettings
+    from pgqueue.worker.settings import WorkerSettings
 
 log = logging.getLogger("pgqueue.worker")
 
