@@ -3,7 +3,7 @@
 The loop runs ``run_once()`` every ``interval()`` seconds (jittered, so a fleet of workers does
 not synchronise), can be woken early, and survives failures: a database error is retried with
 the backoff of the :class:`Outage` the service shares with the others on the same database
-(one warning per outage for all of them, and all retry at once when one gets through); any
+(each problem warned about once per outage, and all retry at once when one gets through); any
 other exception is logged with its traceback and the service is restarted after a backoff of
 its own. The worker never exits because one service failed. The supervisor
 (:mod:`pgqueue.worker.supervisor`) starts and stops the services.

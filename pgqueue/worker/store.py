@@ -84,7 +84,7 @@ PLANNED_EACH_TIME = frozenset(
 class WorkerStore(Protocol):
     """Everything the worker's services do with the database, by query name: the one seam
     between them and PostgreSQL. :class:`WorkerDB` is the real one; the unit tests drive the
-    services against a fake that records the statements (tests/unit/worker_store.py)."""
+    services against a fake that records the statements (tests/unit/worker/fake_store.py)."""
 
     def explain(self, exc: BaseException) -> str:
         """A database error in one line, naming the connection failure behind a pool timeout."""
