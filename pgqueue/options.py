@@ -26,7 +26,18 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal, Required, TypedDict, cast, get_type_hints
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    TypedDict,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from pgqueue import config
 from pgqueue.dedupe import ON_CONFLICT, UNIQUE_AMONG, check_choice, check_unique_by
@@ -392,7 +403,8 @@ class BatchOptions(TypedDict, total=False):
     """What makes a task a batch task: ``@pgq.task(batch_size=100, batch_wait=1.0)`` on a function
     whose one parameter is a list of :class:`~pgqueue.Item` (see the guide's "Batch handlers")."""
 
-    batch_size: Annotated[Required[int], Check(_batch_size)]
+    # Required outside Annotated: the other order crashes mypy's django-stubs plugin.
+    batch_size: Required[Annotated[int, Check(_batch_size)]]
     """The most jobs one call of the handler gets (1 to 10,000)."""
     batch_wait: Annotated[float | timedelta | None, Check(_batch_wait, default=1.0)]
     """How long the first job of a batch waits for others before the batch runs with what it has
@@ -407,9 +419,17 @@ class BatchTaskOptions(TaskOptions, BatchOptions, total=False):
 def _checks(options: type) -> dict[str, Check]:
     hints = get_type_hints(options, include_extras=True)
     return {
-        name: next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Check)), Check())
+        name: next(
+            (m for m in getattr(_unrequired(hint), "__metadata__", ()) if isinstance(m, Check)),
+            Check(),
+        )
         for name, hint in hints.items()
     }
+
+
+def _unrequired(hint: Any) -> Any:
+    """``Annotated[...]`` out of ``Required[Annotated[...]]`` / ``NotRequired[...]``."""
+    return get_args(hint)[0] if get_origin(hint) in (Required, NotRequired) else hint
 
 
 _JOB_CHECKS = _checks(JobOptions)

@@ -180,7 +180,7 @@ def limited(hold: float = 0.0) -> None:
 def _django_effect() -> Any:
     from django.db import models
 
-    class Effect(models.Model):  # type: ignore[misc]
+    class Effect(models.Model):
         job_id = models.BigIntegerField()
         attempt = models.IntegerField()
         via = models.TextField()

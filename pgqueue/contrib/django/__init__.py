@@ -22,7 +22,7 @@ Enqueue in the request's transaction by passing Django's connection::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
@@ -59,9 +59,8 @@ def dsn(alias: str = "default") -> str:
         "host": entry.get("HOST") or None,
         "port": str(entry["PORT"]) if entry.get("PORT") else None,
     }
-    options = {
-        k: v for k, v in (entry.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY_OPTIONS
-    }
+    given: dict[str, Any] = cast("dict[str, Any]", entry.get("OPTIONS") or {})
+    options = {k: v for k, v in given.items() if k not in _DJANGO_ONLY_OPTIONS}
     return make_conninfo(**{k: v for k, v in {**params, **options}.items() if v is not None})
 
 

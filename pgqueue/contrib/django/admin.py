@@ -3,15 +3,20 @@ dead-letter page can replay, through pgqueue's own API on the same database)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db import router
 
 from pgqueue.contrib.django.models import DeadLetter, QueueStat, RunningJob
 
+if TYPE_CHECKING:  # generic in django-stubs only: ModelAdmin[Any] fails at run time
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = admin.ModelAdmin
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+
+class ReadOnlyAdmin(_ModelAdmin):
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 

@@ -26,5 +26,5 @@ def remove(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     initial = True
-    dependencies: list[tuple[str, str]] = []
+    dependencies = []
     operations = [migrations.RunPython(install, remove)]

@@ -1,0 +1,23 @@
+from pgqueue import Item
+from pgqueue.contrib.django import queue
+from pgqueue.contrib.django.models import DeadLetter
+from shop.models import Order
+
+pgq = queue()
+
+
+@pgq.task(queue="emails", max_attempts=5, timeout=30)
+def send_confirmation(order_id: int) -> str:
+    order = Order.objects.get(id=order_id)
+    order.confirmed = True
+    order.save(update_fields=["confirmed"])
+    return order.email
+
+
+@pgq.task(batch_size=100, batch_wait=0.5)
+def index(items: list[Item[int]]) -> None:
+    Order.objects.filter(id__in=[item.args for item in items]).update(confirmed=True)
+
+
+def dead_tasks() -> list[str]:
+    return list(DeadLetter.objects.values_list("task", flat=True))

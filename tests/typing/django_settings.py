@@ -1,0 +1,15 @@
+"""The settings mypy's Django plugin loads (``[tool.django-stubs]`` in pyproject.toml) to learn the
+models of the apps pgqueue ships and tests: nothing here connects to a database."""
+
+SECRET_KEY = "typing-only"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "pgqueue.contrib.django",
+]
+DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "typing"}}
