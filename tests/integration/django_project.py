@@ -122,9 +122,12 @@ class Migration(migrations.Migration):
 """
 
 TASKS = """
+import time
+
 from django.db import connection
 
 from orders.models import Order
+from pgqueue import current_job
 from pgqueue.contrib.django import queue
 
 pgq = queue()
@@ -144,6 +147,13 @@ def confirm(order_id: int) -> int:
 @pgq.task(queue="orders", max_attempts=1)
 def charge(order_id: int) -> None:
     raise RuntimeError(f"card declined for order {order_id}")
+
+
+@pgq.task(queue="slow", max_attempts=1)
+def slow(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not current_job().cancelled:
+        time.sleep(0.05)
 """
 
 FILES = {
@@ -195,6 +205,26 @@ def manage(
         timeout=timeout,
         check=False,
     )
+
+
+def start_worker(project: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``manage.py pgq work orders.tasks:pgq ARGS`` running in the background."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "pgq", "work", "orders.tasks:pgq", "--poll-interval",
+         "0.2", "--shutdown-grace", "2", *args],
+        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def stop(worker: subprocess.Popen[str]) -> str:
+    """SIGTERM a worker; its log once it exited."""
+    worker.terminate()
+    try:
+        _, err = worker.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        raise
+    return err
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:

@@ -24,6 +24,9 @@ class QueueStat(models.Model):
         verbose_name = "queue"
         ordering = ("queue",)
 
+    def __str__(self) -> str:
+        return f"queue {self.queue}"
+
 
 class RunningJob(models.Model):
     id = models.BigIntegerField(primary_key=True)
@@ -42,7 +45,11 @@ class RunningJob(models.Model):
     class Meta:
         managed = False
         db_table = '"pgqueue"."running_jobs"'
+        verbose_name = "running job"
         ordering = ("id",)
+
+    def __str__(self) -> str:
+        return f"job {self.id} · {self.task}"
 
 
 class DeadLetter(models.Model):
@@ -62,4 +69,8 @@ class DeadLetter(models.Model):
     class Meta:
         managed = False
         db_table = '"pgqueue"."dead_letter_errors"'
+        verbose_name = "dead letter"
         ordering = ("-dead_at",)
+
+    def __str__(self) -> str:
+        return f"dead letter {self.id} · {self.task}"
