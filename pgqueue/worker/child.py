@@ -37,6 +37,7 @@ from pgqueue import logs
 from pgqueue.batch import BatchTask
 from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.job_hooks import call_hooked
 from pgqueue.job_transaction import bind_host
 from pgqueue.tasks import Task
 from pgqueue.tracing import consumer
@@ -335,7 +336,7 @@ class _Runner:
             return replies
         token = set_current(None)  # current_job() names one job: not in a batch
         try:
-            value = task.func(items)
+            value = call_hooked(task.func, [items], {})
         except Exception as exc:
             settled = settle(task, items, None, exc, self.worker_id)
         else:
@@ -381,7 +382,7 @@ class _Runner:
         token = set_current(ctx)
         outcome: Outcome | None = None
         try:
-            value = func(*args, **kwargs)
+            value = call_hooked(func, args, kwargs)
         except JobCancelled:
             return {"kind": "stopped"}
         except Exception as exc:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pgqueue.job_context import JobContext, set_current
+from pgqueue.job_hooks import call_hooked
 
 #: Call states (only changed under the pool's mutex).
 QUEUED = 0
@@ -106,7 +107,7 @@ class ThreadCall:
 
 def _invoke(call: ThreadCall) -> Any:
     set_current(call.ctx)
-    return call.func(*call.args, **call.kwargs)
+    return call_hooked(call.func, call.args, call.kwargs)  # the job hooks, on this thread
 
 
 class HandlerThreads:

@@ -133,7 +133,7 @@ from pgqueue.contrib.django import queue
 pgq = queue()
 
 
-@pgq.task(queue="orders", max_attempts=3, backoff=lambda attempt: 0.0)
+@pgq.task(queue="orders", max_attempts=3, backoff=lambda attempt: 0.0, result_ttl=3600)
 def confirm(order_id: int) -> int:
     order = Order.objects.get(id=order_id)
     order.confirmed = True

@@ -57,6 +57,7 @@ LAYERS: dict[str, str] = {
             *("pgqueue.payload", "pgqueue.options", "pgqueue.dedupe", "pgqueue.retry"),
             *("pgqueue.flow", "pgqueue.schedules", "pgqueue.job_specs", "pgqueue.progress"),
             *("pgqueue.tracing", "pgqueue.gc_pause", "pgqueue.tasks", "pgqueue.workflow"),
+            "pgqueue.job_hooks",
         ),
         "pure",
     ),
