@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -100,11 +101,49 @@ def load_app(spec: str) -> PgQueue:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:
+        if _django_not_set_up(exc):
+            raise ConfigurationError(_django_settings_missing(module_name, spec)) from None
+        raise
     app = getattr(module, attribute or "pgq", None)
     if not isinstance(app, PgQueue):
         name = f"{module_name}:{attribute or 'pgq'}"
         raise ConfigurationError(f"{name} is not a PgQueue instance (got {type(app).__name__})")
     return app
+
+
+def _django_not_set_up(exc: Exception) -> bool:
+    """The app's import touched Django's settings or models with no settings module to set
+    Django up from (ImproperlyConfigured / AppRegistryNotReady; Django is not imported here)."""
+    exceptions = sys.modules.get("django.core.exceptions")
+    return (
+        exceptions is not None
+        and not os.environ.get("DJANGO_SETTINGS_MODULE")
+        and isinstance(exc, (exceptions.ImproperlyConfigured, exceptions.AppRegistryNotReady))
+    )
+
+
+def _django_settings_missing(module_name: str, spec: str) -> str:
+    """One line naming the problem and both fixes (the settings module read from ./manage.py,
+    where there is one)."""
+    found = _MANAGE_SETTINGS.search(_read(Path("manage.py")))
+    settings = found.group(1) if found else "myproject.settings"
+    return (
+        f"{module_name} uses Django, but DJANGO_SETTINGS_MODULE is not set: run "
+        f"`python manage.py pgq work {spec}` in the project, or set "
+        f"DJANGO_SETTINGS_MODULE={settings}"
+    )
+
+
+# What `django-admin startproject` writes in manage.py.
+_MANAGE_SETTINGS = re.compile(r"""DJANGO_SETTINGS_MODULE["']\s*,\s*["']([\w.]+)["']""")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _setup_django() -> None:

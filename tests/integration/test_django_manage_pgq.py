@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from pgqueue.db import migrate
 from tests.conftest import PgServer
-from tests.helpers import scalar
+from tests.helpers import PGQ, scalar
 from tests.integration.django_project import manage, ok, project_env, write_project
 
 # Where the embedded server would put its data: nowhere it can (a command that falls back to it
@@ -107,3 +108,20 @@ def test_unknown_alias_or_engine_is_one_line(project: Path, fresh_db: str) -> No
     assert "no database 'replica' in settings.DATABASES (have: default)" in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_pgq_work_without_django_settings_says_what_to_do(project: Path, fresh_db: str) -> None:
+    """Plain `pgq work` on a Django project's tasks, DJANGO_SETTINGS_MODULE unset: one line that
+    names the problem and both fixes, exit 1 (not Django's ImproperlyConfigured traceback)."""
+    env = project_env(fresh_db, PGQUEUE_DSN=fresh_db)
+    done = subprocess.run(
+        [PGQ, "work", "orders.tasks:pgq", "--burst"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "orders.tasks uses Django, but DJANGO_SETTINGS_MODULE is not set" in lines[0]
+    assert "python manage.py pgq work orders.tasks:pgq" in lines[0]
+    assert "DJANGO_SETTINGS_MODULE=proj.settings" in lines[0]
