@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,8 @@ import pytest
 
 from pgqueue.db import migrate
 from tests.conftest import PgServer
-from tests.helpers import PGQ, scalar
+from tests.dashboard_helpers import free_port
+from tests.helpers import PGQ, scalar, wait_for
 from tests.integration.django_project import manage, ok, project_env, write_project
 
 # Where the embedded server would put its data: nowhere it can (a command that falls back to it
@@ -125,3 +128,30 @@ def test_pgq_work_without_django_settings_says_what_to_do(project: Path, fresh_d
     assert "orders.tasks uses Django, but DJANGO_SETTINGS_MODULE is not set" in lines[0]
     assert "python manage.py pgq work orders.tasks:pgq" in lines[0]
     assert "DJANGO_SETTINGS_MODULE=proj.settings" in lines[0]
+
+
+def test_dashboard_serves_the_projects_database(project: Path, fresh_db: str) -> None:
+    env = project_env(fresh_db, PGQUEUE_EMBEDDED_DIR=NO_EMBEDDED)
+    ok(manage(project, env, "migrate", "--no-input"))
+    job = int(ok(manage(project, env, "shell", "-c", ENQUEUE_IN_DJANGO)).split()[-1])
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "pgq", "dashboard", "--port", str(port)],
+        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def state() -> str | None:
+            assert server.poll() is None, server.communicate()[1]
+            try:
+                with urllib.request.urlopen(f"{url}/api/jobs/{job}", timeout=5) as response:
+                    return str(response.read().decode())
+            except OSError:
+                return None
+
+        shown = json.loads(wait_for(state, timeout=60))
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+    assert shown["task"] == "orders.tasks.confirm"
