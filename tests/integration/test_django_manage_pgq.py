@@ -111,6 +111,9 @@ def test_unknown_alias_or_engine_is_one_line(project: Path, fresh_db: str) -> No
     assert "no database 'replica' in settings.DATABASES (have: default)" in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    # Help needs no database.
+    shown = ok(manage(project, env, "pgq", "--database", "replica", "status", "--help"))
+    assert "Usage: manage.py pgq status" in shown
 
 
 def test_pgq_work_without_django_settings_says_what_to_do(project: Path, fresh_db: str) -> None:

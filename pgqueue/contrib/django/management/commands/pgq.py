@@ -36,7 +36,7 @@ class Command(BaseCommand):
         from pgqueue.cli.app import app
 
         alias, rest = take_database(list(args), options.get("database"))
-        if not _gives_dsn(rest) and (alias is not None or not _is_work(rest)):
+        if _connects(rest) and not _gives_dsn(rest) and (alias is not None or not _is_work(rest)):
             # Every command reads the DSN from PGQUEUE_DSN when --dsn is not given: pointing it
             # at DATABASES[alias] serves them all (and the worker's process-pool children)
             # without repeating the CLI. `work` without --database keeps its app's own queue
@@ -67,6 +67,11 @@ def take_database(args: list[str], given: str | None) -> tuple[str | None, list[
         else:
             rest.append(arg)
     return alias, rest
+
+
+def _connects(args: list[str]) -> bool:
+    """Not only help or the version (those need no database, even a project without one)."""
+    return bool(args) and not {"--help", "--version"} & set(args)
 
 
 def _gives_dsn(args: list[str]) -> bool:
