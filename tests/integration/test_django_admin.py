@@ -54,6 +54,20 @@ for model, pk in (("deadletter", dead), ("runningjob", running), ("queuestat", "
     page(f"{model}_delete", f"{base}/{model}/{pk}/delete/", "post", {"post": "yes"})
     page(f"{model}_list", f"{base}/{model}/")
 page("slow_queue", f"{base}/queuestat/slow/change/")
+
+# A staff user who may only view: the pages, but no action.
+from django.contrib.auth.models import Permission
+from pgqueue.contrib.django.models import DeadLetter
+viewer = User.objects.create_user("viewer", "viewer@example.com", "pw", is_staff=True)
+viewer.user_permissions.set(Permission.objects.filter(codename__startswith="view_",
+                                                      content_type__app_label="pgqueue"))
+admin_client, client = client, Client()
+client.force_login(viewer)
+page("viewer_list", f"{base}/deadletter/")
+page("viewer_replay", f"{base}/deadletter/", "post",
+     {"action": "replay", "_selected_action": [dead]})
+out["viewer_left"] = DeadLetter.objects.count()
+client = admin_client
 page("cancel", f"{base}/runningjob/", "post",
      {"action": "cancel", "_selected_action": [running]})
 page("pause", f"{base}/queuestat/", "post",
@@ -111,6 +125,11 @@ def test_admin_pages_are_read_only_titled_linked_and_act(tmp_path: Path, fresh_d
     assert "replay" in pages["deadletter_list"]["actions"]
     assert "cancel" in pages["runningjob_list"]["actions"]
     assert {"pause", "resume"} <= set(pages["queuestat_list"]["actions"])
+
+    # A user who may only view sees the rows, and no action runs for them.
+    assert pages["viewer_list"]["status"] == 200
+    assert "replay" not in pages["viewer_list"]["actions"]
+    assert pages["viewer_left"] == 1
 
     # The actions did what they say.
     for action in ("cancel", "pause", "replay"):
