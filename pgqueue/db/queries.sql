@@ -457,7 +457,8 @@ WITH input AS (
            AS i(id, token, kind, delay, error)
 ), locked AS MATERIALIZED (
     SELECT j.id, j.queue, i.kind, i.delay,
-           i.error::jsonb || jsonb_build_object('at', now()) AS error,
+           -- when the attempt started, beside when it failed: dead letters keep no started_at
+           i.error::jsonb || jsonb_build_object('at', now(), 'started_at', j.started_at) AS error,
            CASE WHEN j.cancel_requested OR i.kind = 'cancelled' THEN 'cancelled'
                 WHEN i.kind IN ('fail', 'no_retry')
                      OR (i.kind = 'error' AND j.attempts >= j.max_attempts)
