@@ -118,3 +118,31 @@ def test_pgq_work_without_an_app_outside_django_says_what_to_do(dsn: str) -> Non
     done = run([*PGQ, "work", "--dsn", dsn, "--burst"], env, 60)
     assert done.returncode == 2, done
     assert "DJANGO_SETTINGS_MODULE" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_jobs_of_tasks_no_running_worker_runs_are_named(fresh_db: str) -> None:
+    """A worker started for one app (an explicit APP) does not run the other app's tasks: it
+    says so when it starts, and ``pgq status`` names those tasks until a worker runs them."""
+    env = project_env(fresh_db)
+    ok([*MANAGE, "migrate", "--no-input"], env)
+    ok([*MANAGE, "shell", "-c", ENQUEUE], env)
+    shop_only = "tests.integration.django_tasks.shop.tasks:pgq"
+    log = ok([*MANAGE, "pgq", "work", shop_only, "--burst", "--queue", "mail,default"], env)
+    assert "jobs wait for tasks that no running worker runs" in log, log
+    billing = "tests.integration.django_tasks.billing.tasks"
+    assert f"{billing}.charge (queue default, 1 jobs)" in log, log
+    assert f"{billing}.invoice (queue default, 1 jobs)" in log, log
+
+    wide = {**env, "COLUMNS": "250"}  # one line per task
+    status = ok([*PGQ, "status", "--dsn", fresh_db], wide)
+    assert f"unserved: {billing}.charge (queue default): 1 job(s) waiting" in status, status
+    as_json = json.loads(ok([*PGQ, "status", "--dsn", fresh_db, "--json"], env))
+    assert sorted(row["task"] for row in as_json["unserved"]) == [
+        f"{billing}.charge",
+        f"{billing}.invoice",
+    ]
+
+    ok([*MANAGE, "pgq", "work", "--burst"], env)  # the project's worker runs every app's tasks
+    status = ok([*PGQ, "status", "--dsn", fresh_db], env)
+    assert "unserved" not in status, status
