@@ -210,9 +210,6 @@ class PgQueueBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         return result
 
-    def check(self, **kwargs: Any) -> list[Any]:
-        return list(super().check(**kwargs))
-
 
 def _ttl(value: object, alias: str) -> timedelta | None:
     if value is None:

@@ -188,6 +188,28 @@ class WorkerTestCase(TransactionTestCase):
             ],
         )
 
+    def test_running(self) -> None:
+        result = test_tasks.sleep_for.enqueue(1.0)
+        deadline = time.monotonic() + 30
+        while result.status == TaskResultStatus.READY:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+            result.refresh()
+        self.assertEqual(result.status, TaskResultStatus.RUNNING)
+        self.assertIs(result.is_finished, False)
+        self.assertIsNotNone(result.started_at)
+        self.assertIsNotNone(result.last_attempted_at)
+        self.assertIsNone(result.finished_at)
+        self.assertEqual(result.attempts, 1)
+        wait_finished(result)
+        self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+
+    def test_failed_task_logs_on_the_worker_and_keeps_its_arguments(self) -> None:
+        result = wait_finished(test_tasks.failing_task_value_error.enqueue())
+        self.assertEqual(result.args, [])
+        self.assertEqual(result.kwargs, {})
+        self.assertEqual(result.worker_ids[0], result.worker_ids[-1])
+
     def test_one_worker_runs_both_apps_and_both_apis(self) -> None:
         order = Order.objects.create(email="b@example.com")
         send_receipt.enqueue(order.id)  # shop: pgqueue's API
