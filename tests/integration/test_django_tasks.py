@@ -146,3 +146,41 @@ def test_jobs_of_tasks_no_running_worker_runs_are_named(fresh_db: str) -> None:
     ok([*MANAGE, "pgq", "work", "--burst"], env)  # the project's worker runs every app's tasks
     status = ok([*PGQ, "status", "--dsn", fresh_db], env)
     assert "unserved" not in status, status
+
+
+def test_project_mistakes_are_one_line_each(fresh_db: str) -> None:
+    """Two apps asking queue() for different options, and a bad PGQUEUE_TASK_MODULES, are
+    errors that say what to change (no traceback from pgq work)."""
+    env = project_env(fresh_db)
+    clash = "from pgqueue.contrib.django import queue; queue(); queue(pool_size=3)"
+    done = run([*MANAGE, "shell", "-c", clash], env, 60)
+    assert done.returncode != 0
+    assert "give its options in one place" in done.stderr, done.stderr
+
+    bad = {**env, "PGQ_TASK_MODULES": json.dumps(["tasks", "not a module"])}
+    done = run([*MANAGE, "pgq", "work", "--burst"], bad, 60)
+    assert done.returncode == 1, done
+    assert "PGQUEUE_TASK_MODULES must be a module name or a list of them" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_task_modules_setting(fresh_db: str) -> None:
+    """A task in billing/jobs.py is run once PGQUEUE_TASK_MODULES names ``jobs``; until then the
+    worker does not import it, and says its jobs wait for a worker."""
+    env = project_env(fresh_db)
+    ok([*MANAGE, "migrate", "--no-input"], env)
+    enqueue = (
+        "from tests.integration.django_tasks.billing.jobs import nightly;"
+        "open('/dev/stdout', 'w').write('\\n' + nightly.enqueue().id + '\\n')"
+    )
+    task_id = ok([*MANAGE, "shell", "-c", enqueue], env).strip().splitlines()[-1]
+    log = ok([*MANAGE, "pgq", "work", "--burst"], env)
+    assert "billing.jobs.nightly (queue default, 1 jobs)" in log, log
+    both = {**env, "PGQ_TASK_MODULES": json.dumps(["tasks", "jobs"])}
+    ok([*MANAGE, "pgq", "work", "--burst"], both)
+    read = (
+        "from django.tasks import default_task_backend as b;"
+        f"r = b.get_result({task_id!r}); print(r.status, r.return_value)"
+    )
+    assert ok([*MANAGE, "shell", "-c", read], env).strip().splitlines()[-1] == "SUCCESSFUL ran"

@@ -2,6 +2,7 @@
 ``billing`` Django's task framework on :class:`~pgqueue.contrib.django.tasks.PgQueueBackend`.
 The database is ``$PGQ_DJANGO_DSN`` (a libpq DSN)."""
 
+import json
 import os
 
 from psycopg.conninfo import conninfo_to_dict
@@ -40,6 +41,10 @@ TASKS = {
         "OPTIONS": {"TASK_OPTIONS": {"max_attempts": 3, "backoff": lambda attempt: 0}},
     },
 }
+# The tests change it to see what discovery does with it.
+if "PGQ_TASK_MODULES" in os.environ:
+    PGQUEUE_TASK_MODULES = json.loads(os.environ["PGQ_TASK_MODULES"])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
