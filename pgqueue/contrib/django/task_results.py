@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.tasks import task_backends
 from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.utils.module_loading import import_string
 
@@ -46,7 +47,11 @@ def read_result(backend: PgQueueBackend, connection: Any, result_id: object) -> 
     marks = (detail.get("meta") or {}).get(JOB_META_KEY)
     if not isinstance(marks, Mapping):
         return None  # a job of pgqueue's own API
-    task = django_task(detail["task"], detail["queue"], detail["priority"], backend.alias, marks)
+    # The backend that enqueued it (its alias in the job), as long as the settings still have it.
+    alias = str(marks.get("backend") or backend.alias)
+    if alias not in task_backends.settings:
+        alias = backend.alias
+    task = django_task(detail["task"], detail["queue"], detail["priority"], alias, marks)
     if task is None:
         return None
     errors = detail.get("errors") or []
@@ -72,7 +77,7 @@ def read_result(backend: PgQueueBackend, connection: Any, result_id: object) -> 
         last_attempted_at=last_attempted,
         args=list(args.get("args") or []),
         kwargs=dict(args.get("kwargs") or {}),
-        backend=backend.alias,
+        backend=alias,
         errors=task_errors(errors),
         worker_ids=worker_ids,
     )

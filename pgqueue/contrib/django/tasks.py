@@ -35,6 +35,7 @@ priority negated (lower first).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -64,6 +65,7 @@ DEFAULT_RESULT_TTL = timedelta(days=1)
 #: Django's own backends run a task.
 DEFAULT_TASK_OPTIONS: Mapping[str, Any] = {"max_attempts": 1}
 _KNOWN_OPTIONS = frozenset({"DATABASE", "RESULT_TTL", "TASK_OPTIONS"})
+_registering = threading.Lock()
 # What a Django task says in its own words, so not among its pgqueue options.
 _NOT_OPTIONS = {
     "queue": "@task(queue_name=...) or .using(queue_name=...)",
@@ -137,12 +139,17 @@ class PgQueueBackend(BaseTaskBackend):
         registered on the project's queue the first time the task is seen: when its module is
         imported (by the worker's discovery too), or at its first enqueue."""
         name = task.module_path
-        existing = self.pgq.tasks.get(name)
-        if existing is not None:
-            if not is_handler_of(existing.func, name):
-                raise InvalidTask(f"a pgqueue task is already named {name!r}")
-            return existing
-        options = {**self.task_options, **getattr(task, "pgqueue_options", {})}
+        with _registering:  # the backends of several threads share the project's queue
+            existing = self.pgq.tasks.get(name)
+            if existing is not None:
+                if not is_handler_of(existing.func, name):
+                    raise InvalidTask(f"a pgqueue task is already named {name!r}")
+                return existing
+            return self._register(task, name)
+
+    def _register(self, task: Task, name: str) -> JobTask[..., Any]:
+        """Register the handler of ``task`` with this backend's options and the task's."""
+        options = self.options_of(task)
         for word in sorted(_NOT_OPTIONS.keys() & options.keys()):
             raise InvalidTask(
                 f"pgqueue_options of task {name!r}: {word!r} is Django's to say "
@@ -154,6 +161,11 @@ class PgQueueBackend(BaseTaskBackend):
             )
         except (ConfigurationError, InvalidJobError, TypeError) as exc:
             raise InvalidTask(f"task {name!r}: {exc}") from None
+
+    def options_of(self, task: Task) -> dict[str, Any]:
+        """pgqueue's options for ``task``'s jobs: the task's ``pgqueue_options`` over this
+        backend's ``TASK_OPTIONS``."""
+        return {**self.task_options, **getattr(task, "pgqueue_options", {})}
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -180,6 +192,8 @@ class PgQueueBackend(BaseTaskBackend):
             "queue": task.queue_name,
             "priority": -task.priority,
             "result_ttl": self.result_ttl,
+            # Per job: the task may have been registered by another backend on this database.
+            "max_attempts": self.options_of(task).get("max_attempts"),
         }
         if task.run_after is not None:
             run_after = task.run_after

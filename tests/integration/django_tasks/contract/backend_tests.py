@@ -179,6 +179,18 @@ class BackendTestCase(TestCase):
         result = test_tasks.noop_task.enqueue()
         self.assertEqual((job_row(result.id) or ())[5], 1)
 
+    def test_each_backends_options_per_job(self) -> None:
+        # One pgqueue task per Django task, whichever backend saw it first: the attempts are
+        # the enqueueing backend's.
+        result = test_tasks.noop_task.using(backend="retrying").enqueue()
+        *_, max_attempts, meta, _ = job_row(result.id) or ()
+        self.assertEqual(max_attempts, 3)
+        self.assertEqual(meta["django_task"], {"backend": "retrying"})
+        for asked in ("retrying", "default"):
+            got = task_backends[asked].get_result(result.id)
+            self.assertEqual(got.backend, "retrying")
+            self.assertEqual(got.task.backend, "retrying")
+
     def test_enqueued_signal_once_committed(self) -> None:
         seen: list[Any] = []
 
