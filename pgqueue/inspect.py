@@ -31,6 +31,15 @@ def _dicts(
     return [r._asdict() for r in rows]
 
 
+class UnservedTask(NamedTuple):
+    """A row of the ``unserved_tasks`` query: jobs that no running worker would claim."""
+
+    queue: str
+    task: str
+    jobs: int
+    oldest: datetime
+
+
 class QueueStats(NamedTuple):
     """A row of ``pgqueue.queue_stats``."""
 
@@ -259,6 +268,13 @@ def job_detail(pgq: Runner, job_id: int) -> dict[str, Any] | None:
 async def job_detail_async(pgq: Runner, job_id: int) -> dict[str, Any] | None:
     """The async twin of :func:`job_detail`."""
     return await pgq.run_async(search.job_detail(job_id))
+
+
+def unserved_tasks(pgq: Runner, limit: int = 50) -> list[dict[str, Any]]:
+    """Tasks whose jobs wait (ready or scheduled) with no running worker for them: ``queue``,
+    ``task``, ``jobs`` and the ``oldest`` job's enqueue time (see the ``unserved_tasks``
+    query). Scans the waiting jobs: for an operator's look, not a hot path."""
+    return pgq.run(_dicts("unserved_tasks", UnservedTask, {"limit": limit}))
 
 
 def running_jobs(pgq: Runner, limit: int = 100) -> list[dict[str, Any]]:

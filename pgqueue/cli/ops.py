@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from pgqueue import inspect, ops
 from pgqueue.cli.common import (
@@ -40,6 +41,8 @@ def status(
                 "jobs_held": sum(w["jobs_held"] for w in workers),
                 "slots": sum(w["concurrency"] for w in workers if w["status"] == "running"),
             },
+            # Jobs that would wait for ever: no running worker runs their task.
+            "unserved": inspect.unserved_tasks(pgq),
         }
 
     data = with_reader(dsn, read_dsn, read)
@@ -53,6 +56,12 @@ def status(
         + (f", [red]{w['lost']} lost[/red]" if w["lost"] else ""),
         highlight=False,
     )
+    for row in data["unserved"]:
+        console.print(
+            f"[red]unserved:[/red] {escape(row['task'])} (queue {escape(row['queue'])}): "
+            f"{row['jobs']} job(s) waiting, and no running worker runs this task",
+            highlight=False,
+        )
 
 
 def workers(

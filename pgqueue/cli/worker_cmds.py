@@ -170,8 +170,34 @@ def _setup_django() -> None:
         ) from None
 
 
+# What a Django project runs without an APP: every installed app's tasks (a name, not an
+# import: the CLI does not depend on the Django integration).
+DJANGO_PROJECT_APP = "pgqueue.contrib.django.project:pgq"
+
+
+def app_or_default(app: str | None) -> str:
+    """The APP given, else the Django project's (with ``DJANGO_SETTINGS_MODULE`` set), else a
+    usage error."""
+    if app:
+        return app
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return DJANGO_PROJECT_APP
+    raise typer.BadParameter(
+        "missing: say where your PgQueue lives ('myapp.tasks:pgq'); in a Django project set "
+        "DJANGO_SETTINGS_MODULE (or run manage.py pgq work) to run every app's tasks",
+        param_hint="'APP'",
+    )
+
+
 def work(
-    app: Annotated[str, typer.Argument(help="Where your PgQueue lives: 'myapp.tasks:pgq'.")],
+    app: Annotated[
+        str | None,
+        typer.Argument(
+            help="Where your PgQueue lives: 'myapp.tasks:pgq'. In a Django project "
+            "(DJANGO_SETTINGS_MODULE set, or manage.py pgq work) it may be left out: every "
+            "installed app's tasks module is imported and all their tasks run."
+        ),
+    ] = None,
     *,
     metrics_port: Annotated[
         int | None,
@@ -202,6 +228,7 @@ def work(
     **settings: Any,
 ) -> None:
     """Run jobs: claim with SKIP LOCKED, hold leases with heartbeats, retry, dead-letter."""
+    app = app_or_default(app)
     app_logging = logging_setup(log_level, log_format, log_config)
     with friendly_errors():
         with app_logging.importing_app():  # pgq's own handler only if the app set up none

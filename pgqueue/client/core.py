@@ -62,7 +62,8 @@ class PgQueue:
     """A queue living in one PostgreSQL database.
 
     ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
-    ``DATABASE_URL``, else the embedded server (started on first use). ``prepare=False``
+    ``DATABASE_URL``, else the embedded server (started on first use); a callable returning
+    a DSN is called when the queue first connects. ``prepare=False``
     turns server-side prepared statements off (behind PgBouncer < 1.21 in transaction mode).
 
     The client holds the task registry and what an application does with its jobs (enqueue,
@@ -72,7 +73,7 @@ class PgQueue:
 
     def __init__(
         self,
-        dsn: str | None = None,
+        dsn: str | Callable[[], str] | None = None,
         *,
         max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
         pool_size: int = 10,
@@ -88,6 +89,8 @@ class PgQueue:
         self.subscriptions: dict[str, list[Task[..., Any]]] = {}
         #: schedules declared with ``@pgq.periodic``; workers write them at start-up
         self.schedules: dict[str, Schedule] = {}
+        #: queues served besides the tasks' own (see :meth:`declare_queues`)
+        self.extra_queues: list[str] = []
 
     # -- the parts (each module is imported on first use: enqueueing needs none of them) ----
 
@@ -269,9 +272,19 @@ class PgQueue:
         return register
 
     def declared_queues(self) -> list[str]:
-        """The queues this app's tasks run on (what ``pgq work`` serves without ``--queue``),
-        in order of first declaration; ``["default"]`` when no task is declared."""
-        return list(dict.fromkeys(task.queue for task in self.tasks.values())) or ["default"]
+        """The queues this app's tasks run on and those :meth:`declare_queues` added (what
+        ``pgq work`` serves without ``--queue``), in order of first declaration;
+        ``["default"]`` when none is declared."""
+        names = [*(task.queue for task in self.tasks.values()), *self.extra_queues]
+        return list(dict.fromkeys(names)) or ["default"]
+
+    def declare_queues(self, *names: str) -> None:
+        """Have workers serve these queues too (without ``--queue``): for jobs enqueued with
+        ``queue=...`` to a queue that no task declares as its own."""
+        for name in names:
+            check_name(name, "queue name")
+            if name not in self.extra_queues:
+                self.extra_queues.append(name)
 
     def get_task(self, name: str) -> Task[..., Any]:
         """The registered task called ``name``; raises :class:`~pgqueue.UnknownTaskError` if there

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeAlias, TypeVar
 
@@ -39,7 +39,7 @@ class Pools:
 
     def __init__(
         self,
-        dsn: str | None,
+        dsn: str | Callable[[], str] | None,
         *,
         pool_size: int,
         prepare: bool,
@@ -53,8 +53,13 @@ class Pools:
         # A shared pool's database is the queue's, unless a DSN says otherwise (workers, the
         # results listener and the other kind of pool connect with the DSN).
         shared_dsn = pool.conninfo if pool is not None else None
-        self._dsn = config.configured_dsn(
-            dsn or (shared_dsn if isinstance(shared_dsn, str) else None)
+        # A callable DSN is read when the queue first connects (a framework's settings may
+        # change after the queue was made at import time: a test runner's test database).
+        self._dsn_source = dsn if callable(dsn) else None
+        self._dsn = (
+            None
+            if callable(dsn)
+            else config.configured_dsn(dsn or (shared_dsn if isinstance(shared_dsn, str) else None))
         )
         self.size = pool_size
         # What the pools' connections last failed with (a pool timeout hides it).
@@ -82,7 +87,8 @@ class Pools:
         if self._dsn is None:
             with self._lock:
                 if self._dsn is None:
-                    self._dsn = resolve_dsn(None)
+                    source = self._dsn_source
+                    self._dsn = source() if source is not None else resolve_dsn(None)
         return self._dsn
 
     def _sync_pool(self) -> ConnectionPool:

@@ -457,7 +457,8 @@ WITH input AS (
            AS i(id, token, kind, delay, error)
 ), locked AS MATERIALIZED (
     SELECT j.id, j.queue, i.kind, i.delay,
-           i.error::jsonb || jsonb_build_object('at', now()) AS error,
+           -- when the attempt started, beside when it failed: dead letters keep no started_at
+           i.error::jsonb || jsonb_build_object('at', now(), 'started_at', j.started_at) AS error,
            CASE WHEN j.cancel_requested OR i.kind = 'cancelled' THEN 'cancelled'
                 WHEN i.kind IN ('fail', 'no_retry')
                      OR (i.kind = 'error' AND j.attempts >= j.max_attempts)
@@ -597,8 +598,27 @@ UPDATE pgqueue.jobs AS j
 RETURNING j.id
 
 -- name: register_worker
-INSERT INTO pgqueue.workers (id, host, pid, queues, concurrency, version)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(version)s)
+INSERT INTO pgqueue.workers (id, host, pid, queues, concurrency, version, tasks)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(version)s, %(tasks)s)
+
+-- name: unserved_tasks
+-- Tasks whose jobs wait (ready or scheduled) with no running worker for them: none that
+-- serves their queue runs the task (a worker that recorded no tasks, from before migration
+-- 0016, counts as running every task of its queues). Such jobs would wait for ever without a
+-- word. Running: not stopped and seen within the last two minutes, as worker_status says.
+SELECT j.queue, j.task, count(*) AS jobs, min(j.created_at) AS oldest
+  FROM pgqueue.jobs AS j
+ WHERE j.state IN ('ready', 'scheduled')
+   AND NOT EXISTS (
+       SELECT 1
+         FROM pgqueue.workers AS w
+        WHERE w.stopped_at IS NULL
+          AND w.last_seen >= now() - interval '2 minutes'
+          AND j.queue = ANY (w.queues)
+          AND (w.tasks IS NULL OR j.task = ANY (w.tasks)))
+ GROUP BY j.queue, j.task
+ ORDER BY count(*) DESC, j.queue, j.task
+ LIMIT %(limit)s
 
 -- name: register_idle
 -- The worker waits for a NOTIFY from now on: producers notify while any such row exists

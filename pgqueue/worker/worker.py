@@ -212,6 +212,7 @@ class Worker:
             await self._sync_declarations(parts.store)
             self._log_started()
             parts.supervisor.start()
+            await self._warn_unserved(parts.store)
             await self._stop_async.wait()
             await parts.supervisor.stop(parts.fetcher)  # no more claims
             await parts.releaser.drain(self.settings.shutdown_grace)
@@ -237,6 +238,21 @@ class Worker:
             self.stats.lost,
         )
 
+    async def _warn_unserved(self, store: WorkerStore) -> None:
+        """Warn about jobs that wait for tasks no running worker runs (this one registered
+        first): they would wait for ever, in a queue that looks served."""
+        try:
+            rows = await store.fetch("unserved_tasks", {"limit": 20}, timeout=10)
+        except TRANSIENT_ERRORS:
+            return  # a hint at start-up: not worth more than the try
+        if rows:
+            log.warning(
+                "jobs wait for tasks that no running worker runs: %s; start a worker whose app "
+                "registers them (in a Django project, manage.py pgq work without an APP runs "
+                "every installed app's tasks)",
+                ", ".join(f"{task} (queue {queue}, {jobs} jobs)" for queue, task, jobs, _ in rows),
+            )
+
     async def _register(self, store: WorkerStore) -> bool:
         """Register in pgqueue.workers, waiting out a database that is not up yet."""
         delay = RetryDelay(cap=10.0)
@@ -247,6 +263,7 @@ class Worker:
             "queues": self.settings.queues,
             "concurrency": self.settings.concurrency,
             "version": __version__,
+            "tasks": sorted(self.app.tasks),
         }
         while not self._stop.is_set():
             try:

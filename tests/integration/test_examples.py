@@ -58,29 +58,40 @@ def test_django_example(fresh_db):
     posted = json.loads(run([*manage, "shell", "-c", POST], project, env).strip().splitlines()[-1])
     assert posted["refused"] == 409
     assert scalar(fresh_db, "SELECT count(*) FROM shop_order") == 1
-    assert scalar(fresh_db, "SELECT count(*) FROM pgqueue.jobs") == 1
+    # Both apps' jobs, pgqueue's API and Django's, in the view's transaction (none refused).
+    assert scalar(fresh_db, "SELECT count(*) FROM pgqueue.jobs") == 2
     job = posted["ok"]["job"]
+    invoice_task = posted["ok"]["invoice_task"]
 
     # The admin's read-only models read pgqueue's views.
     stats = run([*manage, "shell", "-c",
                  "from pgqueue.contrib.django.models import QueueStat, DeadLetter;"
-                 "print(list(QueueStat.objects.values_list('queue', 'ready')),"
+                 "print(sorted(QueueStat.objects.values_list('queue', 'ready')),"
                  " DeadLetter.objects.count())"], project, env)  # fmt: skip
-    assert stats.strip().splitlines()[-1] == "[('emails', 1)] 0"
+    assert stats.strip().splitlines()[-1] == "[('default', 1), ('emails', 1)] 0"
 
-    # The worker, inside the project: Django is set up before the tasks import the ORM.
-    run([*manage, "pgq", "work", "shop.tasks:pgq", "--burst", "--poll-interval", "0.2"], project,
-        env)  # fmt: skip
+    # One worker, no APP: every installed app's tasks module is imported, and it runs shop's
+    # pgqueue task and billing's Django task alike (Django set up before the ORM is used).
+    run([*manage, "pgq", "work", "--burst", "--poll-interval", "0.2"], project, env)
     assert scalar(fresh_db, "SELECT confirmed FROM shop_order") is True
     assert scalar(fresh_db, "SELECT result FROM pgqueue.job_history WHERE id = %s", (job,)) == (
         "confirmed a@example.com"
     )
+    assert scalar(fresh_db, "SELECT total_cents FROM billing_invoice") == 1250
+    read = (
+        "from billing.tasks import issue_invoice;"
+        f"r = issue_invoice.get_result({invoice_task!r}); print(r.status, r.return_value)"
+    )
+    invoice_id = scalar(fresh_db, "SELECT id FROM billing_invoice")
+    result = run([*manage, "shell", "-c", read], project, env).strip().splitlines()[-1]
+    assert result == f"SUCCESSFUL {invoice_id}"
 
-    # Plain `pgq work` with DJANGO_SETTINGS_MODULE does the same set-up.
+    # Plain `pgq work` with DJANGO_SETTINGS_MODULE does the same, without an APP too.
     run([*manage, "shell", "-c", POST], project, env)
-    run([PGQ, "work", "shop.tasks:pgq", "--burst", "--poll-interval", "0.2"], project,
+    run([PGQ, "work", "--burst", "--poll-interval", "0.2"], project,
         {**env, "DJANGO_SETTINGS_MODULE": "mysite.settings"})  # fmt: skip
     assert scalar(fresh_db, "SELECT count(*) FROM shop_order WHERE confirmed") == 2
+    assert scalar(fresh_db, "SELECT count(*) FROM billing_invoice") == 2
 
     # A newer pgqueue (here: a schema one revision behind) is upgraded by the next migrate.
     with psycopg.connect(fresh_db) as conn:

@@ -30,8 +30,8 @@ def _shape(function: Any) -> list[tuple[str, Any, Any]]:
 
 # What needs no database (the registry, validation, building jobs and workflows) and the pair
 # named after Python's own convention (close / aclose).
-NO_IO = {"task", "periodic", "spec", "declared_queues", "get_task", "close", "aclose",
-         "options", "s", "retry_delay", "result_arg", "compile", "add"}  # fmt: skip
+NO_IO = {"task", "periodic", "spec", "declared_queues", "declare_queues", "get_task", "close",
+         "aclose", "options", "s", "retry_delay", "result_arg", "compile", "add"}  # fmt: skip
 
 
 def _check_twins(operations: dict[str, Any], where: str) -> None:

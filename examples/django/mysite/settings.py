@@ -18,8 +18,18 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
     "pgqueue.contrib.django",  # manage.py migrate installs pgqueue's schema
-    "shop",
+    "shop",  # pgqueue's own API (shop/tasks.py)
+    "billing",  # Django's task API (billing/tasks.py)
 ]
+
+# Django's tasks (django.tasks) run on pgqueue: enqueued in the caller's transaction.
+TASKS = {
+    "default": {
+        "BACKEND": "pgqueue.contrib.django.tasks.PgQueueBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"RESULT_TTL": 3600, "TASK_OPTIONS": {"max_attempts": 3}},
+    }
+}
 
 DATABASES = {
     "default": {

@@ -1,7 +1,9 @@
-"""Enqueue in the request's transaction: the job exists if and only if the order does."""
+"""Enqueue in the request's transaction: the jobs exist if and only if the order does, with
+pgqueue's API (``conn=connection``) and with Django's (the backend writes on the connection)."""
 
 import json
 
+from billing.tasks import issue_invoice
 from django.db import connection, transaction
 from django.http import HttpRequest, JsonResponse
 
@@ -14,7 +16,8 @@ def place_order(request: HttpRequest) -> JsonResponse:
     with transaction.atomic():
         order = Order.objects.create(email=email)
         job = send_confirmation.enqueue(order.id, conn=connection)
-    return JsonResponse({"order": order.id, "job": int(job)})
+        invoice = issue_invoice.enqueue(order.id, total_cents=1250)
+    return JsonResponse({"order": order.id, "job": int(job), "invoice_task": invoice.id})
 
 
 class OrderRefused(Exception):
@@ -27,6 +30,7 @@ def place_order_then_fail(request: HttpRequest) -> JsonResponse:
         with transaction.atomic():
             order = Order.objects.create(email=json.loads(request.body)["email"])
             send_confirmation.enqueue(order.id, conn=connection)
+            issue_invoice.enqueue(order.id, total_cents=1250)
             raise OrderRefused
     except OrderRefused:
         return JsonResponse({"refused": True}, status=409)

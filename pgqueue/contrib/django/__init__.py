@@ -4,11 +4,14 @@ Add ``"pgqueue.contrib.django"`` to ``INSTALLED_APPS``; then
 
 * ``manage.py migrate`` installs pgqueue's schema (its own migrations, applied in Django's
   migration transaction) and upgrades it whenever a newer pgqueue ships newer migrations;
-* :func:`queue` gives a :class:`~pgqueue.PgQueue` on one of Django's databases
-  (``DATABASES["default"]`` unless told otherwise);
-* ``pgq work myproject.tasks:pgq`` sets Django up before importing the tasks when
-  ``DJANGO_SETTINGS_MODULE`` is set, and ``manage.py pgq work myproject.tasks:pgq`` runs any
-  ``pgq`` command inside the project;
+* :func:`queue` gives the project's :class:`~pgqueue.PgQueue` on one of Django's databases
+  (``DATABASES["default"]`` unless told otherwise): the same object for the same alias, so the
+  ``tasks.py`` of every app registers on one queue;
+* ``TASKS = {"default": {"BACKEND": "pgqueue.contrib.django.tasks.PgQueueBackend"}}`` runs
+  Django's own tasks (``django.tasks``) on it (:mod:`pgqueue.contrib.django.tasks`);
+* ``manage.py pgq work`` (or ``pgq work`` with ``DJANGO_SETTINGS_MODULE`` set) imports every
+  installed app's ``tasks`` module and runs all their tasks, pgqueue's and Django's
+  (:mod:`pgqueue.contrib.django.project`);
 * the admin shows queue depths, running jobs and dead letters (read-only, from pgqueue's views).
 
 Enqueue in the request's transaction by passing Django's connection::
@@ -22,6 +25,8 @@ Enqueue in the request's transaction by passing Django's connection::
 
 from __future__ import annotations
 
+import threading
+from functools import partial
 from typing import Any, cast
 
 from pgqueue.client import PgQueue
@@ -64,8 +69,31 @@ def dsn(alias: str = "default") -> str:
     return make_conninfo(**{k: v for k, v in {**params, **options}.items() if v is not None})
 
 
+# The project's queues, one per database alias: every app's tasks.py registers on the same one,
+# so the worker started for the project runs them all.
+_queues: dict[str, tuple[PgQueue, dict[str, Any]]] = {}
+_queues_lock = threading.Lock()
+
+
 def queue(alias: str = "default", **options: Any) -> PgQueue:
-    """A :class:`~pgqueue.PgQueue` on Django's database ``alias``; ``options`` are
-    :class:`~pgqueue.PgQueue`'s (``pool_size``, ``prepare``, ...). The DSN is read from the
-    settings when the queue first connects, so this can run at import time of a tasks module."""
-    return PgQueue(dsn(alias), **options)
+    """The project's :class:`~pgqueue.PgQueue` on Django's database ``alias``: the same object
+    on every call for the same alias, so the tasks of every app register on one queue and one
+    worker runs them all. ``options`` are :class:`~pgqueue.PgQueue`'s (``pool_size``,
+    ``prepare``, ...): the first call's stand; a later call with other options is an error (two
+    apps disagreeing on them would otherwise get one silently). Safe at import time of a tasks
+    module: the queue connects when first used."""
+    with _queues_lock:
+        made = _queues.get(alias)
+        if made is None:
+            dsn(alias)  # a wrong alias is an error now, at the line that names it
+            # Read when the queue first connects: Django's test runner points DATABASES at the
+            # test database after the tasks modules were imported.
+            made = (PgQueue(partial(dsn, alias), **options), dict(options))
+            _queues[alias] = made
+        elif options and options != made[1]:
+            raise ConfigurationError(
+                f"queue({alias!r}) was first made with options {made[1]!r}, now asked with "
+                f"{options!r}: the project has one queue per database, so give its options in "
+                "one place (the first call) and call queue() without them elsewhere"
+            )
+        return made[0]
