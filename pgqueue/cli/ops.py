@@ -13,20 +13,32 @@ from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
     ReadDsnOption,
-    console,
-    dump_json,
     example,
     in_range,
     open_queue,
-    print_rows,
     with_app,
     with_reader,
 )
+from pgqueue.cli.output import (
+    FormatOption,
+    JsonFormatOption,
+    OutputFormat,
+    chosen,
+    console,
+    dump_json,
+    print_rows,
+)
 from pgqueue.client import PgQueue
+
+# Queue depth columns a narrow terminal does without (`pgq stats --format json` has them all).
+QUEUE_NARROW_DROP = frozenset({"waiting", "succeeded_per_min", "failed_per_min"})
 
 
 def status(
-    dsn: DsnOption = None, read_dsn: ReadDsnOption = None, as_json: JsonOption = False
+    dsn: DsnOption = None,
+    read_dsn: ReadDsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive."""
 
@@ -42,11 +54,20 @@ def status(
             },
         }
 
+    out = chosen(fmt, as_json)
     data = with_reader(dsn, read_dsn, read)
-    if as_json:
+    if out is OutputFormat.json:
         dump_json(data)
         return
-    print_rows(data["queues"], inspect.QUEUE_STATS_COLUMNS, as_json=False, title="queues")
+    print_rows(
+        data["queues"],
+        inspect.QUEUE_STATS_COLUMNS,
+        fmt=out,
+        title="queues",
+        narrow_drop=QUEUE_NARROW_DROP,
+    )
+    if out is OutputFormat.plain:
+        return
     w = data["workers"]
     console.print(
         f"workers: {w['running']} running ({w['jobs_held']}/{w['slots']} slots busy)"
@@ -59,9 +80,11 @@ def workers(
     all_: Annotated[bool, typer.Option("--all", help="Include stopped workers.")] = False,
     dsn: DsnOption = None,
     read_dsn: ReadDsnOption = None,
-    as_json: JsonOption = False,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
+    out = chosen(fmt, as_json)
     rows = with_reader(dsn, read_dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
     hidden = {
         "concurrency",
@@ -74,9 +97,10 @@ def workers(
     print_rows(
         rows,
         [c for c in inspect.WORKER_COLUMNS if c not in hidden],
-        as_json=as_json,
+        fmt=out,
         title="workers",
-        formatters={"id": lambda v: str(v)[:8], "queues": ",".join},
+        formatters={"queues": ",".join},
+        narrow_drop={"id", "jobs_succeeded", "jobs_dead"},
     )
 
 
