@@ -114,6 +114,14 @@ def jobs_show(
                 f"{label}: {', '.join(shown) or 'nothing'}", highlight=False, markup=False
             )
     for error in errors:
+        if error.get("replayed"):
+            replayed = _time("at", error.get("replayed_at"))
+            console.rule(
+                "replayed from the dead letters"
+                + (f" at {cell(replayed)}" if replayed else "")
+                + ": attempts count again from 1",
+                style="blue",
+            )
         at = _time("at", error.get("at"))
         console.rule(
             f"attempt {error.get('attempt', '?')}: {error.get('error', '')}"
