@@ -3,6 +3,7 @@ arguments and calls :mod:`pgqueue.inspect` or :mod:`pgqueue.ops`."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
@@ -27,8 +28,13 @@ from pgqueue.cli.output import (
     console,
     dump_json,
     print_rows,
+    timestamp,
 )
 from pgqueue.client import PgQueue
+
+# `pgq status` lists the workers that stopped this recently (the last few of them).
+RECENTLY_STOPPED = timedelta(hours=1)
+STOPPED_SHOWN = 5
 
 # Queue depth columns a narrow terminal does without (`pgq stats --format json` has them all).
 QUEUE_NARROW_DROP = frozenset({"waiting", "succeeded_per_min", "failed_per_min"})
@@ -40,10 +46,13 @@ def status(
     fmt: FormatOption = OutputFormat.table,
     as_json: JsonFormatOption = False,
 ) -> None:
-    """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive."""
+    """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive, and
+    those that stopped in the last hour."""
 
     def read(pgq: PgQueue) -> dict[str, Any]:
-        workers = inspect.workers(pgq)
+        workers = inspect.workers(pgq, include_stopped=True)
+        since = datetime.now(UTC) - RECENTLY_STOPPED
+        stopped = [w for w in workers if w["status"] == "stopped" and w["stopped_at"] >= since]
         return {
             "queues": inspect.queue_stats(pgq),
             "workers": {
@@ -51,6 +60,7 @@ def status(
                 "lost": sum(w["status"] == "lost" for w in workers),
                 "jobs_held": sum(w["jobs_held"] for w in workers),
                 "slots": sum(w["concurrency"] for w in workers if w["status"] == "running"),
+                "recently_stopped": sorted(stopped, key=lambda w: w["stopped_at"], reverse=True),
             },
         }
 
@@ -74,6 +84,17 @@ def status(
         + (f", [red]{w['lost']} lost[/red]" if w["lost"] else ""),
         highlight=False,
     )
+    for gone in w["recently_stopped"][:STOPPED_SHOWN]:
+        console.print(
+            f"  stopped {timestamp(gone['stopped_at'])}: {gone['host']} pid {gone['pid']}, "
+            f"{gone['jobs_succeeded']} succeeded, {gone['jobs_retried']} retried, "
+            f"{gone['jobs_dead']} dead",
+            highlight=False,
+            markup=False,
+        )
+    if len(w["recently_stopped"]) > STOPPED_SHOWN:
+        more = len(w["recently_stopped"]) - STOPPED_SHOWN
+        console.print(f"  and {more} more stopped in the last hour (pgq workers --all)")
 
 
 def workers(

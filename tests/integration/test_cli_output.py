@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 
 from pgqueue import PgQueue
-from tests.helpers import PGQ, ROOT, scalar, thread_worker, wait_for
+from tests.helpers import PGQ, ROOT, scalar, spawn_worker, thread_worker, wait_for
 from tests.integration import worker_app
 
 QUEUE = "payments-settlement-eu"
@@ -146,3 +146,18 @@ def test_dead_letters_and_workers_in_an_80_column_pipe(app_dsn, conn):
     header, row = pgq_out(app_dsn, "dlq", "list", "--format", "plain").splitlines()
     fields = dict(zip(header.split("\t"), row.split("\t"), strict=True))
     assert fields["id"] == str(broken) and TIMESTAMP.fullmatch(fields["dead_at"]), fields
+
+
+def test_status_shows_the_worker_that_just_stopped(dsn):
+    # getting-started: run a --burst worker, then `pgq status` shows "the worker that just
+    # stopped".
+    worker = spawn_worker(dsn, "--burst", "--queue", "default")
+    assert worker.wait(60) == 0
+    pid = worker.pid
+    output = pgq_out(dsn, "status")
+    assert_readable(output)
+    line = next(line for line in output.splitlines() if "stopped" in line)
+    assert f"pid {pid}" in line and TIMESTAMP.search(line), output
+    data = json.loads(pgq_out(dsn, "status", "--format", "json"))
+    (stopped,) = data["workers"]["recently_stopped"]
+    assert stopped["pid"] == pid and stopped["stopped_at"]
