@@ -84,6 +84,7 @@ def queue_set(
         ),
     ] = None,
     dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Change a queue's settings (workers apply them at their next claim)."""
     row = with_app(
@@ -97,7 +98,7 @@ def queue_set(
             fair=UNSET if fair is None else fair,
         ),
     )
-    print_rows([row], QUEUE_COLUMNS, fmt=OutputFormat.table, title="queue")
+    print_rows([row], QUEUE_COLUMNS, fmt=fmt, title="queue")
 
 
 @queue_app.command("list", epilog=example("pgq queue list --json"))
@@ -131,6 +132,7 @@ def task_set(
         float | None, typer.Option(help="Token bucket size per key (default: one period).")
     ] = None,
     dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Change a task's limits (a worker start re-applies what the code declares)."""
     row = with_app(
@@ -143,7 +145,7 @@ def task_set(
             key_rate_limit=_rate(key_rate, key_burst, "--key-burst needs --key-rate"),
         ),
     )
-    print_rows([row], TASK_COLUMNS, fmt=OutputFormat.table, title="task")
+    print_rows([row], TASK_COLUMNS, fmt=fmt, title="task")
 
 
 @task_app.command("list", epilog=example("pgq task list --json"))

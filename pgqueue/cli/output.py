@@ -122,28 +122,49 @@ def print_rows(
     least = {c: _least_width(c, values) for c, values in table_rows.items()}
     # Too wide even folded at spaces: drop the last (least needed) columns that are not
     # identifiers until the rest fits; identifiers are never dropped (at worst they fold).
-    gap = 2  # a space each side between columns
-    while sum(least.values()) + gap * len(least) > width:
+    gap = 3  # between two columns: their padding and the rule (a narrow table has no edges)
+    while sum(least.values()) + gap * (len(least) - 1) > width:
         droppable = [c for c in least if c not in WHOLE]
         if len(droppable) <= 1:
             break
         del least[droppable[-1]]
-    fits = sum(least.values()) + gap * len(least) <= width
+    widths = _fit(least, table_rows, width - gap * (len(least) - 1)) if narrow else {}
     table = Table(
         title=title,
         box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
         pad_edge=not narrow,
-        collapse_padding=narrow,
+        show_edge=not narrow,
     )
     for column, minimum in least.items():
         # Fold, never an ellipsis. Words, not snake_case, so that a header wraps between them.
         table.add_column(
-            column.replace("_", " "), overflow="fold", min_width=minimum if fits else None
+            column.replace("_", " "),
+            overflow="fold",
+            min_width=None if narrow else minimum,
+            width=widths.get(column),
         )
     for index in range(len(rows)):
         # Text, not str: a value with brackets (args, error messages) is not rich markup.
         table.add_row(*(Text(table_rows[c][index]) for c in least))
     console.print(table)
+
+
+def _fit(least: dict[str, int], cells: dict[str, list[str]], room: int) -> dict[str, int]:
+    """Column widths that fill at most ``room``: each column as wide as its widest cell or
+    header, the widest shrunk first, none below its least width (an identifier's is its
+    widest value) while the least widths fit."""
+    widths = {c: max([least[c], len(c), *(len(v) for v in cells[c])]) for c in least}
+    # Names longer than the terminal: past their least widths, the widest columns fold too
+    # (never below a few characters; ids are short and stay whole).
+    floor = {c: least[c] if c == "id" else min(least[c], 8) for c in widths}
+    for bound in (least, floor):
+        while sum(widths.values()) > room:
+            shrinkable = [c for c in widths if widths[c] > bound[c]]
+            if not shrinkable:
+                break
+            widest = max(shrinkable, key=lambda c: widths[c] - bound[c])
+            widths[widest] -= 1
+    return widths
 
 
 def _least_width(column: str, values: Sequence[str]) -> int:

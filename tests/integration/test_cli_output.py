@@ -161,3 +161,18 @@ def test_status_shows_the_worker_that_just_stopped(dsn):
     data = json.loads(pgq_out(dsn, "status", "--format", "json"))
     (stopped,) = data["workers"]["recently_stopped"]
     assert stopped["pid"] == pid and stopped["stopped_at"]
+
+
+def test_a_name_wider_than_the_terminal_folds_whole(dsn):
+    task = "orders.reconciliation.rebuild_customer_ledger_snapshot_for_all_regions"
+    with PgQueue(dsn) as pgq:
+        job = pgq.enqueue(task, queue=QUEUE)
+    output = pgq_out(dsn, "jobs", "list")
+    assert_readable(output)
+    lines = output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("id "))
+    start, end = lines[header].index("task"), lines[header].index("state")
+    row = [line for line in lines[header + 2 :] if line.strip()]
+    assert row[0].startswith(f"{job} ") and "ready" in row[0]
+    # The column's pieces, top to bottom, are the whole name.
+    assert "".join(line[start:end].strip() for line in row) == task, output
