@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
@@ -41,7 +42,7 @@ def assert_readable(output: str, *names: str, width: int = 80) -> None:
 
 
 @pytest.fixture
-def long_names(dsn: str) -> PgQueue:
+def long_names(dsn: str) -> Iterator[PgQueue]:
     pgq = PgQueue(dsn)
     for n in range(3):
         pgq.enqueue(TASK, {"n": n}, queue=QUEUE, priority=5)
