@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -261,13 +262,35 @@ def job_detail(pgq: Runner, job_id: int) -> dict[str, Any] | None:
     """Everything about one job: its row wherever it is (``place``, ``state``, ``args``,
     ``errors`` with every attempt's traceback), its ``workflow`` (parents and dependents with
     their states; None outside a workflow) and the ``actions`` its state allows. None when no
-    table holds the id."""
-    return pgq.run(search.job_detail(job_id))
+    table holds the id. An error that is the first attempt after a replay from the dead letters
+    has ``replayed: true`` (and ``replayed_at`` when the replay recorded its time), so the
+    attempts read 1, 2, replayed, 1, 2."""
+    return _with_replays(pgq.run(search.job_detail(job_id)))
 
 
 async def job_detail_async(pgq: Runner, job_id: int) -> dict[str, Any] | None:
     """The async twin of :func:`job_detail`."""
-    return await pgq.run_async(search.job_detail(job_id))
+    return _with_replays(await pgq.run_async(search.job_detail(job_id)))
+
+
+def _with_replays(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    # A replay marks the last error before it (replay_dead_letters); replays older than that
+    # mark show as the attempt number starting again.
+    errors = (job or {}).get("errors") or []
+    marks = [
+        (after, before.get("replayed_at"))
+        for before, after in pairwise(errors)
+        if "replayed_at" in before or _restarted(before.get("attempt"), after.get("attempt"))
+    ]
+    for error, at in marks:
+        error["replayed"] = True
+        if at is not None:
+            error["replayed_at"] = at
+    return job
+
+
+def _restarted(before: object, after: object) -> bool:
+    return isinstance(before, int) and isinstance(after, int) and after <= before
 
 
 def unserved_tasks(pgq: Runner, limit: int = 50) -> list[dict[str, Any]]:

@@ -22,12 +22,18 @@ from pgqueue.cli.common import (
     example,
     friendly_errors,
     in_range,
-    print_rows,
     with_reader,
 )
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.cli.flow import breaker_app, queue_app, task_app
+from pgqueue.cli.output import (
+    FormatOption,
+    JsonFormatOption,
+    OutputFormat,
+    chosen,
+    print_rows,
+)
 from pgqueue.cli.pg_cron_cmds import add_deprecated_spellings, pg_cron_app
 from pgqueue.cli.retention_cmds import retention_app
 from pgqueue.cli.workflow_cmds import workflow_app
@@ -330,7 +336,10 @@ def enqueue(
 
 @app.command("stats", epilog=example("pgq stats --json"))
 def stats(
-    dsn: DsnOption = None, read_dsn: ReadDsnOption = None, as_json: JsonOption = False
+    dsn: DsnOption = None,
+    read_dsn: ReadDsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """Queue depth per queue (the pgqueue.queue_stats view)."""
     from pgqueue.inspect import queue_stats
@@ -339,7 +348,7 @@ def stats(
     print_rows(
         rows,
         ["queue", "waiting", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
-        as_json=as_json,
+        fmt=chosen(fmt, as_json),
         title="queues",
     )
 

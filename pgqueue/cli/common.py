@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
 from typing import Annotated, Any, TypeVar
 
 import psycopg
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from pgqueue import config, options
 from pgqueue.client import PgQueue
 from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
-from pgqueue.inspect import json_default
 
-console = Console()
 err_console = Console(stderr=True)
 
 T = TypeVar("T")
@@ -46,7 +39,8 @@ ReadDsnOption = Annotated[
         show_default=False,
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+# Commands that print a result rather than rows (rows: --format, see pgqueue.cli.output).
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 # Ranges of numeric options (checked by in_range): out of range is a usage error naming the
 # option and the range, not a database error (LIMIT -1) or an overflow (an id past bigint).
@@ -140,42 +134,3 @@ def read_dsn(dsn: str | None, read: str | None) -> str | None:
 def with_reader(dsn: str | None, read: str | None, action: Callable[[PgQueue], T]) -> T:
     """Run a read-only ``action(pgq)`` against the read DSN (see :func:`read_dsn`)."""
     return with_app(read_dsn(dsn, read), action)
-
-
-def print_rows(
-    rows: Sequence[dict[str, Any]],
-    columns: Sequence[str],
-    *,
-    as_json: bool,
-    title: str | None = None,
-    formatters: dict[str, Callable[[Any], str]] | None = None,
-) -> None:
-    """Rows as a rich table, or as a JSON array (``--json``) for scripts."""
-    if as_json:
-        sys.stdout.write(json.dumps(list(rows), default=json_default, indent=2) + "\n")
-        return
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    formatters = formatters or {}
-    for row in rows:
-        # Text, not str: a value with brackets (args, error messages) is not rich markup.
-        table.add_row(*(Text(formatters.get(c, _cell)(row.get(c))) for c in columns))
-    console.print(table)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, timedelta):
-        return str(value).split(".")[0]
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ", timespec="seconds")
-    if isinstance(value, dict | list):
-        return json.dumps(value)
-    return str(value)
-
-
-def dump_json(data: Any) -> None:
-    """``data`` as indented JSON on stdout (``--json``)."""
-    sys.stdout.write(json.dumps(data, default=json_default, indent=2) + "\n")

@@ -11,13 +11,8 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.cli.common import (
-    DsnOption,
-    JsonOption,
-    example,
-    print_rows,
-    with_app,
-)
+from pgqueue.cli.common import DsnOption, example, with_app
+from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
 
 cron_app = typer.Typer(
     help="Cron schedules: list, pause, resume, delete.",
@@ -29,10 +24,14 @@ _COLUMNS = ["name", "cron", "timezone", "task", "missed", "paused", "next_tick",
 
 
 @cron_app.command("list", epilog=example("pgq cron list --json"))
-def list_schedules(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+def list_schedules(
+    dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
+) -> None:
     """Every schedule: expression, next and last tick, ticks enqueued and skipped."""
     rows = with_app(dsn, lambda pgq: pgq.cron.schedules())
-    print_rows(rows, _COLUMNS, as_json=as_json, title="schedules")
+    print_rows(rows, _COLUMNS, fmt=chosen(fmt, as_json), title="schedules")
 
 
 def _change(name: str, dsn: str | None, action: str) -> None:

@@ -13,10 +13,16 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
-    console,
     example,
     friendly_errors,
     in_range,
+)
+from pgqueue.cli.output import (
+    FormatOption,
+    JsonFormatOption,
+    OutputFormat,
+    chosen,
+    console,
     print_rows,
 )
 from pgqueue.client import PgQueue
@@ -75,17 +81,19 @@ def list_(
     ] = 50,
     traceback: Annotated[bool, typer.Option(help="Show the last traceback.")] = False,
     dsn: DsnOption = None,
-    as_json: JsonOption = False,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """List dead letters, newest first."""
+    out = chosen(fmt, as_json)
     with friendly_errors():
         pgq = PgQueue(dsn)
         try:
             rows = pgq.admin.dead_letters(limit=limit, **_filters(task, queue, error, since, until))
         finally:
             pgq.close()
-    if as_json:
-        print_rows(rows, [], as_json=True)
+    if out is OutputFormat.json:
+        print_rows(rows, [], fmt=out)
         return
     for row in rows:
         last = row["errors"][-1] if row["errors"] else {}
@@ -93,10 +101,11 @@ def list_(
     print_rows(
         rows,
         ["id", "queue", "task", "attempts", "reason", "last_error", "dead_at"],
-        as_json=False,
+        fmt=out,
         title="dead letters",
+        narrow_drop={"attempts", "reason"},
     )
-    if traceback:
+    if traceback and out is OutputFormat.table:
         # Tracebacks do not fit in a table: print each one in full below it.
         for row in rows:
             last = row["errors"][-1] if row["errors"] else {}

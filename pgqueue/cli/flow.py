@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, duration, example, print_rows, with_app
+from pgqueue.cli.common import DsnOption, duration, example, with_app
+from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
 from pgqueue.db.flow_plans import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS
 from pgqueue.errors import ConfigurationError
 from pgqueue.flow import UNSET, RateLimit
@@ -83,6 +84,7 @@ def queue_set(
         ),
     ] = None,
     dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Change a queue's settings (workers apply them at their next claim)."""
     row = with_app(
@@ -96,14 +98,18 @@ def queue_set(
             fair=UNSET if fair is None else fair,
         ),
     )
-    print_rows([row], QUEUE_COLUMNS, as_json=False, title="queue")
+    print_rows([row], QUEUE_COLUMNS, fmt=fmt, title="queue")
 
 
 @queue_app.command("list", epilog=example("pgq queue list --json"))
-def queue_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+def queue_list(
+    dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
+) -> None:
     """Every configured queue's settings (depth: `pgq stats` or view pgqueue.queue_depth)."""
     rows = with_app(dsn, lambda pgq: pgq.flow.queue_settings())
-    print_rows(rows, QUEUE_COLUMNS, as_json=as_json, title="queues")
+    print_rows(rows, QUEUE_COLUMNS, fmt=chosen(fmt, as_json), title="queues")
 
 
 @task_app.command(
@@ -126,6 +132,7 @@ def task_set(
         float | None, typer.Option(help="Token bucket size per key (default: one period).")
     ] = None,
     dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Change a task's limits (a worker start re-applies what the code declares)."""
     row = with_app(
@@ -138,21 +145,29 @@ def task_set(
             key_rate_limit=_rate(key_rate, key_burst, "--key-burst needs --key-rate"),
         ),
     )
-    print_rows([row], TASK_COLUMNS, as_json=False, title="task")
+    print_rows([row], TASK_COLUMNS, fmt=fmt, title="task")
 
 
 @task_app.command("list", epilog=example("pgq task list --json"))
-def task_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+def task_list(
+    dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
+) -> None:
     """Every task with limits (table pgqueue.task_limits)."""
     rows = with_app(dsn, lambda pgq: pgq.flow.task_limits())
-    print_rows(rows, TASK_COLUMNS, as_json=as_json, title="task limits")
+    print_rows(rows, TASK_COLUMNS, fmt=chosen(fmt, as_json), title="task limits")
 
 
 @breaker_app.command("list", epilog=example("pgq breaker list --json"))
-def breaker_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+def breaker_list(
+    dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
+) -> None:
     """Every circuit breaker (view pgqueue.circuit_breaker_status)."""
     rows = with_app(dsn, lambda pgq: pgq.flow.circuit_breakers())
-    print_rows(rows, BREAKER_COLUMNS, as_json=as_json, title="circuit breakers")
+    print_rows(rows, BREAKER_COLUMNS, fmt=chosen(fmt, as_json), title="circuit breakers")
 
 
 @breaker_app.command("reset", epilog=example("pgq breaker reset payments.charge"))

@@ -3,26 +3,32 @@
 
 from __future__ import annotations
 
-import json
+from datetime import datetime
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from pgqueue import inspect, search
 from pgqueue.cli import search_cmd
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
-    JsonOption,
     ReadDsnOption,
-    console,
-    dump_json,
     example,
     friendly_errors,
     in_range,
-    print_rows,
     with_reader,
+)
+from pgqueue.cli.output import (
+    FormatOption,
+    JsonFormatOption,
+    OutputFormat,
+    cell,
+    chosen,
+    console,
+    dump_json,
+    print_fields,
+    print_rows,
 )
 from pgqueue.errors import PgQueueError
 from pgqueue.job_specs import MAX_ROWS
@@ -47,9 +53,11 @@ def jobs_list(
     ] = 50,
     dsn: DsnOption = None,
     read_dsn: ReadDsnOption = None,
-    as_json: JsonOption = False,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """List live jobs (waiting and running), oldest first."""
+    out = chosen(fmt, as_json)
     contains = search.parse_args_filter(meta or ())
     rows = with_reader(
         dsn,
@@ -62,8 +70,9 @@ def jobs_list(
     print_rows(
         rows,
         [c for c in inspect.JOB_COLUMNS if c not in hidden],
-        as_json=as_json,
+        fmt=out,
         title="jobs",
+        narrow_drop={"priority", "lease_left", "tags", "last_error"},
     )
 
 
@@ -71,27 +80,29 @@ def jobs_show(
     job_id: Annotated[int, typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Job id.")],
     dsn: DsnOption = None,
     read_dsn: ReadDsnOption = None,
-    as_json: JsonOption = False,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """Everything about one job (live, dead-lettered or finished): its errors, its workflow
     neighbours and the actions its state allows."""
+    out = chosen(fmt, as_json)
     job = with_reader(dsn, read_dsn, lambda pgq: inspect.job_detail(pgq, job_id))
     if job is None:
         with friendly_errors():
             raise PgQueueError(f"job {job_id} not found (never existed, or succeeded)")
-    if as_json:
+    if out is OutputFormat.json:
         dump_json(job)
         return
-    table = Table(title=f"job {job_id}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
     errors = job.get("errors") or []
-    for key, value in job.items():
-        if key not in ("errors", "workflow", "actions"):
-            table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
-    table.add_row("errors", str(len(errors)))
-    table.add_row("actions", ", ".join(job["actions"]) or "none")
-    console.print(table)
+    fields = [
+        (key, cell(_time(key, value)))
+        for key, value in job.items()
+        if key not in ("errors", "workflow", "actions")
+    ]
+    fields += [("errors", str(len(errors))), ("actions", ", ".join(job["actions"]) or "none")]
+    print_fields(fields, fmt=out, title=f"job {job_id}")
+    if out is OutputFormat.plain:
+        return
     workflow = job["workflow"]
     if workflow is not None:
         console.rule(
@@ -103,10 +114,33 @@ def jobs_show(
                 f"{label}: {', '.join(shown) or 'nothing'}", highlight=False, markup=False
             )
     for error in errors:
-        console.rule(f"attempt {error.get('attempt', '?')}: {error.get('error', '')}")
+        if error.get("replayed"):
+            replayed = _time("at", error.get("replayed_at"))
+            console.rule(
+                "replayed from the dead letters"
+                + (f" at {cell(replayed)}" if replayed else "")
+                + ": attempts count again from 1",
+                style="blue",
+            )
+        at = _time("at", error.get("at"))
+        console.rule(
+            f"attempt {error.get('attempt', '?')}: {error.get('error', '')}"
+            + (f" at {cell(at)}" if at else "")
+        )
         console.print(error.get("message", ""), highlight=False, markup=False)
         if error.get("traceback"):
             console.print(error["traceback"], highlight=False, markup=False)
+
+
+def _time(field: str, value: object) -> object:
+    """A time field of the job's JSON (an ISO string) as a datetime, printed like every
+    other time; anything else as it is."""
+    if isinstance(value, str) and (field.endswith("_at") or field in ("at", "keep_until")):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value
 
 
 def register(app: typer.Typer) -> None:

@@ -3,6 +3,7 @@ arguments and calls :mod:`pgqueue.inspect` or :mod:`pgqueue.ops`."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
@@ -14,25 +15,45 @@ from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
     ReadDsnOption,
-    console,
-    dump_json,
     example,
     in_range,
     open_queue,
-    print_rows,
     with_app,
     with_reader,
 )
+from pgqueue.cli.output import (
+    FormatOption,
+    JsonFormatOption,
+    OutputFormat,
+    chosen,
+    console,
+    dump_json,
+    print_rows,
+    timestamp,
+)
 from pgqueue.client import PgQueue
+
+# `pgq status` lists the workers that stopped this recently (the last few of them).
+RECENTLY_STOPPED = timedelta(hours=1)
+STOPPED_SHOWN = 5
+
+# Queue depth columns a narrow terminal does without (`pgq stats --format json` has them all).
+QUEUE_NARROW_DROP = frozenset({"waiting", "succeeded_per_min", "failed_per_min"})
 
 
 def status(
-    dsn: DsnOption = None, read_dsn: ReadDsnOption = None, as_json: JsonOption = False
+    dsn: DsnOption = None,
+    read_dsn: ReadDsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
-    """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive."""
+    """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive, and
+    those that stopped in the last hour."""
 
     def read(pgq: PgQueue) -> dict[str, Any]:
-        workers = inspect.workers(pgq)
+        workers = inspect.workers(pgq, include_stopped=True)
+        since = datetime.now(UTC) - RECENTLY_STOPPED
+        stopped = [w for w in workers if w["status"] == "stopped" and w["stopped_at"] >= since]
         return {
             "queues": inspect.queue_stats(pgq),
             "workers": {
@@ -40,22 +61,43 @@ def status(
                 "lost": sum(w["status"] == "lost" for w in workers),
                 "jobs_held": sum(w["jobs_held"] for w in workers),
                 "slots": sum(w["concurrency"] for w in workers if w["status"] == "running"),
+                "recently_stopped": sorted(stopped, key=lambda w: w["stopped_at"], reverse=True),
             },
             # Jobs that would wait for ever: no running worker runs their task.
             "unserved": inspect.unserved_tasks(pgq),
         }
 
+    out = chosen(fmt, as_json)
     data = with_reader(dsn, read_dsn, read)
-    if as_json:
+    if out is OutputFormat.json:
         dump_json(data)
         return
-    print_rows(data["queues"], inspect.QUEUE_STATS_COLUMNS, as_json=False, title="queues")
+    print_rows(
+        data["queues"],
+        inspect.QUEUE_STATS_COLUMNS,
+        fmt=out,
+        title="queues",
+        narrow_drop=QUEUE_NARROW_DROP,
+    )
+    if out is OutputFormat.plain:
+        return
     w = data["workers"]
     console.print(
         f"workers: {w['running']} running ({w['jobs_held']}/{w['slots']} slots busy)"
         + (f", [red]{w['lost']} lost[/red]" if w["lost"] else ""),
         highlight=False,
     )
+    for gone in w["recently_stopped"][:STOPPED_SHOWN]:
+        console.print(
+            f"  stopped {timestamp(gone['stopped_at'])}: {gone['host']} pid {gone['pid']}, "
+            f"{gone['jobs_succeeded']} succeeded, {gone['jobs_retried']} retried, "
+            f"{gone['jobs_dead']} dead",
+            highlight=False,
+            markup=False,
+        )
+    if len(w["recently_stopped"]) > STOPPED_SHOWN:
+        more = len(w["recently_stopped"]) - STOPPED_SHOWN
+        console.print(f"  and {more} more stopped in the last hour (pgq workers --all)")
     for row in data["unserved"]:
         console.print(
             f"[red]unserved:[/red] {escape(row['task'])} (queue {escape(row['queue'])}): "
@@ -68,9 +110,11 @@ def workers(
     all_: Annotated[bool, typer.Option("--all", help="Include stopped workers.")] = False,
     dsn: DsnOption = None,
     read_dsn: ReadDsnOption = None,
-    as_json: JsonOption = False,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
+    out = chosen(fmt, as_json)
     rows = with_reader(dsn, read_dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
     hidden = {
         "concurrency",
@@ -83,9 +127,10 @@ def workers(
     print_rows(
         rows,
         [c for c in inspect.WORKER_COLUMNS if c not in hidden],
-        as_json=as_json,
+        fmt=out,
         title="workers",
-        formatters={"id": lambda v: str(v)[:8], "queues": ",".join},
+        formatters={"queues": ",".join},
+        narrow_drop={"id", "jobs_succeeded", "jobs_dead"},
     )
 
 

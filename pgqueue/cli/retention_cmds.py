@@ -15,8 +15,8 @@ from pgqueue.cli.common import (
     example,
     in_range,
     open_queue,
-    print_rows,
 )
+from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
 from pgqueue.retention import KEEP_FOREVER
 
 retention_app = typer.Typer(
@@ -26,19 +26,24 @@ retention_app = typer.Typer(
 )
 
 
-def _show(settings: dict[str, Any], as_json: bool) -> None:
+def _show(settings: dict[str, Any], fmt: OutputFormat) -> None:
     row = dict(settings)
-    if not as_json:
+    if fmt is not OutputFormat.json:
         row["dead_letter_retention"] = row["dead_letter_retention"] or "until replayed"
-    print_rows([row], list(row), as_json=as_json, title="retention")
+    print_rows([row], list(row), fmt=fmt, title="retention")
 
 
-@retention_app.command("show", epilog=example("pgq retention show --json"))
-def show(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+@retention_app.command("show", epilog=example("pgq retention show --format json"))
+def show(
+    dsn: DsnOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
+) -> None:
     """The settings every worker's ack and pruner use (the pgqueue.retention row)."""
+    out = chosen(fmt, as_json)
     with open_queue(dsn) as pgq:
         settings = pgq.retention.settings()
-    _show(settings.as_dict(), as_json)
+    _show(settings.as_dict(), out)
 
 
 @retention_app.command("set", epilog=example("pgq retention set --history 3d --dead-letters 30d"))
@@ -64,9 +69,11 @@ def set_(
         ),
     ] = None,
     dsn: DsnOption = None,
-    as_json: JsonOption = False,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """Change retention for every worker at once (settings not given stay as they are)."""
+    out = chosen(fmt, as_json)
     dead: float | str | None = dead_letters
     if dead_letters is not None and dead_letters != KEEP_FOREVER:
         dead = duration(dead_letters)
@@ -74,7 +81,7 @@ def set_(
         settings = pgq.retention.set(
             history=history, record_succeeded=record_succeeded, dead_letters=dead
         )
-    _show(settings.as_dict(), as_json)
+    _show(settings.as_dict(), out)
 
 
 @retention_app.command("prune", epilog=example("pgq retention prune --batch-size 1000"))

@@ -7,8 +7,6 @@ arguments; bad input is a one-line usage error naming the option.
 
 from __future__ import annotations
 
-import json
-import sys
 from datetime import datetime
 from typing import Annotated
 
@@ -18,13 +16,19 @@ from pgqueue import inspect, search
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
-    JsonOption,
     ReadDsnOption,
     duration,
     err_console,
     in_range,
-    print_rows,
     with_reader,
+)
+from pgqueue.cli.output import (
+    FormatOption,
+    JsonFormatOption,
+    OutputFormat,
+    chosen,
+    dump_json,
+    print_rows,
 )
 from pgqueue.errors import InvalidJobError
 from pgqueue.options import check_tags
@@ -145,9 +149,11 @@ def jobs_search(
     ] = search.DEFAULT_TIMEOUT,
     dsn: DsnOption = None,
     read_dsn: ReadDsnOption = None,
-    as_json: JsonOption = False,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """Search jobs wherever they are (live, finished, dead), newest first, a page at a time."""
+    out = chosen(fmt, as_json)
     times = {
         name: _time(name, value)
         for name, value in (
@@ -180,13 +186,8 @@ def jobs_search(
             timeout=timeout,
         ),
     )
-    if as_json:
-        sys.stdout.write(
-            json.dumps(
-                {"jobs": page.jobs, "cursor": page.cursor}, default=inspect.json_default, indent=2
-            )
-            + "\n"
-        )
+    if out is OutputFormat.json:
+        dump_json({"jobs": page.jobs, "cursor": page.cursor})
         return
     print_rows(
         page.jobs,
@@ -201,10 +202,12 @@ def jobs_search(
             "tags",
             "last_error",
         ],
-        as_json=False,
+        fmt=out,
         title="jobs",
+        narrow_drop={"attempts", "created_at", "tags"},
     )
     if page.cursor is None:
         err_console.print("(last page)", highlight=False)
     else:
-        typer.echo(f"next page: --after {page.cursor}")  # one line, however narrow the terminal
+        # One line, however narrow the terminal; under plain rows, on stderr (rows only on stdout).
+        typer.echo(f"next page: --after {page.cursor}", err=out is OutputFormat.plain)

@@ -14,10 +14,16 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
-    console,
     example,
     in_range,
     open_queue,
+)
+from pgqueue.cli.output import (
+    FormatOption,
+    JsonFormatOption,
+    OutputFormat,
+    chosen,
+    console,
     print_rows,
 )
 from pgqueue.db.workflow_views import WORKFLOW_COLUMNS
@@ -53,7 +59,8 @@ def list_(
         int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many, newest first.")
     ] = 50,
     dsn: DsnOption = None,
-    as_json: JsonOption = False,
+    fmt: FormatOption = OutputFormat.table,
+    as_json: JsonFormatOption = False,
 ) -> None:
     """Workflows with their state and job counts (the pgqueue.workflow_overview view)."""
     with open_queue(dsn) as pgq:
@@ -61,7 +68,7 @@ def list_(
     print_rows(
         rows,
         [c for c in WORKFLOW_COLUMNS if c != "last_finished_at"],
-        as_json=as_json,
+        fmt=chosen(fmt, as_json),
         title="workflows",
     )
 

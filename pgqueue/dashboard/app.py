@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -101,6 +102,8 @@ def create_app(
             row["traceback"] = last[0].get("traceback")
         return {
             "read_only": settings.read_only,
+            # The page's windows (rates, the throughput chart's hour) end here.
+            "now": datetime.now(UTC),
             "queues": inspect.queue_stats(reads),
             "running": inspect.running_jobs(reads, settings.limit),
             "waiting": inspect.jobs(reads, state="scheduled", limit=settings.limit),

@@ -679,7 +679,8 @@ SELECT count(*)
 
 -- name: replay_dead_letters
 -- Move one batch of matching dead letters back to the queue with fresh attempts (same id, errors
--- kept for the record, lease_token carried on so no stale worker can touch the new attempt).
+-- kept for the record, the last one marked replayed_at, lease_token carried on so no stale
+-- worker can touch the new attempt).
 -- A dead letter whose idempotency key is held by a live job is left where it is (the holder, as
 -- the unique index says: a unique_among 'pending' job that started no longer holds its key). In
 -- a fair queue the job gets a rank again (as a job without a key: dead letters keep no
@@ -711,7 +712,13 @@ INSERT INTO pgqueue.jobs (id, queue, task, args, state, priority, run_at, attemp
                           lease_token, idempotency_key, created_at, errors, meta, tags,
                           fair_rank)
 SELECT m.id, m.queue, m.task, m.args, 'ready', m.priority, now(), 0, m.max_attempts,
-       m.lease_token, m.idempotency_key, m.created_at, m.errors, m.meta, m.tags, r.rank
+       m.lease_token, m.idempotency_key, m.created_at,
+       -- The replay is marked on the last error, so the attempt history reads 1, 2, replayed,
+       -- 1, 2 (pgqueue.inspect.job_detail), not 1, 2, 1, 2.
+       CASE WHEN jsonb_array_length(m.errors) > 0
+            THEN jsonb_set(m.errors, '{-1,replayed_at}', to_jsonb(now()))
+            ELSE m.errors END,
+       m.meta, m.tags, r.rank
   FROM moved AS m
   LEFT JOIN (SELECT u.id, u.rank
                FROM listed AS l,
@@ -909,9 +916,16 @@ SELECT id, host, pid, queues, concurrency, version, started_at, last_seen, stopp
  ORDER BY started_at, id
 
 -- name: list_recent_failures
-SELECT queue, task, retried, dead, error_class, last_error, failed_at
-  FROM pgqueue.recent_failures
- ORDER BY failed_at DESC NULLS LAST, queue, task
+-- A row counted but whose jobs no longer keep an error (they succeeded on a later attempt, or
+-- were cancelled or purged: their errors went with them) has no error or time in the view; its
+-- time is then the last minute its failures were counted in, so no row reads blank.
+SELECT f.queue, f.task, f.retried, f.dead, f.error_class, f.last_error,
+       coalesce(f.failed_at,
+                (SELECT max(c.minute) FROM pgqueue.job_counts AS c
+                  WHERE c.queue = f.queue AND c.task = f.task AND c.retried + c.dead > 0
+                    AND c.minute >= now() - interval '1 hour')) AS failed_at
+  FROM pgqueue.recent_failures AS f
+ ORDER BY 7 DESC NULLS LAST, f.queue, f.task
 
 -- name: list_throughput
 SELECT minute, queue, succeeded, retried, dead, cancelled

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,6 +26,9 @@ log = logging.getLogger("pgqueue.worker.executor")
 #: cancelled: stopped because the job was cancelled. no_retry: raised an error the task's retry
 #: policy excludes (retry_on / no_retry_on): dead letter now.
 Kind = Literal["ack", "error", "retry", "fail", "cancelled", "no_retry"]
+
+# pgqueue's own source tree: the frames a traceback starts with before it reaches the handler.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 # Tracebacks are for humans; a runaway recursion must not put megabytes into every row.
 _MAX_TRACEBACK = 16_000
@@ -75,6 +79,32 @@ def describe(exc: BaseException) -> tuple[str, str]:
     return name, message[:_MAX_MESSAGE].replace("\x00", "\\0")
 
 
+def format_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback as stored and shown: without the frames of pgqueue's own that
+    called the handler (the worker's loop, its executor), which every traceback would otherwise
+    start with; the handler's frames, and anything it called, stay whole."""
+    summary = traceback.TracebackException.from_exception(exc)
+    _drop_callers(summary, set())
+    return "".join(summary.format())
+
+
+def _drop_callers(summary: traceback.TracebackException, seen: set[int]) -> None:
+    if id(summary) in seen:  # a cycle in __cause__ / __context__
+        return
+    seen.add(id(summary))
+    frames = list(summary.stack)
+    start = 0
+    while start < len(frames) and frames[start].filename.startswith(_PACKAGE):
+        start += 1
+    # An error raised by pgqueue itself (a timeout, a lost lease) keeps its frames: they are the
+    # story.
+    if 0 < start < len(frames):
+        summary.stack = traceback.StackSummary.from_list(frames[start:])
+    for chained in (summary.__cause__, summary.__context__, *(summary.exceptions or ())):
+        if chained is not None:
+            _drop_callers(chained, seen)
+
+
 def error_json(
     job: ClaimedJob,
     exc: BaseException,
@@ -85,7 +115,7 @@ def error_json(
     """One attempt's error as a JSON object (the database adds the time it was recorded)."""
     if name is None or message is None:
         name, message = describe(exc)
-    text = "".join(traceback.format_exception(exc))
+    text = format_traceback(exc)
     if len(text) > _MAX_TRACEBACK:
         text = "...(truncated)...\n" + text[-_MAX_TRACEBACK:]
     return json.dumps(

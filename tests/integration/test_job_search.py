@@ -240,7 +240,7 @@ def test_cli_search_pages_filters_and_explains_bad_input(dsn, jobs):
             "jobs", "search", "--dsn", dsn, "--state", "succeeded", "--limit", "4", *after
         )
         assert result.exit_code == 0, result.output
-        seen += [int(n) for n in re.findall(r"^│ (\d+) ", result.stdout, re.MULTILINE)]
+        seen += [int(n) for n in re.findall(r"^[│ ]*(\d+) ", result.stdout, re.MULTILINE)]
         match = re.search(r"next page: --after (\S+)", result.stdout)
         if match is None:
             break

@@ -86,7 +86,13 @@ def test_queue_stats_throughput_is_the_average_of_the_last_five_complete_minutes
     ).fetchall() == [("q", 0, 3, 0.6)]
     status = cli_json("status", "--dsn", dsn)
     assert status["queues"][0]["succeeded_per_min"] == 3
-    assert status["workers"] == {"running": 0, "lost": 0, "jobs_held": 0, "slots": 0}
+    assert status["workers"] == {
+        "running": 0,
+        "lost": 0,
+        "jobs_held": 0,
+        "slots": 0,
+        "recently_stopped": [],
+    }
 
 
 def test_running_jobs_workers_and_status_while_a_job_runs(app_dsn, conn):
@@ -110,7 +116,13 @@ def test_running_jobs_workers_and_status_while_a_job_runs(app_dsn, conn):
         everything = cli_json("jobs", "list", "--dsn", app_dsn)
         assert [(r["id"], r["state"]) for r in everything] == [(job, "running"), (waiting, "ready")]
         status = cli_json("status", "--dsn", app_dsn)
-        assert status["workers"] == {"running": 1, "lost": 0, "jobs_held": 1, "slots": 10}
+        assert status["workers"] == {
+            "running": 1,
+            "lost": 0,
+            "jobs_held": 1,
+            "slots": 10,
+            "recently_stopped": [],
+        }
         by_queue = {q["queue"]: q for q in status["queues"]}
         assert by_queue["default"]["running"] == 1 and by_queue["elsewhere"]["ready"] == 1
         assert by_queue["elsewhere"]["oldest_ready_age"] >= 0

@@ -6,6 +6,7 @@
 
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const COLORS = ["#2f6fdf", "#2c8a4b", "#d9822b", "#8e44ad", "#c7362f", "#16a2b8", "#7f8c8d"];
+const THROUGHPUT_MINUTES = 60; // the finished-per-minute chart: the hour ending now
 const HISTORY = 150; // depth samples kept (5 minutes at one every 2 s)
 const depthHistory = new Map(); // queue -> [[time ms, ready]]
 let readOnly = document.querySelector('meta[name="read-only"]').content === "true";
@@ -43,8 +44,26 @@ function progress(value) {
   return text.length > 60 ? text.slice(0, 57) + "..." : text;
 }
 
+// The one way the page shows a time: its day, the time to the second and the zone offset, in
+// the browser's zone ("2026-12-06 14:03:07+01:00", as `pgq` prints times).
+function stamp(value) {
+  const d = value instanceof Date ? value : new Date(value);
+  if (Number.isNaN(d.getTime())) return String(value ?? "");
+  const two = (n) => String(Math.abs(n)).padStart(2, "0");
+  const offset = -d.getTimezoneOffset();
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ` +
+    `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}` +
+    `${offset < 0 ? "-" : "+"}${two(Math.trunc(offset / 60))}:${two(offset % 60)}`;
+}
+
+// A time as a <time> element (machine-readable datetime, the stamp as its text); "" for none.
 function when(iso) {
-  return iso ? new Date(iso).toLocaleTimeString() : "";
+  return iso ? el("time", { datetime: iso }, stamp(iso)) : "";
+}
+
+// A job id as a link to its page.
+function jobId(id) {
+  return el("a", { href: `#/jobs/${id}` }, String(id));
 }
 
 function num(value, col) {
@@ -85,14 +104,46 @@ async function act(action, body) {
   if (currentView() !== "overview") await route();
 }
 
-function renderQueues(queues) {
+// Rates are counts over a window the page states (jobs finished since its start, to now), not a
+// per-minute average of complete minutes that reads 0.2 right after 40 jobs finished.
+const RATE_MINUTES = 5;
+
+function recentCounts(state) {
+  const start = minuteOf(Date.parse(state.now)) - (RATE_MINUTES - 1) * 60000;
+  const counts = new Map();
+  for (const row of state.throughput) {
+    if (Date.parse(row.minute) < start) continue;
+    const c = counts.get(row.queue) || { done: 0, failed: 0 };
+    c.done += row.succeeded;
+    c.failed += row.retried + row.dead;
+    counts.set(row.queue, c);
+  }
+  return { start, counts };
+}
+
+function minuteOf(ms) {
+  return Math.floor(ms / 60000) * 60000;
+}
+
+function renderQueues(state) {
+  const { start, counts } = recentCounts(state);
+  // A queue whose jobs all finished in the current minute is not yet in queue_stats (its
+  // per-minute figures count complete minutes): it is shown, with what it finished.
+  const idle = { ready: 0, scheduled: 0, running: 0, dead: 0, oldest_ready_age: null, paused: false };
+  const known = new Set(state.queues.map((q) => q.queue));
+  const queues = [...state.queues, ...[...counts.keys()].filter((name) => !known.has(name))
+    .map((name) => ({ ...idle, queue: name }))]
+    .map((q) => ({ ...q, ...(counts.get(q.queue) || { done: 0, failed: 0 }) }));
+  document.getElementById("rate-window").replaceChildren(
+    "done and failed: jobs finished since ", when(new Date(start).toISOString()),
+    `, the last ${RATE_MINUTES} minutes (to now)`);
   fill("queues", queues, (q) =>
     el("tr", { "data-queue": q.queue },
       el("td", {}, q.queue),
       num(q.ready, "ready"), num(q.scheduled, "scheduled"), num(q.running, "running"),
       num(q.dead, "dead"),
       el("td", { "data-col": "oldest_ready_age" }, seconds(q.oldest_ready_age)),
-      num(q.succeeded_per_min, "succeeded_per_min"), num(q.failed_per_min, "failed_per_min"),
+      num(q.done, "done"), num(q.failed, "failed"),
       el("td", { class: q.paused ? "paused" : "" }, q.paused ? "paused" : "active"),
       el("td", {}, q.paused ? button("resume", "resume", { queue: q.queue })
                             : button("pause", "pause", { queue: q.queue }))),
@@ -102,7 +153,7 @@ function renderQueues(queues) {
 function renderRunning(running) {
   fill("running", running, (j) =>
     el("tr", { "data-job": j.id },
-      el("td", {}, String(j.id)), el("td", {}, j.queue), el("td", {}, j.task),
+      el("td", {}, jobId(j.id)), el("td", {}, j.queue), el("td", {}, j.task),
       el("td", {}, `${j.attempt}/${j.max_attempts}`),
       el("td", {}, j.host ? `${j.host}:${j.pid}` : String(j.worker_id || "").slice(0, 8)),
       el("td", {}, seconds(j.running_for)), el("td", {}, seconds(j.lease_left)),
@@ -114,7 +165,7 @@ function renderRunning(running) {
 function renderWaiting(waiting) {
   fill("waiting", waiting, (j) =>
     el("tr", { "data-job": j.id },
-      el("td", {}, String(j.id)), el("td", {}, j.queue), el("td", {}, j.task),
+      el("td", {}, jobId(j.id)), el("td", {}, j.queue), el("td", {}, j.task),
       el("td", {}, `${j.attempts}/${j.max_attempts}`), el("td", {}, when(j.run_at)),
       el("td", { class: "error" }, j.last_error || ""),
       el("td", {}, button("retry now", "retry", { id: j.id }), " ",
@@ -136,9 +187,12 @@ function renderWorkers(workers) {
 
 function renderFailures(failures) {
   fill("failures", failures, (f) =>
-    el("tr", {},
+    el("tr", { "data-queue": f.queue, "data-task": f.task },
       el("td", {}, f.queue), el("td", {}, f.task), num(f.retried, "retried"), num(f.dead, "dead"),
-      el("td", { class: "error" }, f.error_class ? `${f.error_class}: ${f.last_error}` : ""),
+      el("td", { class: "error" }, f.error_class ? `${f.error_class}: ${f.last_error}`
+        // Counted, but no job keeps the error any more: it succeeded on a later attempt (or was
+        // cancelled or purged) and took its errors with it.
+        : el("span", { class: "empty" }, "error not kept: the job has since succeeded or gone")),
       el("td", {}, when(f.failed_at))),
     "no failures in the last hour");
 }
@@ -146,7 +200,7 @@ function renderFailures(failures) {
 function renderDead(dead) {
   fill("dead", dead, (d) =>
     el("tr", { "data-dead": d.id },
-      el("td", {}, String(d.id)), el("td", {}, d.queue), el("td", {}, d.task),
+      el("td", {}, jobId(d.id)), el("td", {}, d.queue), el("td", {}, d.task),
       el("td", {}, `${d.attempts}/${d.max_attempts}`),
       el("td", { class: "error" },
         el("details", {},
@@ -157,12 +211,14 @@ function renderDead(dead) {
     "no dead letters");
 }
 
-function lineChart(svgId, legendId, series, yLabel) {
+// axis: {start, end, startLabel, endLabel} fixes the x axis (else it spans the points).
+function lineChart(svgId, legendId, series, axis) {
   const svg = document.getElementById(svgId);
   const W = 600, H = 180, L = 40, R = 10, T = 10, B = 22;
   const points = series.flatMap((s) => s.points);
   const xs = points.map((p) => p[0]);
-  const xMin = Math.min(...xs), xMax = Math.max(...xs, xMin + 1);
+  const xMin = axis.start ?? Math.min(...xs);
+  const xMax = axis.end ?? Math.max(...xs, xMin + 1);
   const yMax = Math.max(1, ...points.map((p) => p[1]));
   const x = (v) => L + ((v - xMin) / (xMax - xMin)) * (W - L - R);
   const y = (v) => H - B - (v / yMax) * (H - T - B);
@@ -178,10 +234,11 @@ function lineChart(svgId, legendId, series, yLabel) {
     make("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#ccc" }),
     make("text", { x: L - 4, y: T + 8, "text-anchor": "end" }, String(yMax)),
     make("text", { x: L - 4, y: H - B, "text-anchor": "end" }, "0"),
-    make("text", { x: W - R, y: H - 6, "text-anchor": "end" }, yLabel),
+    make("text", { x: W - R, y: H - 6, "text-anchor": "end", "data-axis": "end" }, axis.endLabel),
   ];
-  if (points.length) {
-    nodes.push(make("text", { x: L, y: H - 6 }, new Date(xMin).toLocaleTimeString()));
+  if (points.length || axis.start !== undefined) {
+    nodes.push(make("text", { x: L, y: H - 6, "data-axis": "start" },
+      axis.startLabel ?? stamp(new Date(xMin))));
   }
   series.forEach((s, i) => {
     if (!s.points.length) return;
@@ -204,14 +261,23 @@ function renderCharts(state) {
     depthHistory.set(q.queue, history.slice(-HISTORY));
   }
   lineChart("depth-chart", "depth-legend",
-    [...depthHistory].map(([name, points]) => ({ name, points })), "now");
+    [...depthHistory].map(([name, points]) => ({ name, points })), { endLabel: "now" });
+  // The hour ending now, one point a minute: a minute nobody finished a job in is a zero (the
+  // counts are exact), not a straight line from the minute before to the minute after.
+  const last = minuteOf(Date.parse(state.now));
+  const first = last - (THROUGHPUT_MINUTES - 1) * 60000;
   const byQueue = new Map();
   for (const row of state.throughput) {
-    if (!byQueue.has(row.queue)) byQueue.set(row.queue, []);
-    byQueue.get(row.queue).push([new Date(row.minute).getTime(), row.succeeded]);
+    const at = Date.parse(row.minute);
+    if (at < first || at > last) continue;
+    if (!byQueue.has(row.queue)) byQueue.set(row.queue, new Array(THROUGHPUT_MINUTES).fill(0));
+    byQueue.get(row.queue)[(at - first) / 60000] += row.succeeded;
   }
   lineChart("throughput-chart", "throughput-legend",
-    [...byQueue].map(([name, points]) => ({ name, points })), "per minute");
+    [...byQueue].map(([name, counts]) => ({
+      name, points: counts.map((count, i) => [first + i * 60000, count]),
+    })),
+    { start: first, end: last, startLabel: `${THROUGHPUT_MINUTES - 1} min ago`, endLabel: "now" });
 }
 
 async function refresh() {
@@ -221,14 +287,14 @@ async function refresh() {
     const state = await response.json();
     readOnly = state.read_only;
     document.getElementById("mode").textContent = readOnly ? "read-only" : "";
-    renderQueues(state.queues);
+    renderQueues(state);
     renderRunning(state.running);
     renderWaiting(state.waiting);
     renderWorkers(state.workers);
     renderFailures(state.failures);
     renderDead(state.dead);
     renderCharts(state);
-    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    document.getElementById("updated").textContent = "updated " + stamp(new Date());
     document.body.dataset.loaded = "true";
   } catch (error) {
     document.getElementById("updated").textContent = "update failed: " + error.message;
@@ -313,7 +379,7 @@ async function runSearch(params) {
   rendered.delete("results");
   fill("results", page.jobs, (j) =>
     el("tr", { "data-job": j.id, "data-state": j.state },
-      el("td", {}, el("a", { href: `#/jobs/${j.id}` }, String(j.id))),
+      el("td", {}, jobId(j.id)),
       el("td", {}, j.state), el("td", {}, j.queue), el("td", {}, j.task),
       el("td", {}, `${j.attempts}/${j.max_attempts}`),
       el("td", {}, when(j.created_at)), el("td", {}, when(j.finished_at)),
@@ -333,6 +399,9 @@ function pageLink(after) {
   else params.delete("after");
   location.hash = "#/search?" + params;
 }
+
+const TIME_COLUMNS = new Set(["created_at", "run_at", "started_at", "finished_at", "dead_at",
+  "keep_until", "lease_expires_at"]);
 
 const JOB_FIELDS = [
   "place", "state", "queue", "task", "priority", "attempts", "max_attempts", "created_at",
@@ -364,7 +433,8 @@ async function loadJob(id) {
   title.textContent = `job ${job.id}: ${job.task} (${job.state})`;
   document.getElementById("job-fields").querySelector("tbody").replaceChildren(
     ...JOB_FIELDS.filter((f) => job[f] !== undefined && job[f] !== null).map((f) =>
-      el("tr", { "data-field": f }, el("th", {}, f), el("td", {}, String(job[f])))));
+      el("tr", { "data-field": f }, el("th", {}, f),
+        el("td", {}, TIME_COLUMNS.has(f) ? when(job[f]) : String(job[f])))));
   document.getElementById("job-args").textContent = JSON.stringify(job.args, null, 2);
   document.getElementById("job-meta").textContent = job.meta ? JSON.stringify(job.meta, null, 2) : "none";
   document.getElementById("job-tags").replaceChildren(
@@ -377,12 +447,17 @@ async function loadJob(id) {
       : []));
   const errors = job.errors || [];
   document.getElementById("job-errors").replaceChildren(
-    ...(errors.length ? errors.map((e) =>
+    ...(errors.length ? errors.flatMap((e) => [
+      // Replayed from the dead letters: attempts count from 1 again after this line.
+      ...(e.replayed ? [el("div", { class: "replay" }, "replayed ",
+        e.replayed_at ? when(e.replayed_at) : "(time not recorded)",
+        " from the dead letters: attempts count again from 1")] : []),
       el("div", { class: "attempt", "data-attempt": e.attempt },
         el("strong", {}, `attempt ${e.attempt}: ${e.error || ""}: ${e.message || ""}`),
-        el("span", { class: "empty" }, ` ${e.at || ""} ${e.worker_id ? "worker " + String(e.worker_id).slice(0, 8) : ""}`
+        el("span", { class: "empty" }, " ", when(e.at),
+          ` ${e.worker_id ? "worker " + String(e.worker_id).slice(0, 8) : ""}`
           + (e.trace ? ` trace ${e.trace}` : "")),
-        el("pre", { class: "traceback" }, e.traceback || "(no traceback)")))
+        el("pre", { class: "traceback" }, e.traceback || "(no traceback)"))])
       : [el("p", { class: "empty" }, "no failed attempts")]));
   const wf = job.workflow;
   document.getElementById("job-workflow").replaceChildren(
