@@ -1,0 +1,214 @@
+"""Running the jobs a test enqueued, inline: :func:`drain`, :func:`run_job` and their async
+twins. Both drivers run the same steps (:mod:`pgqueue.testing.steps`): the sync one in the
+caller's thread (async handlers on an event loop of its own, one per drain), the async one on
+the caller's event loop (sync handlers in a thread, as a worker runs them, so that their
+``with ctx.transaction()`` may block)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+
+from pgqueue.db import plan as plans
+from pgqueue.job_context import reset_current, set_current
+from pgqueue.job_transaction import TransactionHost
+from pgqueue.testing.runs import DrainError, DrainSummary, JobRun, JobsFailed
+from pgqueue.testing.steps import (
+    Called,
+    DrainOptions,
+    Invoke,
+    Pause,
+    Steps,
+    drain_steps,
+    new_worker_id,
+    run_job_steps,
+)
+
+if TYPE_CHECKING:
+    from pgqueue.client import PgQueue
+
+T = TypeVar("T")
+
+
+class DrainTransactions(TransactionHost):
+    """``ctx.transaction()`` in a drained handler: a connection of the queue's own pool, as a
+    worker would give one of its pool (the block begins and commits its own transaction)."""
+
+    def __init__(self, pgq: PgQueue) -> None:
+        super().__init__(pgq.dsn, application_name=None, max_result_bytes=pgq.max_payload_bytes)
+        self.pgq = pgq
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.pgq.connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def connection_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with self.pgq.connection_async() as conn:
+            yield conn
+
+
+def _one(step: plans.Step) -> plans.Plan[list[Any]]:
+    rows: list[Any] = yield step
+    return rows
+
+
+def _call(step: Invoke) -> Called:
+    """A sync handler, in the calling thread, with its job as the current one."""
+    token = set_current(step.ctx)
+    try:
+        return Called(step.func(*step.args, **step.kwargs), None)
+    except Exception as exc:
+        return Called(None, exc)
+    finally:
+        reset_current(token)
+
+
+async def _call_async(step: Invoke) -> Called:
+    token = set_current(step.ctx)
+    try:
+        return Called(await step.func(*step.args, **step.kwargs), None)
+    except Exception as exc:
+        return Called(None, exc)
+    finally:
+        reset_current(token)
+
+
+def _not_in_a_loop(what: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise DrainError(f"{what}() called on a running event loop: use `await {what}_async(...)`")
+
+
+def _drive(pgq: PgQueue, steps: Steps[T], conn: object | None) -> T:
+    runner: asyncio.Runner | None = None
+    try:
+        step = next(steps)
+        while True:
+            if not isinstance(step, Invoke | Pause):  # a statement
+                reply: Any = pgq.run(_one(step), conn)
+            elif isinstance(step, Pause):
+                time.sleep(step.seconds)
+                reply = None
+            elif step.task.is_async:
+                if runner is None:
+                    runner = asyncio.Runner()
+                reply = runner.run(_call_async(step))
+            else:
+                reply = _call(step)
+            step = steps.send(reply)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        if runner is not None:
+            runner.close()
+
+
+async def _drive_async(pgq: PgQueue, steps: Steps[T], conn: object | None) -> T:
+    try:
+        step = next(steps)
+        while True:
+            if not isinstance(step, Invoke | Pause):  # a statement
+                reply: Any = await pgq.run_async(_one(step), conn)
+            elif isinstance(step, Pause):
+                await asyncio.sleep(step.seconds)
+                reply = None
+            elif step.task.is_async:
+                reply = await _call_async(step)
+            else:
+                reply = await asyncio.to_thread(_call, step)
+            step = steps.send(reply)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _options(queue: str | None, max_jobs: int, cron: bool, scheduled: bool) -> DrainOptions:
+    if max_jobs < 1:
+        raise DrainError(f"max_jobs must be at least 1, got {max_jobs}")
+    return DrainOptions(queue=queue, max_jobs=max_jobs, cron=cron, scheduled=scheduled)
+
+
+def _checked(summary: DrainSummary, raise_on_failure: bool) -> DrainSummary:
+    if raise_on_failure and summary.dead:
+        raise JobsFailed(summary.dead, summary)
+    return summary
+
+
+def drain(
+    pgq: PgQueue,
+    *,
+    queue: str | None = None,
+    conn: object | None = None,
+    max_jobs: int = 1000,
+    cron: bool = True,
+    scheduled: bool = True,
+    raise_on_failure: bool = True,
+) -> DrainSummary:
+    """Run the jobs of ``pgq``'s tasks that are ready, one at a time in the calling thread,
+    until none is: their retries, their workflows' next steps, the jobs they enqueue, cron
+    ticks due (``cron``) and scheduled jobs, made due now (``scheduled``: a retry's backoff or
+    a ``run_at`` later does not wait). Jobs are claimed, acked and failed with the worker's own
+    statements, fenced by lease token, so a job fares here as under ``pgq work``.
+
+    ``queue``: only that queue (default: every queue). ``conn``: run on the caller's connection
+    and in its transaction (jobs enqueued in a test's uncommitted transaction; Django's
+    ``TestCase``), else on the queue's pool, each statement committing as a worker's does.
+    ``max_jobs``: the most attempts to run (:class:`DrainError` past it: a job that enqueues
+    itself, or raises ``Retry`` for ever). Returns a :class:`DrainSummary`; raises
+    :class:`JobsFailed` if any job was dead-lettered, unless ``raise_on_failure=False``.
+    Task timeouts are not enforced."""
+    _not_in_a_loop("drain")
+    options = _options(queue, max_jobs, cron, scheduled)
+    steps = drain_steps(pgq.tasks, options, DrainTransactions(pgq), new_worker_id())
+    return _checked(_drive(pgq, steps, conn), raise_on_failure)
+
+
+async def drain_async(
+    pgq: PgQueue,
+    *,
+    queue: str | None = None,
+    conn: object | None = None,
+    max_jobs: int = 1000,
+    cron: bool = True,
+    scheduled: bool = True,
+    raise_on_failure: bool = True,
+) -> DrainSummary:
+    """The async twin of :func:`drain`: on the caller's event loop (async handlers awaited
+    there, sync ones in a thread); ``conn`` an async connection or session."""
+    options = _options(queue, max_jobs, cron, scheduled)
+    steps = drain_steps(pgq.tasks, options, DrainTransactions(pgq), new_worker_id())
+    return _checked(await _drive_async(pgq, steps, conn), raise_on_failure)
+
+
+def _checked_run(run: JobRun, raise_on_failure: bool) -> JobRun:
+    if raise_on_failure and run.outcome in ("retried", "dead") and run.exception is not None:
+        raise JobsFailed([run], DrainSummary([run]))
+    return run
+
+
+def run_job(
+    pgq: PgQueue, job_id: int, *, conn: object | None = None, raise_on_failure: bool = True
+) -> JobRun:
+    """Run one job now (a scheduled one too), whatever else is ready, and return its attempt.
+    Jobs it enqueues and its workflow's next steps are left for :func:`drain`. Raises
+    :class:`JobsFailed` if the attempt failed (unless ``raise_on_failure=False``), and
+    :class:`DrainError` if the job cannot run (finished, running, waiting for its parents)."""
+    _not_in_a_loop("run_job")
+    steps = run_job_steps(pgq.tasks, job_id, DrainTransactions(pgq), new_worker_id())
+    return _checked_run(_drive(pgq, steps, conn), raise_on_failure)
+
+
+async def run_job_async(
+    pgq: PgQueue, job_id: int, *, conn: object | None = None, raise_on_failure: bool = True
+) -> JobRun:
+    """The async twin of :func:`run_job`."""
+    steps = run_job_steps(pgq.tasks, job_id, DrainTransactions(pgq), new_worker_id())
+    return _checked_run(await _drive_async(pgq, steps, conn), raise_on_failure)
