@@ -179,3 +179,14 @@ def test_plain_example(fresh_db):
         _stop(worker)
     assert out.strip() == "job 1: 5"
     assert scalar(fresh_db, "SELECT count(*) FROM orders") == 1
+
+
+def test_plain_example_tests_run_the_job_without_a_worker(pg_server):
+    """The example's own test suite (examples/plain/test_tasks.py), as its README runs it:
+    `pytest` in its directory, pgqueue's plugin from its pytest.ini, no worker anywhere."""
+    project = EXAMPLES / "plain"
+    env = {**{k: v for k, v in os.environ.items()
+              if not k.startswith("PGQUEUE_") and k != "DATABASE_URL"},
+           "PGQUEUE_TEST_DSN": pg_server.admin_dsn, "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], project, env)
+    assert "2 passed" in out
