@@ -9,12 +9,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
 from pgqueue.db import plan as plans
+from pgqueue.db.connections import Owned, async_driver, atomic, atomic_async, sync_driver
+from pgqueue.errors import JobTransactionError
 from pgqueue.job_context import reset_current, set_current
 from pgqueue.job_transaction import TransactionHost
 from pgqueue.testing.runs import DrainError, DrainSummary, JobRun, JobsFailed
@@ -36,22 +43,64 @@ T = TypeVar("T")
 
 
 class DrainTransactions(TransactionHost):
-    """``ctx.transaction()`` in a drained handler: a connection of the queue's own pool, as a
-    worker would give one of its pool (the block begins and commits its own transaction)."""
+    """``ctx.transaction()`` in a drained handler. On the queue's pool (a drain without
+    ``conn``) the block begins and commits a transaction of its own, as under a worker. In a
+    drain on the caller's connection (``conn=``: a test's transaction, never committed) the
+    block is a savepoint in that transaction, on that connection: a transaction of another
+    connection would wait for the row the drain's claim locked, and committing the caller's
+    would commit the test's."""
 
-    def __init__(self, pgq: PgQueue) -> None:
+    def __init__(self, pgq: PgQueue, conn: object | None) -> None:
         super().__init__(pgq.dsn, application_name=None, max_result_bytes=pgq.max_payload_bytes)
         self.pgq = pgq
+        self.conn = conn
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with self.pgq.connection() as conn:
+        with self.pgq.connection(self.conn) as conn:
             yield conn
 
     @asynccontextmanager
     async def connection_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        async with self.pgq.connection_async() as conn:
+        async with self.pgq.connection_async(self.conn) as conn:
             yield conn
+
+    def own(self, conn: object) -> AbstractContextManager[Owned[psycopg.Connection[Any]]]:
+        if self.conn is None:
+            return super().own(conn)
+        return self._savepoint(conn)
+
+    def own_async(
+        self, conn: object
+    ) -> AbstractAsyncContextManager[Owned[psycopg.AsyncConnection[Any]]]:
+        if self.conn is None:
+            return super().own_async(conn)
+        return self._savepoint_async(conn)
+
+    def _refuse(self) -> JobTransactionError:
+        return JobTransactionError(
+            "ctx.transaction(conn=...) in a drain on the caller's connection runs on that "
+            "connection (another would wait for the job's row the drain holds): pass the "
+            "same connection as drain(conn=...), or none"
+        )
+
+    @contextmanager
+    def _savepoint(self, conn: object) -> Iterator[Owned[psycopg.Connection[Any]]]:
+        driver = sync_driver(conn)
+        if driver is not sync_driver(self.conn):
+            raise self._refuse()
+        with atomic(driver):
+            yield Owned(driver)
+
+    @asynccontextmanager
+    async def _savepoint_async(
+        self, conn: object
+    ) -> AsyncIterator[Owned[psycopg.AsyncConnection[Any]]]:
+        driver = await async_driver(conn)
+        if driver is not await async_driver(self.conn):
+            raise self._refuse()
+        async with atomic_async(driver):
+            yield Owned(driver)
 
 
 def _one(step: plans.Step) -> plans.Plan[list[Any]]:
@@ -167,7 +216,7 @@ def drain(
     Task timeouts are not enforced."""
     _not_in_a_loop("drain")
     options = _options(queue, max_jobs, cron, scheduled)
-    steps = drain_steps(pgq.tasks, options, DrainTransactions(pgq), new_worker_id())
+    steps = drain_steps(pgq.tasks, options, DrainTransactions(pgq, conn), new_worker_id())
     return _checked(_drive(pgq, steps, conn), raise_on_failure)
 
 
@@ -184,7 +233,7 @@ async def drain_async(
     """The async twin of :func:`drain`: on the caller's event loop (async handlers awaited
     there, sync ones in a thread); ``conn`` an async connection or session."""
     options = _options(queue, max_jobs, cron, scheduled)
-    steps = drain_steps(pgq.tasks, options, DrainTransactions(pgq), new_worker_id())
+    steps = drain_steps(pgq.tasks, options, DrainTransactions(pgq, conn), new_worker_id())
     return _checked(await _drive_async(pgq, steps, conn), raise_on_failure)
 
 
@@ -202,7 +251,7 @@ def run_job(
     :class:`JobsFailed` if the attempt failed (unless ``raise_on_failure=False``), and
     :class:`DrainError` if the job cannot run (finished, running, waiting for its parents)."""
     _not_in_a_loop("run_job")
-    steps = run_job_steps(pgq.tasks, job_id, DrainTransactions(pgq), new_worker_id())
+    steps = run_job_steps(pgq.tasks, job_id, DrainTransactions(pgq, conn), new_worker_id())
     return _checked_run(_drive(pgq, steps, conn), raise_on_failure)
 
 
@@ -210,5 +259,5 @@ async def run_job_async(
     pgq: PgQueue, job_id: int, *, conn: object | None = None, raise_on_failure: bool = True
 ) -> JobRun:
     """The async twin of :func:`run_job`."""
-    steps = run_job_steps(pgq.tasks, job_id, DrainTransactions(pgq), new_worker_id())
+    steps = run_job_steps(pgq.tasks, job_id, DrainTransactions(pgq, conn), new_worker_id())
     return _checked_run(await _drive_async(pgq, steps, conn), raise_on_failure)

@@ -355,3 +355,35 @@ def test_assert_enqueued_lists_what_was_enqueued_when_it_fails(pgq):
 def test_assert_enqueued_on_an_empty_queue_says_nothing_was_enqueued(pgq):
     with pytest.raises(AssertionError, match="found 0; nothing was enqueued"):
         assert_enqueued(pgq, "app.tasks.anything")
+
+
+def test_ctx_transaction_in_a_drain_on_the_callers_connection_is_a_savepoint(pgq, dsn):
+    """A test's uncommitted transaction: the handler's block runs in it, on the same
+    connection (another connection would wait for the job's row, locked by the drain's claim),
+    and is rolled back with it."""
+    attempts: list[int] = []
+
+    @pgq.task(max_attempts=2, backoff=ConstantBackoff(60))
+    def invoice(n: int) -> None:
+        attempts.append(current_job().attempt)
+        with current_job().transaction() as conn:
+            conn.execute("INSERT INTO invoices VALUES (%s)", (n,))
+            if len(attempts) == 1:
+                raise RuntimeError("rolled back to the savepoint")
+
+    @pgq.task(max_attempts=1)
+    def elsewhere() -> None:
+        with psycopg.connect(dsn) as other, current_job().transaction(conn=other):
+            pass
+
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TABLE invoices (n int)")
+        invoice.enqueue(1, conn=conn)
+        summary = drain(pgq, conn=conn)
+        assert [r.outcome for r in summary.runs] == ["retried", "succeeded"]
+        assert conn.execute("SELECT n FROM invoices").fetchall() == [(1,)]  # once
+        elsewhere.enqueue(conn=conn)
+        with pytest.raises(JobsFailed, match="pass the same connection as drain"):
+            drain(pgq, conn=conn)
+        conn.rollback()
+    assert scalar(dsn, "SELECT to_regclass('invoices')") is None  # all of it rolled back
