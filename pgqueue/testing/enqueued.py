@@ -36,6 +36,7 @@ class EnqueuedJob:
     tags: list[str] | None
 
     def describe(self) -> str:
+        """One line: ``job 3 app.send(to='a@example.com') queue=default ready``."""
         return f"job {self.id} {self.task}({_call(self.args)}) queue={self.queue} {self.state}"
 
 

@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 from pgqueue.errors import PgQueueError
 
-#: What became of an attempt: ``succeeded``; ``retried`` (failed, or raised ``Retry``, with
-#: attempts left: back in the queue); ``dead`` (dead-lettered: ``Fail``, an error the retry
-#: policy excludes, or the last attempt failed); ``cancelled``; ``lost`` (its lease was no longer
-#: held when the outcome was written: another worker or the reaper took the job).
 RunOutcome = Literal["succeeded", "retried", "dead", "cancelled", "lost"]
+"""What became of an attempt: ``succeeded``; ``retried`` (failed, or raised ``Retry``, with
+attempts left: back in the queue); ``dead`` (dead-lettered: ``Fail``, an error the retry policy
+excludes, or the last attempt failed); ``cancelled``; ``lost`` (its lease was no longer held
+when the outcome was written: another worker or the reaper took the job)."""
 
 # What the worker's statements say (pgqueue.worker.outcome.acked / failed) in a drain's words.
 _WRITTEN: dict[str, RunOutcome] = {
@@ -81,6 +81,7 @@ class DrainSummary:
         return [run for run in self.runs if run.outcome == "dead"]
 
     def __str__(self) -> str:
+        """``3 attempt(s): 1 retried, 2 succeeded``."""
         counts: dict[str, int] = {}
         for run in self.runs:
             counts[run.outcome] = counts.get(run.outcome, 0) + 1
