@@ -21,7 +21,7 @@ import psycopg
 
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import Owned, async_driver, atomic, atomic_async, sync_driver
-from pgqueue.errors import JobTransactionError
+from pgqueue.errors import JobTransactionError, Retry
 from pgqueue.job_context import reset_current, set_current
 from pgqueue.job_transaction import TransactionHost
 from pgqueue.testing.runs import DrainError, DrainSummary, JobRun, JobsFailed
@@ -158,6 +158,9 @@ def _drive(pgq: PgQueue, steps: Steps[T], conn: object | None) -> T:
         return done.value  # type: ignore[no-any-return]
     finally:
         if runner is not None:
+            # What the handlers opened on this loop (the queue's async pool, its results
+            # listener) closes with it; the sync pool reopens when next used.
+            runner.run(pgq.aclose())
             runner.close()
 
 
@@ -204,8 +207,10 @@ def drain(
     """Run the jobs of ``pgq``'s tasks that are ready, one at a time in the calling thread,
     until none is: their retries, their workflows' next steps, the jobs they enqueue, cron
     ticks due (``cron``) and scheduled jobs, made due now (``scheduled``: a retry's backoff or
-    a ``run_at`` later does not wait). Jobs are claimed, acked and failed with the worker's own
-    statements, fenced by lease token, so a job fares here as under ``pgq work``.
+    a ``run_at`` later does not wait). It first writes what the code declares (task limits,
+    breakers, ``@pgq.periodic`` schedules), as a worker does at start-up. Jobs are claimed,
+    acked and failed with the worker's own statements, fenced by lease token, so a job fares
+    here as under ``pgq work``.
 
     ``queue``: only that queue (default: every queue). ``conn``: run on the caller's connection
     and in its transaction (jobs enqueued in a test's uncommitted transaction; Django's
@@ -216,6 +221,7 @@ def drain(
     Task timeouts are not enforced."""
     _not_in_a_loop("drain")
     options = _options(queue, max_jobs, cron, scheduled)
+    pgq.sync_declarations(conn)  # what a worker writes at start-up: limits, @periodic
     steps = drain_steps(pgq.tasks, options, DrainTransactions(pgq, conn), new_worker_id())
     return _checked(_drive(pgq, steps, conn), raise_on_failure)
 
@@ -233,12 +239,14 @@ async def drain_async(
     """The async twin of :func:`drain`: on the caller's event loop (async handlers awaited
     there, sync ones in a thread); ``conn`` an async connection or session."""
     options = _options(queue, max_jobs, cron, scheduled)
+    await pgq.sync_declarations_async(conn)
     steps = drain_steps(pgq.tasks, options, DrainTransactions(pgq, conn), new_worker_id())
     return _checked(await _drive_async(pgq, steps, conn), raise_on_failure)
 
 
 def _checked_run(run: JobRun, raise_on_failure: bool) -> JobRun:
-    if raise_on_failure and run.outcome in ("retried", "dead") and run.exception is not None:
+    raised = run.exception is not None and not isinstance(run.exception, Retry)
+    if raise_on_failure and run.outcome in ("retried", "dead") and raised:
         raise JobsFailed([run], DrainSummary([run]))
     return run
 
@@ -248,8 +256,9 @@ def run_job(
 ) -> JobRun:
     """Run one job now (a scheduled one too), whatever else is ready, and return its attempt.
     Jobs it enqueues and its workflow's next steps are left for :func:`drain`. Raises
-    :class:`JobsFailed` if the attempt failed (unless ``raise_on_failure=False``), and
-    :class:`DrainError` if the job cannot run (finished, running, waiting for its parents)."""
+    :class:`JobsFailed` if the attempt failed (not for ``Retry``; unless
+    ``raise_on_failure=False``), and :class:`DrainError` if the job cannot run (finished,
+    running, waiting for its parents)."""
     _not_in_a_loop("run_job")
     steps = run_job_steps(pgq.tasks, job_id, DrainTransactions(pgq, conn), new_worker_id())
     return _checked_run(_drive(pgq, steps, conn), raise_on_failure)

@@ -387,3 +387,44 @@ def test_ctx_transaction_in_a_drain_on_the_callers_connection_is_a_savepoint(pgq
             drain(pgq, conn=conn)
         conn.rollback()
     assert scalar(dsn, "SELECT to_regclass('invoices')") is None  # all of it rolled back
+
+
+def test_periodic_schedules_and_task_limits_are_declared_as_a_worker_declares_them(pgq, dsn):
+    ran: list[int] = []
+
+    @pgq.periodic("* * * * *")
+    @pgq.task(concurrency_limit=1, rate_limit="1000/s")
+    def sweep() -> None:
+        ran.append(1)
+
+    assert drain(pgq).runs == []  # writes the schedule; its first tick is not due yet
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE pgqueue.schedules SET next_tick = date_trunc('minute', now())")
+        assert conn.execute("SELECT concurrency_limit FROM pgqueue.task_limits").fetchall() == [
+            (1,)
+        ]
+    sweep.enqueue()
+    # Flow control applies (claim_jobs skips its walk): claimed through pgqueue.claim.
+    summary = drain(pgq)
+    assert summary.cron_ticks == 1 and len(summary.succeeded) == 2 and ran == [1, 1]
+
+
+def test_a_rate_limited_task_is_drained_at_its_rate(pgq):
+    @pgq.task(rate_limit="5/s")
+    def ping(n: int) -> None: ...
+
+    for n in range(8):
+        ping.enqueue(n)
+    assert len(drain(pgq).succeeded) == 8  # waits for the tokens (a second or two)
+
+
+def test_async_handlers_in_the_sync_drain_may_use_the_queue_asynchronously(pgq):
+    @pgq.task
+    async def first() -> None:
+        await second.enqueue_async()
+
+    @pgq.task
+    async def second() -> None: ...
+
+    first.enqueue()
+    assert [r.task for r in drain(pgq).succeeded] == [first.name, second.name]
