@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import TypedDict
 
 import psycopg
 import pytest
 
-from pgqueue import DAG, ConstantBackoff, Fail, Retry, chain, chord, current_job
+from pgqueue import DAG, ConstantBackoff, Fail, Item, Retry, chain, chord, current_job
 from pgqueue.testing import (
     DrainError,
     JobsFailed,
@@ -24,6 +25,10 @@ from pgqueue.testing import (
 from tests.helpers import scalar
 
 NOW = datetime.now(UTC)
+
+
+class Number(TypedDict):
+    n: int
 
 
 def test_drain_runs_the_jobs_inline_in_the_callers_thread_and_what_they_enqueue(pgq, dsn):
@@ -428,3 +433,14 @@ def test_async_handlers_in_the_sync_drain_may_use_the_queue_asynchronously(pgq):
 
     first.enqueue()
     assert [r.task for r in drain(pgq).succeeded] == [first.name, second.name]
+
+
+def test_a_batch_tasks_jobs_are_drained_as_batches_of_one(pgq):
+    @pgq.task(batch_size=10, batch_wait=5.0, result_ttl=60)
+    def double(items: list[Item[Number]]) -> list[int]:
+        return [2 * item.args["n"] for item in items]
+
+    jobs = [double.enqueue(n=n) for n in range(3)]
+    summary = drain(pgq)
+    assert [r.outcome for r in summary.runs] == ["succeeded"] * 3
+    assert [pgq.result(job, timeout=1) for job in jobs] == [0, 2, 4]
