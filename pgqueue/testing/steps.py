@@ -104,17 +104,27 @@ def drain_steps(
     if not names:
         return summary
     waited = 0.0
+    # The queues to claim from: read again whenever a claim finds nothing (a handler may have
+    # enqueued into another queue), not before every claim (one statement less per job).
+    queues: list[str] | None = [options.queue] if options.queue else None
     while True:
-        queues = [options.queue] if options.queue else (yield from _live_queues())
+        fresh = queues is None
+        if queues is None:
+            queues = yield from _live_queues()
         job, throttled = (
             (None, None) if not queues else (yield from _claim(queues, names, worker_id))
         )
         if job is None:
+            if not fresh:
+                queues = None if not options.queue else queues
+                if queues is None:
+                    continue  # read the queues again before concluding nothing is ready
             if throttled is not None and waited + throttled <= options.max_wait:
                 waited += throttled
                 yield Pause(throttled)
                 continue
             if (yield from _collapse(options, names, summary)):
+                queues = None if not options.queue else queues
                 continue
             return summary
         if len(summary.runs) >= options.max_jobs:
