@@ -444,3 +444,34 @@ def test_a_batch_tasks_jobs_are_drained_as_batches_of_one(pgq):
     summary = drain(pgq)
     assert [r.outcome for r in summary.runs] == ["succeeded"] * 3
     assert [pgq.result(job, timeout=1) for job in jobs] == [0, 2, 4]
+
+
+def test_the_async_drain_on_the_callers_async_connection(pgq, dsn):
+    @pgq.task
+    async def record(n: int) -> None:
+        async with current_job().transaction() as conn:  # a savepoint of the test's
+            await conn.execute("INSERT INTO records VALUES (%s)", (n,))
+
+    async def main() -> list[tuple[int]]:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            await conn.execute("CREATE TABLE records (n int)")
+            await record.enqueue_async(5, conn=conn)
+            summary = await drain_async(pgq, conn=conn)
+            assert [r.outcome for r in summary.runs] == ["succeeded"]
+            rows = await (await conn.execute("SELECT n FROM records")).fetchall()
+            await conn.rollback()
+        await pgq.aclose()
+        return rows
+
+    assert asyncio.run(main()) == [(5,)]
+    assert scalar(dsn, "SELECT to_regclass('records')") is None
+
+
+def test_run_job_refuses_a_job_waiting_for_its_workflow(pgq):
+    @pgq.task
+    def step(x: int = 0) -> int:
+        return x
+
+    run = pgq.enqueue_workflow(chain(step.s(1), step.s()))
+    with pytest.raises(DrainError, match=f"job {run.job_ids[1]} cannot run now: it waits for"):
+        run_job(pgq, run.job_ids[1])

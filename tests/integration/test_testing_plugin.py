@@ -86,6 +86,17 @@ def test_the_plugin_gives_each_test_a_migrated_database_and_binds_the_app(pg_ser
     assert _templates(pg_server.admin_dsn) == []  # the session's template is dropped
 
 
+def test_without_an_app_pgq_is_a_new_queue_on_the_tests_database(pg_server, tmp_path):
+    project = _project(tmp_path)
+    (project / "test_app.py").write_text(
+        "def test_a_new_queue(pgq, pgqueue_db):\n"
+        "    assert pgq.dsn == pgqueue_db and pgq.tasks == {}\n"
+    )
+    done = _pytest(project, pg_server.admin_dsn, "-p", "pgqueue.testing.pytest")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
 def test_the_plugin_is_not_loaded_unless_asked_for(pg_server, tmp_path):
     done = _pytest(_project(tmp_path), pg_server.admin_dsn)
     assert done.returncode != 0
