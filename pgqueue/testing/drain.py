@@ -51,9 +51,23 @@ class DrainTransactions(TransactionHost):
     would commit the test's."""
 
     def __init__(self, pgq: PgQueue, conn: object | None) -> None:
-        super().__init__(pgq.dsn, application_name=None, max_result_bytes=pgq.max_payload_bytes)
+        # No DSN read here: a queue without one would start the embedded server for it (a
+        # drain on the caller's connection needs none); check_connection reads it if ever.
+        super().__init__("", application_name=None, max_result_bytes=pgq.max_payload_bytes)
         self.pgq = pgq
         self.conn = conn
+
+    @contextmanager
+    def check_connection(self) -> Iterator[psycopg.Connection[Any]]:
+        self.dsn = self.pgq.dsn
+        with super().check_connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def check_connection_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        self.dsn = self.pgq.dsn
+        async with super().check_connection_async() as conn:
+            yield conn
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:

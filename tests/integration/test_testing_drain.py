@@ -11,7 +11,7 @@ from typing import TypedDict
 import psycopg
 import pytest
 
-from pgqueue import DAG, ConstantBackoff, Fail, Item, Retry, chain, chord, current_job
+from pgqueue import DAG, ConstantBackoff, Fail, Item, PgQueue, Retry, chain, chord, current_job
 from pgqueue.testing import (
     DrainError,
     JobsFailed,
@@ -475,3 +475,19 @@ def test_run_job_refuses_a_job_waiting_for_its_workflow(pgq):
     run = pgq.enqueue_workflow(chain(step.s(1), step.s()))
     with pytest.raises(DrainError, match=f"job {run.job_ids[1]} cannot run now: it waits for"):
         run_job(pgq, run.job_ids[1])
+
+
+def test_a_drain_on_the_callers_connection_needs_no_dsn(dsn, monkeypatch):
+    """A queue with no DSN configured (its database comes with the caller's connection) starts
+    no embedded server for a drain on that connection."""
+    for name in ("PGQUEUE_DSN", "DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    queue = PgQueue()
+
+    @queue.task
+    def hello() -> None: ...
+
+    with psycopg.connect(dsn) as conn:
+        hello.enqueue(conn=conn)
+        assert [r.outcome for r in drain(queue, conn=conn).runs] == ["succeeded"]
+    assert queue._pools._dsn is None  # never resolved
