@@ -21,7 +21,7 @@ import psycopg
 
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import Owned, async_driver, atomic, atomic_async, sync_driver
-from pgqueue.errors import JobTransactionError, Retry
+from pgqueue.errors import JobTimeout, JobTransactionError, Retry
 from pgqueue.job_context import reset_current, set_current
 from pgqueue.job_transaction import TransactionHost
 from pgqueue.testing.runs import DrainError, DrainSummary, JobRun, JobsFailed
@@ -134,13 +134,27 @@ def _call(step: Invoke) -> Called:
 
 
 async def _call_async(step: Invoke) -> Called:
+    """An async handler, with its job as the current one and the task's timeout (a sync
+    handler's cannot be enforced: a thread cannot be stopped)."""
     token = set_current(step.ctx)
+    task = step.task
     try:
-        return Called(await step.func(*step.args, **step.kwargs), None)
+        async with asyncio.timeout(task.timeout):
+            return Called(await step.func(*step.args, **step.kwargs), None)
+    except TimeoutError as exc:
+        if task.timeout is None or not _timed_out(exc):
+            return Called(None, exc)
+        return Called(None, JobTimeout(f"{task.name} timed out after {task.timeout:g}s"))
     except Exception as exc:
         return Called(None, exc)
     finally:
         reset_current(token)
+
+
+def _timed_out(exc: TimeoutError) -> bool:
+    """The timeout's own TimeoutError (asyncio.timeout raises it from the cancellation), not
+    one the handler raised."""
+    return isinstance(exc.__context__, asyncio.CancelledError)
 
 
 def _not_in_a_loop(what: str) -> None:
@@ -232,7 +246,7 @@ def drain(
     ``max_jobs``: the most attempts to run (:class:`DrainError` past it: a job that enqueues
     itself, or raises ``Retry`` for ever). Returns a :class:`DrainSummary`; raises
     :class:`JobsFailed` if any job was dead-lettered, unless ``raise_on_failure=False``.
-    Task timeouts are not enforced."""
+    Task timeouts are enforced for async handlers only (a thread cannot be stopped)."""
     _not_in_a_loop("drain")
     options = _options(queue, max_jobs, cron, scheduled)
     pgq.sync_declarations(conn)  # what a worker writes at start-up: limits, @periodic

@@ -491,3 +491,21 @@ def test_a_drain_on_the_callers_connection_needs_no_dsn(dsn, monkeypatch):
         hello.enqueue(conn=conn)
         assert [r.outcome for r in drain(queue, conn=conn).runs] == ["succeeded"]
     assert queue._pools._dsn is None  # never resolved
+
+
+def test_an_async_handlers_timeout_fails_its_attempt_as_under_a_worker(pgq):
+    @pgq.task(timeout=0.1, max_attempts=1)
+    async def stuck() -> None:
+        await asyncio.sleep(60)
+
+    @pgq.task(max_attempts=1)
+    async def own_timeout() -> None:
+        raise TimeoutError("the handler's own")
+
+    stuck.enqueue()
+    own_timeout.enqueue()
+    summary = drain(pgq, raise_on_failure=False)
+    assert [r.error for r in summary.dead] == [
+        f"pgqueue.errors.JobTimeout: {stuck.name} timed out after 0.1s",
+        "TimeoutError: the handler's own",
+    ]
