@@ -110,6 +110,18 @@ class TransactionHost:
         """An autocommit connection of the worker's for an async handler's block."""
         raise JobTransactionError("this worker has no connections for async handlers' blocks")
 
+    def own(self, conn: object) -> AbstractContextManager[Owned[psycopg.Connection[Any]]]:
+        """The block's transaction on ``conn``: :func:`~pgqueue.db.connections.own_transaction`
+        (the framework's own begin and commit). A test's drain on the caller's connection
+        (``pgqueue.testing``) makes it a savepoint in the test's transaction instead."""
+        return own_transaction(conn)
+
+    def own_async(
+        self, conn: object
+    ) -> AbstractAsyncContextManager[Owned[psycopg.AsyncConnection[Any]]]:
+        """The async twin of :meth:`own`."""
+        return own_transaction_async(conn)
+
     def wake(self, job: ClaimedJob) -> list[str] | None:
         """The queues the completion notifies: the job took a limit's last free place (see the
         ``ack_jobs_waking`` query), else None."""
@@ -368,7 +380,7 @@ class JobTransaction:
             if conn is None:
                 self._source = host.connection()
                 conn = self._source.__enter__()
-            self._owning = own_transaction(conn)
+            self._owning = host.own(conn)
             self._owned = owned = self._owning.__enter__()
         except BaseException:
             self._ctx.set_transaction_state(None)
@@ -440,7 +452,7 @@ class JobTransaction:
             if conn is None:
                 self._source = host.connection_async()
                 conn = await self._source.__aenter__()
-            self._owning = own_transaction_async(conn)
+            self._owning = host.own_async(conn)
             self._owned = owned = await self._owning.__aenter__()
         except BaseException:
             self._ctx.set_transaction_state(None)

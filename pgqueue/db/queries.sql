@@ -951,6 +951,28 @@ UPDATE pgqueue.jobs AS j
  WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('scheduled', 'ready')
 RETURNING j.id
 
+-- name: make_scheduled_due
+-- pgqueue.testing's drain, once nothing is ready: the scheduled jobs of its queues and tasks (a
+-- retry's backoff, a run_at later) become ready now, as if their time had come. The claim then
+-- takes them like any other.
+UPDATE pgqueue.jobs AS j
+   SET state = 'ready', run_at = now()
+ WHERE j.state = 'scheduled' AND j.queue = ANY(%(queues)s::text[])
+   AND j.task = ANY(%(tasks)s::text[])
+RETURNING j.id
+
+-- name: enqueued_jobs
+-- pgqueue.testing's enqueued(): live jobs, oldest first, by task, queue and state, whose
+-- arguments contain %(args)s (jsonb containment: a subset of the arguments).
+SELECT j.id, j.queue, j.task, j.args, j.state, j.priority, j.run_at, j.attempts,
+       j.max_attempts, j.idempotency_key, j.meta, j.tags
+  FROM pgqueue.jobs AS j
+ WHERE (%(task)s::text IS NULL OR j.task = %(task)s)
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
+   AND (%(args)s::jsonb IS NULL OR j.args @> %(args)s::jsonb)
+ ORDER BY j.id
+
 -- name: count_purgeable_jobs
 SELECT count(*)
   FROM pgqueue.jobs AS j

@@ -28,20 +28,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable
 
 import psycopg
 
-from pgqueue.options import MAX_DURATION
 from pgqueue.worker.leases import LeaseClock
-from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.outcome import (
+    Outcome,
+    Written,
+    ack_params,
+    acked,
+    clamped_delay,
+    fail_params,
+    failed,
+)
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore, int_array
 
 MAX_BATCH = 1000
-# A retry delay the database can add to now() (a backoff callable may return anything).
-_MAX_DELAY = MAX_DURATION.total_seconds()
 # How much of an error goes into a log line or a dead letter's reason.
 _MAX_LOGGED = 300
 _MAX_PROBLEM = 1000
@@ -49,12 +53,6 @@ _MAX_PROBLEM = 1000
 
 def _by_id(outcome: Outcome) -> int:
     return outcome.job.id
-
-
-def _delay(seconds: float) -> float:
-    if math.isnan(seconds):
-        return 0.0
-    return min(max(seconds, 0.0), _MAX_DELAY)
 
 
 def _problem(exc: psycopg.Error) -> str:
@@ -129,8 +127,6 @@ _DEAD_BECAUSE = {
 }
 # Outcome kinds a circuit breaker counts as failures.
 _FAILURES = ("error", "fail", "no_retry")
-
-Written = list[tuple[Outcome, str]]
 
 
 class Completer(Service):
@@ -375,41 +371,14 @@ class Completer(Service):
 
     async def _outcomes(self, name: str, chunk: list[Outcome], wake: list[str] | None) -> Written:
         if name == "ack_jobs":
-            params = {
-                "ids": int_array([o.job.id for o in chunk]),
-                "tokens": int_array([o.job.lease_token for o in chunk]),
-                # NULL when no job keeps a result (most batches): unnest pads with NULLs.
-                "results": (
-                    [o.result for o in chunk] if any(o.result is not None for o in chunk) else None
-                ),
-            }
+            params = ack_params(chunk)
             if wake is None:
                 rows = await self.store.fetch("ack_jobs", params)
             else:
                 rows = await self.store.fetch("ack_jobs_waking", {**params, "wake": wake})
-            # A job cancelled while its handler ran is recorded as cancelled by ack_jobs.
-            done: dict[int, bool] = {row[0]: row[1] for row in rows}
-            written: Written = []
-            for outcome in chunk:
-                cancelled = done.get(outcome.job.id)
-                if cancelled is None:
-                    written.append((outcome, "stale"))
-                else:
-                    written.append((outcome, "cancelled" if cancelled else "succeeded"))
-            return written
-        rows = await self.store.fetch(
-            "fail_jobs",
-            {
-                "ids": [o.job.id for o in chunk],
-                "tokens": [o.job.lease_token for o in chunk],
-                "kinds": [o.kind for o in chunk],
-                "delays": [_delay(o.delay) for o in chunk],
-                "errors": [o.error for o in chunk],
-                "wake": wake,
-            },
-        )
-        decided: dict[int, str] = {row[0]: row[1] for row in rows}
-        return [(o, decided.get(o.job.id, "stale")) for o in chunk]
+            return acked(chunk, rows)
+        rows = await self.store.fetch("fail_jobs", fail_params(chunk, wake))
+        return failed(chunk, rows)
 
     async def _settle_retried(self, written: Written, logged: set[int]) -> Written:
         """A retry of a write cut off without a reply found nothing to write: did the first
@@ -647,7 +616,7 @@ class Completer(Service):
                 "delay=%.3fs" if written == "retry" else "reason=%s"
             )
             detail: object = (
-                _delay(outcome.delay)
+                clamped_delay(outcome.delay)
                 if written == "retry"
                 else _DEAD_BECAUSE.get(outcome.kind, outcome.kind)
                 if written == "dead"

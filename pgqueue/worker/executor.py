@@ -52,13 +52,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgqueue.batch import BatchTask
-from pgqueue.errors import Fail, InvalidJobError, JobCancelled, JobTimeout, Retry
+from pgqueue.errors import Fail, JobCancelled, JobTimeout, Retry
 from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
-from pgqueue.job_transaction import COMMITTED, HOLDING, LOST, UNKNOWN, TransactionHost
+from pgqueue.job_transaction import HOLDING, TransactionHost
 from pgqueue.tasks import Task
 from pgqueue.tracing import consumer
 from pgqueue.worker.batches import Batches, BatchRun, Gathering, prepare, settle
-from pgqueue.worker.outcome import Outcome, failed_outcome, raised_outcome, returned_outcome
+from pgqueue.worker.outcome import (
+    Outcome,
+    arguments,
+    failed_outcome,
+    raised_outcome,
+    returned_outcome,
+    transaction_outcome,
+)
 from pgqueue.worker.process_pool import ChildGone, ChildReply, ChildSettings, ProcessPool
 from pgqueue.worker.threads import HandlerThreads, ThreadCall
 
@@ -392,39 +399,7 @@ class Executor:
     def _transaction_outcome(self, running: Running, outcome: Outcome | None) -> Outcome | None:
         """The attempt of a handler that used ``ctx.transaction()``: once that transaction
         ended, its outcome is what the transaction wrote, whatever the handler did next."""
-        ctx, job = running.ctx, running.job
-        state = ctx.transaction_state
-        if state == COMMITTED:
-            if outcome is None or outcome.kind != "ack":
-                log.warning(
-                    "handler failed after its transaction completed the job; ignored (the job "
-                    "is complete) job_id=%s task=%s attempt=%s error=%s",
-                    job.id,
-                    job.task,
-                    job.attempt,
-                    (outcome.summary if outcome is not None else None) or "stopped",
-                )
-            elif outcome.result not in (None, "null") and ctx.result_json is None:
-                log.warning(
-                    "handler returned a value after its transaction completed the job: not "
-                    "kept (call ctx.set_result(value) inside the block) job_id=%s task=%s",
-                    job.id,
-                    job.task,
-                )
-            return Outcome(job, "ack", written=ctx.completed_as or "succeeded")
-        if state == LOST:
-            return Outcome(job, "ack", written="stale")
-        if state == UNKNOWN:
-            log.warning(
-                "the job's transaction may or may not have committed (its COMMIT got no reply "
-                "and the server could not be asked); nothing written: if it did not commit, "
-                "the job runs again once its lease expires job_id=%s task=%s attempt=%s",
-                job.id,
-                job.task,
-                job.attempt,
-            )
-            return None
-        return outcome  # rolled back (or never ended): the attempt as the handler left it
+        return transaction_outcome(running.ctx, outcome)
 
     def _finish(self, running: Running, outcome: Outcome | None) -> None:
         """A sync attempt is over: its slot frees (the next waiting job starts) and its
@@ -518,20 +493,7 @@ class Executor:
         self, task: Task[..., Any], job: ClaimedJob, ctx: JobContext
     ) -> tuple[list[Any], dict[str, Any]] | Outcome:
         """The handler's arguments, or the outcome of a job that can never run."""
-        try:
-            if job.attempt > job.max_attempts:
-                # Only a row edited by hand gets here (waiting jobs always have attempts left).
-                raise InvalidJobError(
-                    f"no attempts left: claimed for attempt {job.attempt} of "
-                    f"max_attempts {job.max_attempts} (attempts edited by hand?)"
-                )
-            args, kwargs = task.binder.bind(job.args)
-        except InvalidJobError as exc:
-            # The stored args can never fit this handler: retrying cannot help.
-            return Outcome.from_exception(job, "fail", exc, self.worker_id)
-        if task.pass_context:
-            args.insert(0, ctx)
-        return args, kwargs
+        return arguments(task, job, ctx, self.worker_id)
 
     def _raised(self, running: Running, task: Task[..., Any], exc: BaseException) -> Outcome | None:
         """What the attempt amounts to when the handler raised (or was cancelled)."""

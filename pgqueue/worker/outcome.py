@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import math
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pgqueue.errors import Fail, InvalidJobError, Retry
-from pgqueue.job_context import ClaimedJob
+from pgqueue.job_context import ClaimedJob, JobContext
+from pgqueue.job_transaction import COMMITTED, LOST, UNKNOWN
+from pgqueue.options import MAX_DURATION
 from pgqueue.payload import dumps
+from pgqueue.worker.store import Row, int_array
 
 if TYPE_CHECKING:
     from pgqueue.tasks import Task
@@ -33,6 +37,12 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Tracebacks are for humans; a runaway recursion must not put megabytes into every row.
 _MAX_TRACEBACK = 16_000
 _MAX_MESSAGE = 2_000
+# A retry delay the database can add to now() (a backoff callable may return anything).
+_MAX_DELAY = MAX_DURATION.total_seconds()
+
+#: Each outcome of a batch and what its write made of it (succeeded, cancelled, retry, dead,
+#: stale, ...).
+Written = list[tuple["Outcome", str]]
 
 
 @dataclass(slots=True)
@@ -179,3 +189,115 @@ def raised_outcome(
     if isinstance(exc, Fail):
         return Outcome.from_exception(job, "fail", exc, worker_id)
     return failed_outcome(task, job, exc, worker_id)
+
+
+def arguments(
+    task: Task[..., Any], job: ClaimedJob, ctx: JobContext, worker_id: str
+) -> tuple[list[Any], dict[str, Any]] | Outcome:
+    """The handler's arguments, or the outcome of a job that can never run."""
+    try:
+        if job.attempt > job.max_attempts:
+            # Only a row edited by hand gets here (waiting jobs always have attempts left).
+            raise InvalidJobError(
+                f"no attempts left: claimed for attempt {job.attempt} of "
+                f"max_attempts {job.max_attempts} (attempts edited by hand?)"
+            )
+        args, kwargs = task.binder.bind(job.args)
+    except InvalidJobError as exc:
+        # The stored args can never fit this handler: retrying cannot help.
+        return Outcome.from_exception(job, "fail", exc, worker_id)
+    if task.pass_context:
+        args.insert(0, ctx)
+    return args, kwargs
+
+
+def transaction_outcome(ctx: JobContext, outcome: Outcome | None) -> Outcome | None:
+    """The attempt of a handler that used ``ctx.transaction()``: once that transaction ended,
+    its outcome is what the transaction wrote, whatever the handler did next."""
+    job = ctx.job
+    state = ctx.transaction_state
+    if state == COMMITTED:
+        if outcome is None or outcome.kind != "ack":
+            log.warning(
+                "handler failed after its transaction completed the job; ignored (the job "
+                "is complete) job_id=%s task=%s attempt=%s error=%s",
+                job.id,
+                job.task,
+                job.attempt,
+                (outcome.summary if outcome is not None else None) or "stopped",
+            )
+        elif outcome.result not in (None, "null") and ctx.result_json is None:
+            log.warning(
+                "handler returned a value after its transaction completed the job: not "
+                "kept (call ctx.set_result(value) inside the block) job_id=%s task=%s",
+                job.id,
+                job.task,
+            )
+        return Outcome(job, "ack", written=ctx.completed_as or "succeeded")
+    if state == LOST:
+        return Outcome(job, "ack", written="stale")
+    if state == UNKNOWN:
+        log.warning(
+            "the job's transaction may or may not have committed (its COMMIT got no reply "
+            "and the server could not be asked); nothing written: if it did not commit, "
+            "the job runs again once its lease expires job_id=%s task=%s attempt=%s",
+            job.id,
+            job.task,
+            job.attempt,
+        )
+        return None
+    return outcome  # rolled back (or never ended): the attempt as the handler left it
+
+
+# -- how the completer writes outcomes (shared with pgqueue.testing) -----------------------
+
+
+def ack_params(chunk: list[Outcome]) -> dict[str, Any]:
+    """``ack_jobs``'s parameters for a batch of successes."""
+    return {
+        "ids": int_array([o.job.id for o in chunk]),
+        "tokens": int_array([o.job.lease_token for o in chunk]),
+        # NULL when no job keeps a result (most batches): unnest pads with NULLs.
+        "results": (
+            [o.result for o in chunk] if any(o.result is not None for o in chunk) else None
+        ),
+    }
+
+
+def acked(chunk: list[Outcome], rows: list[Row]) -> Written:
+    """What ``ack_jobs`` did with each outcome: succeeded, cancelled (cancelled while its handler
+    ran: recorded as cancelled) or stale (the lease was lost)."""
+    done: dict[int, bool] = {row[0]: row[1] for row in rows}
+    written: Written = []
+    for outcome in chunk:
+        cancelled = done.get(outcome.job.id)
+        if cancelled is None:
+            written.append((outcome, "stale"))
+        else:
+            written.append((outcome, "cancelled" if cancelled else "succeeded"))
+    return written
+
+
+def fail_params(chunk: list[Outcome], wake: list[str] | None = None) -> dict[str, Any]:
+    """``fail_jobs``'s parameters for a batch of unsuccessful outcomes."""
+    return {
+        "ids": [o.job.id for o in chunk],
+        "tokens": [o.job.lease_token for o in chunk],
+        "kinds": [o.kind for o in chunk],
+        "delays": [clamped_delay(o.delay) for o in chunk],
+        "errors": [o.error for o in chunk],
+        "wake": wake,
+    }
+
+
+def failed(chunk: list[Outcome], rows: list[Row]) -> Written:
+    """What ``fail_jobs`` decided for each outcome: retry, dead, cancelled, or stale."""
+    decided: dict[int, str] = {row[0]: row[1] for row in rows}
+    return [(o, decided.get(o.job.id, "stale")) for o in chunk]
+
+
+def clamped_delay(seconds: float) -> float:
+    """A retry delay the database can add to ``now()`` (a backoff may return anything)."""
+    if math.isnan(seconds):
+        return 0.0
+    return min(max(seconds, 0.0), _MAX_DELAY)

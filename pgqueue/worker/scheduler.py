@@ -10,12 +10,29 @@ idempotency keys once a minute.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pgqueue.errors import QueueFullError
-from pgqueue.schedules import plan_ticks
+from pgqueue.schedules import TickPlan, plan_ticks
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import WorkerStore
 
 _PRUNE_EVERY = 60.0
+
+
+def due_ticks(row: tuple[Any, ...]) -> tuple[TickPlan, dict[str, Any]]:
+    """A row of ``due_schedules``: the ticks it owes, and ``enqueue_schedule_ticks``'s
+    parameters to enqueue them (shared with ``pgqueue.testing``'s drain)."""
+    name, cron, tz, due, missed, grace, max_catch_up, now = row
+    plan = plan_ticks(cron, tz, due, now, missed=missed, grace=grace, max_catch_up=max_catch_up)
+    params = {
+        "name": name,
+        "expected": due,
+        "next_tick": plan.next_tick,
+        "ticks": plan.ticks,
+        "skipped": plan.skipped,
+    }
+    return plan, params
 
 
 class Scheduler(Service):
@@ -35,21 +52,10 @@ class Scheduler(Service):
 
     async def run_once(self) -> None:
         for row in await self.store.fetch("due_schedules"):
-            name, cron, tz, due, missed, grace, max_catch_up, now = row
-            plan = plan_ticks(
-                cron, tz, due, now, missed=missed, grace=grace, max_catch_up=max_catch_up
-            )
+            name, missed = row[0], row[4]
+            plan, params = due_ticks(row)
             try:
-                enqueued = await self.store.fetch(
-                    "enqueue_schedule_ticks",
-                    {
-                        "name": name,
-                        "expected": due,
-                        "next_tick": plan.next_tick,
-                        "ticks": plan.ticks,
-                        "skipped": plan.skipped,
-                    },
-                )
+                enqueued = await self.store.fetch("enqueue_schedule_ticks", params)
             except Exception as exc:
                 error = QueueFullError.from_database(exc)
                 if error is None:

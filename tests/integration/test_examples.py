@@ -147,35 +147,33 @@ def _stop(worker: subprocess.Popen[str]) -> str:
     return err
 
 
-def test_fastapi_sqlalchemy_example(fresh_db, monkeypatch):
-    """Sign-ups through the real FastAPI app (its lifespan, its AsyncSession per request), a
-    real worker process, and results awaited by the app."""
+def test_fastapi_sqlalchemy_example(dsn, monkeypatch):
+    """Sign-ups through the real FastAPI app (its lifespan, its AsyncSession per request), the
+    welcome jobs run by pgqueue.testing.drain_async on the app's own event loop (no worker),
+    and results awaited by the app."""
     project = EXAMPLES / "fastapi_sqlalchemy"
-    url = as_url(fresh_db, "postgresql+psycopg")  # SQLAlchemy's form: pgqueue takes it too
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PGQUEUE_")},
-           "DATABASE_URL": url, "PYTHONPATH": str(project)}  # fmt: skip
-    run([PGQ, "migrate"], project, env)
+    url = as_url(dsn, "postgresql+psycopg")  # SQLAlchemy's form: pgqueue takes it too
     monkeypatch.setenv("DATABASE_URL", url)
     monkeypatch.syspath_prepend(str(project))
     from fastapi.testclient import TestClient
     from signups.app import app  # type: ignore[import-not-found]
+    from signups.tasks import pgq, send_welcome  # type: ignore[import-not-found]
 
-    worker = _start_worker("signups.tasks:pgq", project, env)
-    try:
-        with TestClient(app) as client:
-            refused = client.post("/signups", json={"email": "b@example.com", "fail": True})
-            assert refused.status_code == 409
-            signed = client.post("/signups", json={"email": "a@example.com"}).json()
-            assert client.get(f"/jobs/{signed['job']}").json() == {
-                "result": "welcomed a@example.com"
-            }
-    finally:
-        log = _stop(worker)
-    assert "serving queue=default tasks=signups.tasks.send_welcome" in log
-    assert scalar(fresh_db, "SELECT count(*) FROM users") == 1  # the refused one rolled back
-    assert scalar(fresh_db, "SELECT welcomed FROM users") is True
-    assert scalar(fresh_db, "SELECT count(*) FROM pgqueue.jobs") == 0
-    assert scalar(fresh_db, "SELECT count(*) FROM pgqueue.job_history") == 1
+    from pgqueue.testing import assert_enqueued, drain_async
+
+    with TestClient(app) as client:
+        refused = client.post("/signups", json={"email": "b@example.com", "fail": True})
+        assert refused.status_code == 409
+        signed = client.post("/signups", json={"email": "a@example.com"}).json()
+        assert_enqueued(pgq, send_welcome, args={"user_id": signed["user"]}, count=1)
+        # On the app's loop: the handler's AsyncSession uses the app's engine.
+        summary = client.portal.call(drain_async, pgq)
+        assert [run.value for run in summary.succeeded] == ["welcomed a@example.com"]
+        assert client.get(f"/jobs/{signed['job']}").json() == {"result": "welcomed a@example.com"}
+    assert scalar(dsn, "SELECT count(*) FROM users") == 1  # the refused one rolled back
+    assert scalar(dsn, "SELECT welcomed FROM users") is True
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs") == 0
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.job_history") == 1
 
 
 def test_plain_example(fresh_db):
@@ -190,3 +188,14 @@ def test_plain_example(fresh_db):
         _stop(worker)
     assert out.strip() == "job 1: 5"
     assert scalar(fresh_db, "SELECT count(*) FROM orders") == 1
+
+
+def test_plain_example_tests_run_the_job_without_a_worker(pg_server):
+    """The example's own test suite (examples/plain/test_tasks.py), as its README runs it:
+    `pytest` in its directory, pgqueue's plugin from its pytest.ini, no worker anywhere."""
+    project = EXAMPLES / "plain"
+    env = {**{k: v for k, v in os.environ.items()
+              if not k.startswith("PGQUEUE_") and k != "DATABASE_URL"},
+           "PGQUEUE_TEST_DSN": pg_server.admin_dsn, "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], project, env)
+    assert "2 passed" in out

@@ -1,11 +1,11 @@
 """Every public name has a docstring: the API reference (docs/reference/, mkdocstrings) is
 generated from them, so a name without one would be a blank entry.
 
-Public: the names in ``pgqueue.__all__``, ``pgqueue.contrib.django.__all__`` and
-``pgqueue.alembic.__all__`` (dunders such as ``__version__`` aside), and the public methods and
-properties of the public classes, inherited ones included when pgqueue defines them, and of the
-client's parts (``pgq.flow``, ``pgq.cron``, ...). Constants
-are documented by a string literal right after the assignment (what mkdocstrings reads).
+Public: the names in ``pgqueue.__all__``, ``pgqueue.contrib.django.__all__``,
+``pgqueue.alembic.__all__`` and ``pgqueue.testing.__all__`` (dunders such as ``__version__``
+aside), and the public methods and properties of the public classes, inherited ones included
+when pgqueue defines them, and of the client's parts (``pgq.flow``, ``pgq.cron``, ...).
+Constants are documented by a string literal right after the assignment (what mkdocstrings reads).
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ import griffe
 import pgqueue
 import pgqueue.alembic
 import pgqueue.contrib.django
+import pgqueue.testing
 from pgqueue.client.part import Part
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = [pgqueue, pgqueue.contrib.django, pgqueue.alembic]
+MODULES = [pgqueue, pgqueue.contrib.django, pgqueue.alembic, pgqueue.testing]
 
 
 def _own(member: Any) -> bool:

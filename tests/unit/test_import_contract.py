@@ -80,8 +80,13 @@ LAYERS: dict[str, str] = {
     "pgqueue.demo": "cli",
     "pgqueue.dashboard": "dashboard",
     "pgqueue.contrib": "contrib",
+    # Users' test suites: runs jobs with the worker's pieces on the client's connections.
+    "pgqueue.testing": "testing",
 }
-RANK = {"pure": 0, "db": 1, "client": 2, "worker": 2, "cli": 3, "dashboard": 3, "contrib": 4}
+RANK = {
+    **{"pure": 0, "db": 1, "client": 2, "worker": 2, "cli": 3, "dashboard": 3, "testing": 3},
+    "contrib": 4,
+}
 # The one import between siblings: `pgq dashboard` serves the dashboard.
 ALLOWED = {("pgqueue.cli.dashboard_cmd", "pgqueue.dashboard")}
 
