@@ -400,8 +400,11 @@ def _type_hints(owner: Any) -> dict[str, Any]:
         return typing.get_type_hints(owner)
     except Exception:
         pass
-    raw = getattr(owner, "__annotations__", None) or {}
-    scope = getattr(owner, "__globals__", None) or vars(sys.modules.get(owner.__module__, sys))
+    raw = getattr(owner, "__annotations__", None)
+    if not isinstance(raw, dict):
+        return {}
+    module = sys.modules.get(getattr(owner, "__module__", None) or "")
+    scope = getattr(owner, "__globals__", None) or (vars(module) if module else {})
     hints: dict[str, Any] = {}
     for name, annotation in raw.items():
         holder = types.SimpleNamespace(__annotations__={name: annotation})
@@ -410,6 +413,16 @@ def _type_hints(owner: Any) -> dict[str, Any]:
         except Exception:
             continue
     return hints
+
+
+def _decoder_or_plain(annotation: Any) -> Decode | None:
+    """:func:`decoder_for`, with an annotation it cannot read (an unhashable ``Annotated``
+    extra, a class whose ``issubclass`` raises) treated as plain JSON rather than failing the
+    task's every enqueue."""
+    try:
+        return decoder_for(annotation)
+    except Exception:
+        return None
 
 
 # -- one task --------------------------------------------------------------------------------
@@ -431,7 +444,7 @@ class TaskCodec:
             annotation = hints.get(param.name, param.annotation)
             if annotation is inspect.Parameter.empty or isinstance(annotation, str):
                 continue
-            decode = decoder_for(annotation)
+            decode = _decoder_or_plain(annotation)
             if decode is None:
                 continue
             if param.kind is inspect.Parameter.VAR_POSITIONAL:
@@ -447,7 +460,7 @@ class TaskCodec:
         self.result: Decode | None = (
             None
             if returns is inspect.Signature.empty or isinstance(returns, str)
-            else decoder_for(returns)
+            else _decoder_or_plain(returns)
         )
 
     def _failed(self, name: str, exc: Exception) -> InvalidJobError:

@@ -347,7 +347,7 @@ class ArgBinder:
     ) -> dict[str, Any]:
         """:func:`bind_arguments`, without ``Signature.bind`` when the call is plainly valid;
         typed arguments in their stored form (:meth:`TaskCodec.encode`)."""
-        codec = self.codec
+        codec = self._codec or self.codec
         if self.simple and len(args) <= len(self.positional):
             bound = dict(zip(self.positional, args, strict=False))
             if not kwargs or (kwargs.keys() <= self.names and bound.keys().isdisjoint(kwargs)):
@@ -365,7 +365,7 @@ class ArgBinder:
     def bind(self, stored: Any) -> tuple[list[Any], dict[str, Any]]:
         """The handler's ``(*args, **kwargs)`` for a stored args object, typed arguments
         decoded (:func:`call_arguments`)."""
-        codec = self.codec
+        codec = self._codec or self.codec
         if (
             self.simple
             and type(stored) is dict

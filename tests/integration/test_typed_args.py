@@ -4,6 +4,7 @@ to handlers as the types their signatures name, and read back typed by ``pgq.res
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -13,7 +14,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from pgqueue import InvalidJobError, chain, chord
+from pgqueue import DAG, InvalidJobError, chain, chord
 from tests.helpers import ledger, scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import typed_app
 from tests.integration.typed_app import (
@@ -134,6 +135,14 @@ def test_arguments_and_results_come_back_as_the_signature_names(app_dsn, app, wo
     assert app.result(other, timeout=60) == (WHEN, REF)
     assert notes(app_dsn)[other] == {"when": "datetime", "ref": "UUID"}
 
+    async def wait_async() -> object:
+        try:
+            return await app.result_async(other, timeout=60)
+        finally:
+            await app.aclose()
+
+    assert asyncio.run(wait_async()) == (WHEN, REF)
+
 
 def test_bulk_enqueue_and_workflows_hand_on_typed_values(app_dsn, app, worker):
     ids = app.enqueue_many(
@@ -154,6 +163,11 @@ def test_bulk_enqueue_and_workflows_hand_on_typed_values(app_dsn, app, worker):
     sums = app.enqueue_workflow(chord([price.s(n) for n in (1, 2, 3)], total.s()))
     assert sums.result(timeout=60) == Decimal("0.6")
     assert notes(app_dsn)[sums.job_ids[-1]] == {"prices": "list[Decimal]"}
+    # DAG nodes' arguments, and the final nodes' results, typed too.
+    dag = DAG()
+    first = dag.add(stamp.s(WHEN, timedelta(hours=2)))
+    dag.add(stamp.s(WHEN, by=timedelta(minutes=1)), depends_on=[first])
+    assert app.enqueue_workflow(dag).result(timeout=60) == [WHEN + timedelta(minutes=1)]
 
 
 def test_sql_producers_write_plain_json_and_handlers_get_types(app_dsn, app, worker):

@@ -277,3 +277,16 @@ def test_nested_containers_round_trip(value: list[tuple[timedelta, UUID]]) -> No
 def test_durations_are_iso_8601(value: timedelta) -> None:
     assert duration_text(value).lstrip("-").startswith("P")
     assert to_plain(value) == duration_text(value)
+
+
+def test_annotations_pgqueue_cannot_read_are_plain_json() -> None:
+    from functools import partial
+    from typing import Annotated
+
+    def handler(x: Annotated[int, {"unhashable": []}], y: datetime) -> None: ...
+
+    codec = TaskCodec(handler, signature_of(handler, skip_first=False), "t")
+    assert codec.arguments.keys() == {"y"}
+    bound = partial(handler, 1)
+    codec = TaskCodec(bound, signature_of(bound, skip_first=False), "t")
+    assert codec.decode({"y": "2026-01-01T00:00:00"}) == {"y": "2026-01-01T00:00:00"}
