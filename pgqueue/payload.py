@@ -315,9 +315,9 @@ class ArgBinder:
     ) -> None:
         self.signature = signature
         self.name = name
-        # The function whose annotations drive the codec, derived at first use: a type it
-        # names may be defined after the task, further down the module.
-        self._func = func
+        #: The function (or a batch task's model class) whose annotations type the arguments;
+        #: the codec is derived at first use, as a type it names may be defined further down.
+        self.annotated = func
         self._codec: TaskCodec | None = None
         simple = {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}
         params = signature.parameters.values()
@@ -339,7 +339,7 @@ class ArgBinder:
         """What the task's annotations say about its arguments and result (derived once)."""
         codec = self._codec
         if codec is None:
-            codec = self._codec = TaskCodec(self._func, self.signature, self.name)
+            codec = self._codec = TaskCodec(self.annotated, self.signature, self.name)
         return codec
 
     def pack(

@@ -228,3 +228,30 @@ def test_batches_gather_by_size_and_by_wait(pgq):
         assert batches.count == 0 and not batches.due and not batches.open
 
     asyncio.run(scenario())
+
+
+@dataclass
+class Stamped:
+    at: datetime
+    label: str = ""
+
+
+class StampedRow(TypedDict):
+    at: datetime
+
+
+def test_a_batch_models_annotations_type_its_fields(pgq):
+    when = datetime(2026, 12, 6, 9, 30, tzinfo=UTC)
+
+    @pgq.task(name="stamped", batch_size=10)
+    def stamped(items: list[Item[Stamped]]) -> None: ...
+
+    @pgq.task(name="stamped_rows", batch_size=10)
+    def stamped_rows(items: list[Item[StampedRow]]) -> None: ...
+
+    assert stamped.s(Stamped(when)).args == {"at": when.isoformat(), "label": ""}
+    assert stamped.model.value({"at": when.isoformat()}) == Stamped(when)
+    assert stamped_rows.s(at=when).args == {"at": when.isoformat()}
+    assert stamped_rows.model.value({"at": when.isoformat()}) == {"at": when}
+    with pytest.raises(InvalidJobError, match="argument 'at' of stamped: expected datetime"):
+        stamped.s(at="soon")
