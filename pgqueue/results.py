@@ -11,7 +11,8 @@ Which succeeded jobs leave a row behind (the hot path stays one DELETE per ack b
 
 The worker serialises a return value only for jobs that keep it (the claim tells it), with the
 same validation as arguments; a value that cannot be stored fails the job permanently with a
-clear error instead of crashing anything.
+clear error instead of crashing anything. The stored result is plain JSON; a reader that
+registered the task gets it back as its return annotation names (:mod:`pgqueue.codec`).
 
 ``pgq.result(job_id, timeout=...)`` LISTENs on ``pgqueue_results`` (the history and dead-letter
 triggers notify the ids of jobs that finished, a few hundred ids per NOTIFY), reads the job's

@@ -608,7 +608,9 @@ class PgQueue:
     # -- a job's results, progress and cancellation ----------------------------------------
 
     def result(self, job_id: int, *, timeout: float | None = None) -> Any:
-        """Wait for a job's result (its handler's return value, stored as JSON).
+        """Wait for a job's result (its handler's return value, stored as JSON), typed by the
+        task's return annotation when this process registered the task (:mod:`pgqueue.codec`:
+        a ``datetime``, a dataclass, ...).
 
         Woken by NOTIFY when the job finishes. Raises :class:`~pgqueue.JobDeadError` or
         :class:`~pgqueue.JobCancelledError` if it ended that way,

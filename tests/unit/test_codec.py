@@ -290,3 +290,24 @@ def test_annotations_pgqueue_cannot_read_are_plain_json() -> None:
     bound = partial(handler, 1)
     codec = TaskCodec(bound, signature_of(bound, skip_first=False), "t")
     assert codec.decode({"y": "2026-01-01T00:00:00"}) == {"y": "2026-01-01T00:00:00"}
+
+
+def test_a_result_that_does_not_fit_the_return_annotation_fails_the_job_for_good() -> None:
+    from pgqueue import PgQueue
+    from pgqueue.job_context import ClaimedJob
+    from pgqueue.worker.outcome import returned_outcome
+
+    pgq = PgQueue("postgresql://nobody@localhost/none")
+
+    @pgq.task(name="typed.when")
+    def when() -> datetime:
+        return WHEN
+
+    now = datetime.now(UTC)
+    job = ClaimedJob(1, "default", "typed.when", {}, 1, 3, 7, 0, now, now, True)
+    ok = returned_outcome(when, job, WHEN, "w")
+    assert ok.kind == "ack" and ok.result == json.dumps(WHEN.isoformat())
+    bad = returned_outcome(when, job, "soon", "w")
+    assert bad.kind == "fail"
+    assert "return annotation of typed.when: expected datetime" in (bad.summary or "")
+    pgq.close()
