@@ -268,6 +268,8 @@ def call_arguments(
 
 
 _DROPPED_WARNED: set[tuple[str, tuple[str, ...]]] = set()
+# Rows written by hand could name anything: remember this many (task, names) at most.
+_MAX_DROPPED_WARNED = 1024
 
 
 def _warn_dropped(task: str, names: list[str]) -> None:
@@ -276,7 +278,8 @@ def _warn_dropped(task: str, names: list[str]) -> None:
     key = (task, tuple(names))
     if key in _DROPPED_WARNED:
         return
-    _DROPPED_WARNED.add(key)
+    if len(_DROPPED_WARNED) < _MAX_DROPPED_WARNED:
+        _DROPPED_WARNED.add(key)
     log.warning(
         "task %r no longer takes %s: the stored value(s) are dropped (a job enqueued by an "
         "older signature; logged once)",
