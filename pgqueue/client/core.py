@@ -371,6 +371,8 @@ class PgQueue:
             else (self.tasks.get(name) if isinstance(name, str) else None)
         )
         defaults = registered.defaults if registered is not None else {}
+        if registered is not None and args and registered.binder.codec.typed:
+            args = registered.binder.codec.encode(args)  # typed values checked and encoded
         spec = make_spec(
             name, args or {}, options, defaults=defaults, payload_limit=self.max_payload_bytes
         )

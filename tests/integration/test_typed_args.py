@@ -209,6 +209,9 @@ def test_a_value_that_cannot_be_encoded_names_its_argument(app_dsn, app):
         echo.enqueue(**{**ECHO_ARGS, "when": "next tuesday"})
     with pytest.raises(InvalidJobError, match=r"^argument 'ref' of typed.echo: expected UUID"):
         app.enqueue_many([echo.s(**ECHO_ARGS), echo.s(**{**ECHO_ARGS, "ref": 5})])
+    # By name (or Task) with an args object, for a task this process registered: the same.
+    with pytest.raises(InvalidJobError, match=r"^argument 'wait' of typed.echo: expected timed"):
+        app.enqueue("typed.echo", {**ECHO_ARGS, "wait": "soon"})
     with pytest.raises(InvalidJobError, match=r"^argument 'n' of typed.price: .*object"):
         price.enqueue(object())  # no encoding for it (n is an int: checked by type only)
     assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 0  # nothing half-written
