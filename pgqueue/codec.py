@@ -261,7 +261,7 @@ def _union(members: tuple[Any, ...]) -> Decode | None:
                 continue
             try:
                 return member_decode(value)
-            except ValueError:
+            except Exception:  # any failure: try the next member
                 continue
         raise ValueError(f"expected {names}, got {_describe(value)}")
 
@@ -281,7 +281,7 @@ def _fields(kind: type[Any], what: str) -> Callable[[], dict[str, Decode | None]
                 if what == "dataclass"
                 else hints
             )
-            cache.append({name: decoder_for(hints.get(name, Any)) for name in names})
+            cache.append({name: _decoder_or_plain(hints.get(name, Any)) for name in names})
         return cache[0]
 
     return fields
@@ -305,7 +305,7 @@ def _dataclass(kind: type[Any]) -> Decode:
                 for name, item in value.items()
             }
             return kind(**arguments)
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:  # a __post_init__ may raise anything
             raise ValueError(f"expected {kind.__name__}: {exc}") from None
 
     return decode
@@ -476,7 +476,7 @@ class TaskCodec:
             try:
                 value = plain(encoded[name])
                 decode(value)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, ArithmeticError) as exc:
                 raise self._failed(name, exc) from None
             except RecursionError:
                 raise self._failed(name, ValueError("nested too deeply")) from None
@@ -490,7 +490,7 @@ class TaskCodec:
             return value
         try:
             return decode(value)
-        except ValueError as exc:
+        except (ValueError, TypeError, ArithmeticError) as exc:
             raise self._failed(name, exc) from None
 
     def decode_extra(self, name: str, value: Any) -> Any:
@@ -499,7 +499,7 @@ class TaskCodec:
             return value
         try:
             return self.extra(value)
-        except ValueError as exc:
+        except (ValueError, TypeError, ArithmeticError) as exc:
             raise self._failed(name, exc) from None
 
     def decode(self, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -516,7 +516,7 @@ class TaskCodec:
         try:
             stored = plain(value)
             self.result(stored)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, ArithmeticError) as exc:
             raise InvalidJobError(f"the return annotation of {self.name}: {exc}") from None
         return stored
 
@@ -526,7 +526,7 @@ class TaskCodec:
             return value
         try:
             return self.result(value)
-        except ValueError as exc:
+        except (ValueError, TypeError, ArithmeticError) as exc:
             raise InvalidJobError(
                 f"the stored result of {self.name} does not fit its return annotation: {exc}"
             ) from None

@@ -311,3 +311,16 @@ def test_a_result_that_does_not_fit_the_return_annotation_fails_the_job_for_good
     assert bad.kind == "fail"
     assert "return annotation of typed.when: expected datetime" in (bad.summary or "")
     pgq.close()
+
+
+def test_a_stored_value_out_of_range_fails_naming_the_argument() -> None:
+    """A number of seconds too large for a timedelta (a row written by hand) raises
+    OverflowError in Python: the job fails with the argument named, nothing crashes."""
+
+    def wait(by: timedelta, on: list[timedelta] | None = None) -> None: ...
+
+    binder = ArgBinder(signature_of(wait, skip_first=False), "t.wait", wait)
+    with pytest.raises(InvalidJobError, match=r"^argument 'by' of t.wait: "):
+        binder.bind({"by": 1e20})
+    with pytest.raises(InvalidJobError, match=r"^argument 'on' of t.wait: "):
+        binder.bind({"by": 1, "on": ["P99999999999D"]})
