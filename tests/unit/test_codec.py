@@ -324,3 +324,28 @@ def test_a_stored_value_out_of_range_fails_naming_the_argument() -> None:
         binder.bind({"by": 1e20})
     with pytest.raises(InvalidJobError, match=r"^argument 'on' of t.wait: "):
         binder.bind({"by": 1, "on": ["P99999999999D"]})
+
+
+# What jsonb stores exactly: no NaN or Infinity, no NUL, no lone surrogate (refused at enqueue).
+_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(_json, _json)
+def test_plain_json_arguments_pass_through_a_typed_task_unchanged(a: Any, b: Any) -> None:
+    """Only the typed parameters are converted: a plain one's JSON is exactly what it was."""
+
+    def task(when: datetime, a: Any, b: dict[str, Any] | list[Any] | None = None) -> None: ...
+
+    binder = ArgBinder(signature_of(task, skip_first=False), "t", task)
+    b = b if isinstance(b, dict | list) or b is None else [b]
+    stored = json.loads(dumps(binder.pack((WHEN, a), {"b": b}), limit=1 << 20))
+    assert binder.bind(stored) == ([], {"when": WHEN, "a": a, "b": b})
