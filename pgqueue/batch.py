@@ -141,7 +141,10 @@ class ArgsModel:
         #: "mapping" (any keywords, a dict), "typeddict" (its keys, a dict) or "class".
         self.kind, self.model = _model_of(func, task)
         self.signature = _signature_of(self.kind, self.model, task)
-        self.binder = ArgBinder(self.signature, task)
+        # The model's annotations type its fields (pgqueue.codec), as a handler's do its own.
+        self.binder = ArgBinder(
+            self.signature, task, None if self.kind == "mapping" else self.model
+        )
 
     def one_value(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -183,7 +186,7 @@ class ItemBinder(ArgBinder):
     task's :class:`ArgsModel` (not against the handler's own parameter, the list of items)."""
 
     def __init__(self, model: ArgsModel) -> None:
-        super().__init__(model.signature, model.task)
+        super().__init__(model.signature, model.task, model.binder.annotated)
         self.model = model
 
     def pack(

@@ -150,12 +150,26 @@ def with_args(template: JobSpec, args: Mapping[str, Any], payload_limit: int) ->
     if not isinstance(args, Mapping):
         raise InvalidJobError(f"args must be a JSON object (a mapping), got {type(args).__name__}")
     plain = args if type(args) is dict else dict(args)
-    args_json = dumps(plain, limit=payload_limit)
+    try:
+        args_json = dumps(plain, limit=payload_limit)
+    except InvalidJobError:
+        _name_the_argument(template.task, plain)
+        raise
     unique_by = template.unique_by
     if unique_by and template.idempotency_key is None:
         names = unique_by if isinstance(unique_by, tuple) else None
         return template.with_args_json(args_json, derived_key(template.task, plain, names))
     return template.with_args_json(args_json)
+
+
+def _name_the_argument(task: str, args: Mapping[str, Any]) -> None:
+    """Raise for the first argument that cannot be stored on its own, naming it (the error
+    path only: the whole object is encoded in one go otherwise)."""
+    for name, value in args.items():
+        try:
+            dumps([value], limit=1 << 62, what="value")
+        except InvalidJobError as exc:
+            raise InvalidJobError(f"argument {name!r} of {task}: {exc}") from None
 
 
 def spec_template(task: str, options: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> JobSpec:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pgqueue.codec import TaskCodec, to_plain
 from pgqueue.config import MAX_NAME_LENGTH
 from pgqueue.errors import InvalidJobError
+
+log = logging.getLogger(__name__)
 
 # json.dumps writes U+0000 as the escape \u0000, which jsonb cannot store. Match the escape only
 # when it is not itself an escaped backslash followed by the letters "u0000".
@@ -55,8 +59,12 @@ def _check_keys(value: Any, what: str) -> None:
 
 
 # One encoder for every job: json.dumps with options builds a new JSONEncoder per call, which
-# costs as much as encoding a small payload (bulk enqueue encodes one per job).
-_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+# costs as much as encoding a small payload (bulk enqueue encodes one per job). Values JSON has
+# no type for (datetime, UUID, Decimal, dataclasses, ...) go in as pgqueue.codec stores them;
+# the hook is called only for those, so plain JSON encodes at the C encoder's speed.
+_ENCODER = json.JSONEncoder(
+    allow_nan=False, ensure_ascii=False, separators=(",", ":"), default=to_plain
+)
 
 
 def dumps(value: Any, *, limit: int, what: str = "args") -> str:
@@ -185,12 +193,20 @@ def check_complete(
 
 
 def call_arguments(
-    signature: inspect.Signature, name: str, stored: Mapping[str, Any]
+    signature: inspect.Signature,
+    name: str,
+    stored: Mapping[str, Any],
+    codec: TaskCodec | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
-    """Turn a stored args object back into ``(*args, **kwargs)`` for the handler.
+    """Turn a stored args object back into ``(*args, **kwargs)`` for the handler, each typed
+    argument decoded by ``codec``.
 
-    Raises :class:`InvalidJobError` when the stored object does not fit the signature (a job
-    written by hand, or a task whose parameters changed): the job can never succeed.
+    A job enqueued by an older signature (a rolling deploy): a parameter added since with a
+    default takes it; a value stored under a name the handler no longer has goes to its
+    ``**kwargs`` when it takes them (as a Python call would), else it is dropped with a warning
+    (once per task and names). Raises :class:`InvalidJobError` when the stored object cannot
+    fit the signature (a required parameter added since, a value of the wrong type, a job
+    written by hand): the job can never succeed.
     """
     if isinstance(stored, UndecodableJson):
         raise InvalidJobError(f"task {name!r}: stored args cannot be decoded: {stored.reason}")
@@ -205,8 +221,11 @@ def call_arguments(
     # Parameters before *args must be passed by position, so keep passing positionally until
     # the first one that is absent (defaulted); after that, by keyword.
     in_order = True
+    var_keyword = None
     for param in signature.parameters.values():
         known.add(param.name)
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            var_keyword = param.name
         if param.name not in stored:
             if param.kind in (
                 inspect.Parameter.POSITIONAL_ONLY,
@@ -215,6 +234,8 @@ def call_arguments(
                 in_order = False
             continue
         value = stored[param.name]
+        if codec is not None:
+            value = codec.decode_argument(param.name, value)
         if param.kind is inspect.Parameter.POSITIONAL_ONLY or (
             param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and in_order
         ):
@@ -231,12 +252,40 @@ def call_arguments(
             keywords[param.name] = value
     unknown = sorted(set(stored) - known)
     if unknown:
-        raise InvalidJobError(f"task {name!r} has no parameter(s) named {', '.join(unknown)}")
+        if var_keyword is not None:
+            for extra in unknown:
+                value = stored[extra]
+                keywords.setdefault(
+                    extra, value if codec is None else codec.decode_extra(extra, value)
+                )
+        else:
+            _warn_dropped(name, unknown)
     try:
         signature.bind(*positional, **keywords)
     except TypeError as exc:
         raise InvalidJobError(f"stored args do not match task {name!r}: {exc}") from None
     return positional, keywords
+
+
+_DROPPED_WARNED: set[tuple[str, tuple[str, ...]]] = set()
+# Rows written by hand could name anything: remember this many (task, names) at most.
+_MAX_DROPPED_WARNED = 1024
+
+
+def _warn_dropped(task: str, names: list[str]) -> None:
+    """Say once per task and names that stored arguments were dropped: every job enqueued
+    before the deploy that removed them would otherwise log the same line."""
+    key = (task, tuple(names))
+    if key in _DROPPED_WARNED:
+        return
+    if len(_DROPPED_WARNED) < _MAX_DROPPED_WARNED:
+        _DROPPED_WARNED.add(key)
+    log.warning(
+        "task %r no longer takes %s: the stored value(s) are dropped (a job enqueued by an "
+        "older signature; logged once)",
+        task,
+        ", ".join(map(repr, names)),
+    )
 
 
 def _json_type(value: Any) -> str:
@@ -264,9 +313,15 @@ class ArgBinder:
     :func:`bind_arguments` / :func:`call_arguments`.
     """
 
-    def __init__(self, signature: inspect.Signature, name: str) -> None:
+    def __init__(
+        self, signature: inspect.Signature, name: str, func: Callable[..., Any] | None = None
+    ) -> None:
         self.signature = signature
         self.name = name
+        #: The function (or a batch task's model class) whose annotations type the arguments;
+        #: the codec is derived at first use, as a type it names may be defined further down.
+        self.annotated = func
+        self._codec: TaskCodec | None = None
         simple = {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}
         params = signature.parameters.values()
         self.simple = all(p.kind in simple for p in params)
@@ -282,17 +337,28 @@ class ArgBinder:
             if p.kind in _NAMED_KINDS and p.default is inspect.Parameter.empty
         )
 
+    @property
+    def codec(self) -> TaskCodec:
+        """What the task's annotations say about its arguments and result (derived once)."""
+        codec = self._codec
+        if codec is None:
+            codec = self._codec = TaskCodec(self.annotated, self.signature, self.name)
+        return codec
+
     def pack(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, partial: bool = False
     ) -> dict[str, Any]:
-        """:func:`bind_arguments`, without ``Signature.bind`` when the call is plainly valid."""
+        """:func:`bind_arguments`, without ``Signature.bind`` when the call is plainly valid;
+        typed arguments in their stored form (:meth:`TaskCodec.encode`)."""
+        codec = self._codec or self.codec
         if self.simple and len(args) <= len(self.positional):
             bound = dict(zip(self.positional, args, strict=False))
             if not kwargs or (kwargs.keys() <= self.names and bound.keys().isdisjoint(kwargs)):
                 bound.update(kwargs)
                 if partial or self.required <= bound.keys():
-                    return bound
-        return bind_arguments(self.signature, self.name, args, kwargs, partial=partial)
+                    return codec.encode(bound) if codec.typed else bound
+        bound = bind_arguments(self.signature, self.name, args, kwargs, partial=partial)
+        return codec.encode(bound) if codec.typed else bound
 
     def check_complete(self, bound: Mapping[str, Any], *, given: str | None = None) -> None:
         """:func:`check_complete`, a set comparison when nothing is missing."""
@@ -300,14 +366,17 @@ class ArgBinder:
             check_complete(self.signature, self.name, bound, given=given)
 
     def bind(self, stored: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The handler's ``(*args, **kwargs)`` for a stored args object, typed arguments
+        decoded (:func:`call_arguments`)."""
+        codec = self._codec or self.codec
         if (
             self.simple
             and type(stored) is dict
             and stored.keys() <= self.names
             and self.required <= stored.keys()
         ):
-            return [], stored
-        return call_arguments(self.signature, self.name, stored)
+            return [], codec.decode(stored) if codec.typed else stored
+        return call_arguments(self.signature, self.name, stored, codec if codec.typed else None)
 
 
 def signature_of(func: Callable[..., Any], *, skip_first: bool) -> inspect.Signature:

@@ -11,7 +11,8 @@ Which succeeded jobs leave a row behind (the hot path stays one DELETE per ack b
 
 The worker serialises a return value only for jobs that keep it (the claim tells it), with the
 same validation as arguments; a value that cannot be stored fails the job permanently with a
-clear error instead of crashing anything.
+clear error instead of crashing anything. The stored result is plain JSON; a reader that
+registered the task gets it back as its return annotation names (:mod:`pgqueue.codec`).
 
 ``pgq.result(job_id, timeout=...)`` LISTENs on ``pgqueue_results`` (the history and dead-letter
 triggers notify the ids of jobs that finished, a few hundred ids per NOTIFY), reads the job's
@@ -27,6 +28,7 @@ result expired and was pruned); only an id beyond the sequence is :class:`JobNot
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from psycopg.rows import class_row
@@ -43,8 +45,14 @@ from pgqueue.errors import (
 #: Re-read the job this often even without a notification (insurance, not the mechanism).
 RECHECK_SECONDS = 10.0
 
+#: Turns a stored result of a task (by name) into what its return annotation names: the client
+#: passes one that knows its registered tasks (a task it does not know: the JSON as stored).
+DecodeResult = Callable[[str, Any], Any]
 
-def wait_for_result(job_id: int, timeout: float | None) -> Plan[Any]:
+
+def wait_for_result(
+    job_id: int, timeout: float | None, decode: DecodeResult | None = None
+) -> Plan[Any]:
     """Return the job's result once it succeeded; raise if it ended dead or cancelled, if it
     does not keep its result, or if ``timeout`` seconds pass first (None: wait for ever).
 
@@ -55,7 +63,7 @@ def wait_for_result(job_id: int, timeout: float | None) -> Plan[Any]:
     deadline = Deadline(job_id, timeout)
     yield Query("listen_results")
     while True:
-        finished, value = yield from read_outcome(job_id)
+        finished, value = yield from read_outcome(job_id, decode)
         if finished:
             return value
         wake_at = time.monotonic() + deadline.next_wait()
@@ -65,11 +73,14 @@ def wait_for_result(job_id: int, timeout: float | None) -> Plan[Any]:
                 break
 
 
-def read_outcome(job_id: int) -> Plan[tuple[bool, Any]]:
+def read_outcome(job_id: int, decode: DecodeResult | None = None) -> Plan[tuple[bool, Any]]:
     """One look at the job: (True, result) once it succeeded, (False, None) while it is live;
-    raises for every other ending (see :func:`outcome`)."""
+    raises for every other ending (see :func:`outcome`). ``decode`` types the result."""
     row = yield from fetch_first("job_outcome", {"job_id": job_id}, row=class_row(Outcome))
-    return outcome(job_id, row)
+    finished, value = outcome(job_id, row)
+    if finished and decode is not None and row is not None and row.task is not None:
+        value = decode(row.task, value)
+    return finished, value
 
 
 class Deadline:
@@ -105,6 +116,7 @@ class Outcome(NamedTuple):
     error: str | None  # the last error's message
     expired: bool  # its kept result has expired
     rank: int  # gone ranks last: a job in a table is never reported gone
+    task: str | None  # None when gone
 
 
 def outcome(job_id: int, row: Outcome | None) -> tuple[bool, Any]:

@@ -96,7 +96,7 @@ class Task(Generic[P, R]):
         self.pass_context = pass_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = signature_of(func, skip_first=pass_context)
-        self.binder = ArgBinder(self.signature, self.name)
+        self.binder = ArgBinder(self.signature, self.name, func)
         try:
             check_unique_by_names(self, self.defaults.get("unique_by"))
         except InvalidJobError as exc:

@@ -384,6 +384,8 @@ class PgQueue:
             else (self.tasks.get(name) if isinstance(name, str) else None)
         )
         defaults = registered.defaults if registered is not None else {}
+        if registered is not None and args and registered.binder.codec.typed:
+            args = registered.binder.codec.encode(args)  # typed values checked and encoded
         spec = make_spec(
             name, args or {}, options, defaults=defaults, payload_limit=self.max_payload_bytes
         )
@@ -621,7 +623,9 @@ class PgQueue:
     # -- a job's results, progress and cancellation ----------------------------------------
 
     def result(self, job_id: int, *, timeout: float | None = None) -> Any:
-        """Wait for a job's result (its handler's return value, stored as JSON).
+        """Wait for a job's result (its handler's return value, stored as JSON), typed by the
+        task's return annotation when this process registered the task (:mod:`pgqueue.codec`:
+        a ``datetime``, a dataclass, ...).
 
         Woken by NOTIFY when the job finishes. Raises :class:`~pgqueue.JobDeadError` or
         :class:`~pgqueue.JobCancelledError` if it ended that way,
@@ -632,7 +636,7 @@ class PgQueue:
         """
         # Its own connection: the plan LISTENs on it, which a pooled connection must not keep.
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return self.run(wait_for_result(int(job_id), timeout), conn)
+            return self.run(wait_for_result(int(job_id), timeout, self._decode_result), conn)
 
     async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any:
         """The async twin of :meth:`result`. The calls on one event loop share one LISTEN
@@ -644,11 +648,17 @@ class PgQueue:
         with listener.watch(job_id) as woken:
             while True:
                 woken.clear()  # before the read: a notification after it still counts
-                finished, value = await self.run_async(read_outcome(job_id))
+                finished, value = await self.run_async(read_outcome(job_id, self._decode_result))
                 if finished:
                     return value
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), deadline.next_wait())
+
+    def _decode_result(self, task: str, value: Any) -> Any:
+        """A stored result typed by its task's return annotation, when this process registered
+        the task (:mod:`pgqueue.codec`); else the JSON as stored."""
+        registered = self.tasks.get(task)
+        return value if registered is None else registered.binder.codec.decode_result(value)
 
     def progress(self, job_id: int, *, conn: ConnectionArg | None = None) -> Progress | None:
         """What the running job last reported with ``ctx.progress(...)`` (a fraction or a

@@ -1111,25 +1111,26 @@ ON CONFLICT (job_id) DO UPDATE SET dependents = n.dependents || excluded.depende
 LISTEN pgqueue_results
 
 -- name: job_outcome
--- Where a job is now, for pgq.result(): live, recorded in job_history, or dead; else 'gone'
+-- Where a job is now, for pgq.result() (its task: whose return annotation types the result):
+-- live, recorded in job_history, or dead; else 'gone'
 -- when the id sequence has handed it out (a job that finished and left no record: it kept no
 -- result, or its record was pruned; or an enqueue that rolled back), and no row for an id never
 -- handed out. pg_sequence_last_value is NULL before the first nextval and needs only USAGE.
 SELECT 'live' AS place, j.state, j.result_ttl IS NOT NULL AS keeps, NULL::jsonb AS result,
-       j.errors -> -1 ->> 'message' AS error, false AS expired, 1 AS rank
+       j.errors -> -1 ->> 'message' AS error, false AS expired, 1 AS rank, j.task
   FROM pgqueue.jobs AS j
  WHERE j.id = %(job_id)s
 UNION ALL
 SELECT 'history', h.state, h.keep_until IS NOT NULL, h.result, h.errors -> -1 ->> 'message',
-       coalesce(h.keep_until < now(), false), 1
+       coalesce(h.keep_until < now(), false), 1, h.task
   FROM pgqueue.job_history AS h
  WHERE h.id = %(job_id)s
 UNION ALL
-SELECT 'dead', 'dead', true, NULL, d.last_error, false, 1
+SELECT 'dead', 'dead', true, NULL, d.last_error, false, 1, d.task
   FROM pgqueue.dead_letters AS d
  WHERE d.id = %(job_id)s
 UNION ALL
-SELECT 'gone', NULL, false, NULL, NULL, false, 2
+SELECT 'gone', NULL, false, NULL, NULL, false, 2, NULL
  WHERE %(job_id)s <= pg_catalog.pg_sequence_last_value('pgqueue.jobs_id_seq'::regclass)
  ORDER BY rank
  LIMIT 1

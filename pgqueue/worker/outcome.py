@@ -149,6 +149,10 @@ def returned_outcome(task: Task[..., Any], job: ClaimedJob, value: Any, worker_i
     if not job.wants_result:
         return Outcome(job, "ack")  # nobody reads the value: do not even serialise it
     try:
+        # Typed by the return annotation: stored in the form pgq.result() decodes.
+        codec = task.binder.codec
+        if codec.result is not None:
+            value = codec.encode_result(value)
         result = dumps(value, limit=task.app.max_payload_bytes, what="result")
     except InvalidJobError as exc:
         # Storing it can never work, so retrying cannot help: fail for good, saying why.

@@ -21,7 +21,7 @@ MALFORMED: list[tuple[str, str, str, dict[str, Any], str]] = [
     ("null", "echo_one", "null", {}, "got null"),
     ("string", "echo_one", '"just text"', {}, "got a string"),
     ("number", "echo_one", "42", {}, "got a number"),
-    ("unknown parameter", "echo_one", '{"nope": 1}', {}, "no parameter"),
+    ("unknown parameter", "echo_one", '{"nope": 1}', {}, "missing a required argument: 'value'"),
     ("missing parameter", "echo_one", "{}", {}, "do not match"),
     ("deep", "echo_one", '{"value": ' + DEEP + "}", {}, "cannot be decoded"),
     ("huge number", "echo_one", '{"value": 1' + "0" * 5000 + "}", {}, "cannot be decoded"),

@@ -273,7 +273,7 @@ def test_retry_fail_and_retry_policies_cross_the_process_boundary(app_dsn, pgq):
     failed = pgq.enqueue(process_app.fails_for_good, {})
     final = pgq.enqueue(process_app.no_retry, {})
     by_error = pgq.enqueue(process_app.backoff_by_error, {})  # 0.1s only for a KeyError
-    bad_args = pgq.enqueue("proc.noop", {"unexpected": 1})
+    bad_args = pgq.enqueue("proc.context", {"unexpected": 1})  # its `label` is missing
     with thread_worker(process_app.pgq, app_dsn, pool="process", concurrency=2):
         wait_for(
             lambda: len(pgq.admin.dead_letters()) == 4, timeout=60, message="four dead letters"
@@ -286,7 +286,7 @@ def test_retry_fail_and_retry_policies_cross_the_process_boundary(app_dsn, pgq):
     assert dead[final]["errors"][-1]["error"] == "tests.integration.process_app.Permanent"
     assert "Traceback" in dead[final]["errors"][-1]["traceback"]
     assert dead[by_error]["attempts"] == 3  # the error-aware backoff ran (an hour otherwise)
-    assert "has no parameter(s) named unexpected" in dead[bad_args]["last_error"]
+    assert "missing a required argument: 'label'" in dead[bad_args]["last_error"]
     assert [r[1] for r in rows(app_dsn, "start") if r[0] == retried] == [1, 1]
     assert retried not in dead
 

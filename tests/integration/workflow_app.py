@@ -63,8 +63,8 @@ def alert(info: dict[str, Any], channel: str = "ops") -> str:
 
 
 @pgq.task(name="wf.unstorable", result_ttl=3600)
-def unstorable() -> set[int]:
-    return {1, 2, 3}
+def unstorable() -> object:
+    return object()
 
 
 @pgq.task(name="wf.attempt", max_attempts=3)

@@ -55,6 +55,7 @@ LAYERS: dict[str, str] = {
         (
             *("pgqueue._version", "pgqueue.errors", "pgqueue.durations", "pgqueue.config"),
             *("pgqueue.payload", "pgqueue.options", "pgqueue.dedupe", "pgqueue.retry"),
+            "pgqueue.codec",
             *("pgqueue.flow", "pgqueue.schedules", "pgqueue.job_specs", "pgqueue.progress"),
             *("pgqueue.tracing", "pgqueue.gc_pause", "pgqueue.tasks", "pgqueue.workflow"),
             "pgqueue.job_hooks",
