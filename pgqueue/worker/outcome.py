@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import math
+import os
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
