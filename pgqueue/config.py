@@ -27,11 +27,12 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_PRIORITY = 0
 
 
-def configured_dsn(explicit: str | None = None) -> str | None:
+def configured_dsn(explicit: str | None = None, source: str = "dsn") -> str | None:
     """The DSN given explicitly or through the environment, or ``None`` (meaning: embedded),
-    in the form libpq takes (see :func:`normalize_dsn`)."""
+    in the form libpq takes (see :func:`normalize_dsn`). ``source`` names the explicit DSN in
+    errors as its caller wrote it: the ``dsn`` argument in Python, ``--dsn`` on the CLI."""
     if explicit:
-        return normalize_dsn(explicit, "--dsn")
+        return normalize_dsn(explicit, source)
     for name in DSN_ENV_VARS:
         value = os.environ.get(name)
         if value:

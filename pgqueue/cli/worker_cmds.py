@@ -98,13 +98,34 @@ def load_app(spec: str) -> PgQueue:
     _setup_django()
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
-    app = getattr(module, attribute or "pgq", None)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not _is_prefix(exc.name, module_name):
+            raise  # an import inside the app failed: its traceback says where
+        raise ConfigurationError(
+            f"APP {spec!r}: no module named {exc.name!r} (run pgq from the directory that holds "
+            f"it, or add that directory to PYTHONPATH)"
+        ) from None
+    # Any other error while importing the app (an ImportError inside it included) is the
+    # app's own, and keeps its traceback.
+    attribute = attribute or "pgq"
+    if not hasattr(module, attribute):
+        found = sorted(k for k, v in vars(module).items() if isinstance(v, PgQueue))
+        hint = f"its PgQueue: {', '.join(found)}" if found else "it defines no PgQueue"
+        raise ConfigurationError(
+            f"APP {spec!r}: module {module_name} has no attribute {attribute!r} ({hint})"
+        )
+    app = getattr(module, attribute)
     if not isinstance(app, PgQueue):
-        name = f"{module_name}:{attribute or 'pgq'}"
-        raise ConfigurationError(f"{name} is not a PgQueue instance (got {type(app).__name__})")
+        raise ConfigurationError(
+            f"APP {spec!r}: {module_name}.{attribute} is not a PgQueue instance "
+            f"(got {type(app).__name__})"
+        )
     return app
+
+
+def _is_prefix(missing: str, module_name: str) -> bool:
+    """``missing`` is ``module_name`` or one of its packages (the APP itself is not found)."""
+    return module_name == missing or module_name.startswith(missing + ".")
 
 
 def _setup_django() -> None:
@@ -182,7 +203,9 @@ def work(
     log_writer = log_queue.LogQueue().start()
     try:
         try:
-            worker.run_sync()
+            # A DSN rejected for good, a schema at the wrong revision: one line, exit 1.
+            with friendly_errors():
+                worker.run_sync()
         finally:
             if metrics is not None:
                 metrics.close()

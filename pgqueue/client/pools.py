@@ -19,7 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue import config
-from pgqueue.db import connections, pool_check, refusals
+from pgqueue.db import connections, pool_check, refusals, schema_check, startup
 from pgqueue.db import plan as plans
 from pgqueue.db.embedded import resolve_dsn
 from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
@@ -65,6 +65,9 @@ class Pools:
         if not prepare:
             self.conn_kwargs["prepare_threshold"] = None
         self._lock = threading.RLock()
+        # The schema's revision was found right (checked once: by the probe that opens a pool
+        # of ours, or on the first connection of the application's own pool).
+        self._checked = False
         # The application's own pools (PgQueue(pool=...)) are used, never closed, by pgqueue.
         self._shared_pool = pool if isinstance(pool, ConnectionPool) else None
         self._shared_async_pool = pool if isinstance(pool, AsyncConnectionPool) else None
@@ -92,11 +95,9 @@ class Pools:
                     # Fail fast with the server's own message (a pool would retry silently
                     # until its timeout and then say only that it timed out); but wait out a
                     # server refusing connections for now (all slots taken, starting up).
-                    dsn = self.dsn
-                    refusals.connect_when_accepted(
-                        lambda: psycopg.connect(dsn, connect_timeout=10).close(),
-                        CONNECT_TIMEOUT,
-                    )
+                    # The same connection checks the schema's revision, once.
+                    startup.check_database(self.dsn, wait=CONNECT_TIMEOUT)
+                    self._checked = True
                     # Autocommit: a single-statement enqueue is one round trip (no BEGIN and
                     # COMMIT around it); multi-statement plans open a transaction themselves.
                     pool = ConnectionPool(
@@ -124,11 +125,8 @@ class Pools:
         pool = self._async_pools.get(loop)
         if pool is None:
             dsn = await asyncio.to_thread(lambda: self.dsn)
-
-            async def probe() -> None:
-                await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
-
-            await refusals.connect_when_accepted_async(probe, CONNECT_TIMEOUT)
+            await startup.check_database_async(dsn, wait=CONNECT_TIMEOUT)  # as for the sync pool
+            self._checked = True
             pool = AsyncConnectionPool(
                 dsn,
                 min_size=1,
@@ -151,6 +149,9 @@ class Pools:
             yield connections.sync_driver(conn)
             return
         with _schema_hint(), self._explained(), self._sync_pool().connection() as pooled:
+            if not self._checked:
+                plans.run(schema_check.check(), pooled)
+                self._checked = True
             yield pooled
 
     @asynccontextmanager
@@ -162,6 +163,9 @@ class Pools:
         pool = await self._async_pool()
         with _schema_hint(), self._explained():
             async with pool.connection() as pooled:
+                if not self._checked:
+                    await plans.run_async(schema_check.check(), pooled)
+                    self._checked = True
                 yield pooled
 
     @contextmanager

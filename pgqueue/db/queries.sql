@@ -160,6 +160,12 @@ SELECT version_num FROM pgqueue.pgqueue_alembic_version
 -- name: schema_installed
 SELECT to_regclass('pgqueue.pgqueue_alembic_version') IS NOT NULL
 
+-- name: schema_managed_by
+-- How the application migrates, for the command a schema mismatch suggests (failure path only).
+SELECT CASE WHEN to_regclass('django_migrations') IS NOT NULL THEN 'django'
+            WHEN to_regclass('alembic_version') IS NOT NULL THEN 'alembic'
+       END
+
 -- name: queue_stats
 SELECT queue, ready, scheduled, running, dead, oldest_ready_age, paused, waiting,
        succeeded_per_min, failed_per_min

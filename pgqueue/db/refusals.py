@@ -17,12 +17,13 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
 log = logging.getLogger("pgqueue.db")
+T = TypeVar("T")
 
 # What the server says (libpq passes no SQLSTATE for a refused connection, only the text).
 _REFUSALS = (
@@ -190,28 +191,29 @@ class _WaitForAcceptance:
             log.info("PostgreSQL accepts connections again")
 
 
-def connect_when_accepted(connect: Callable[[], None], timeout: float) -> None:
+def connect_when_accepted(connect: Callable[[], T], timeout: float) -> T:
     """``connect()``, tried again with backoff while PostgreSQL refuses connections (one
-    warning for the wait), up to ``timeout`` seconds; any other failure is raised at once."""
+    warning for the wait), up to ``timeout`` seconds; any other failure is raised at once.
+    Returns what ``connect()`` returned."""
     wait = _WaitForAcceptance(timeout)
     while True:
         try:
-            connect()
+            conn = connect()
         except psycopg.OperationalError as exc:
             time.sleep(wait.failed(exc))
             continue
-        return wait.succeeded()
+        wait.succeeded()
+        return conn
 
 
-async def connect_when_accepted_async(
-    connect: Callable[[], Awaitable[None]], timeout: float
-) -> None:
+async def connect_when_accepted_async(connect: Callable[[], Awaitable[T]], timeout: float) -> T:
     """The async twin of :func:`connect_when_accepted`."""
     wait = _WaitForAcceptance(timeout)
     while True:
         try:
-            await connect()
+            conn = await connect()
         except psycopg.OperationalError as exc:
             await asyncio.sleep(wait.failed(exc))
             continue
-        return wait.succeeded()
+        wait.succeeded()
+        return conn
