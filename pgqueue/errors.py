@@ -28,7 +28,13 @@ class UnsupportedConnectionError(PgQueueError, TypeError):
 
 class UnknownTaskError(PgQueueError, LookupError):
     """A task name that neither this :class:`~pgqueue.PgQueue` registered nor any worker has
-    declared (raised by an enqueue by name: the message names the closest known names)."""
+    declared (raised by an enqueue by name: the message names the closest known names).
+    ``task`` is the name, ``close`` the closest known names (when the enqueue checked it)."""
+
+    def __init__(self, message: str, *, task: str = "", close: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.task = task
+        self.close = close
 
 
 class SchemaVersionError(PgQueueError):

@@ -43,12 +43,20 @@ def package_revision() -> str:
     return heads.pop()
 
 
+#: What :func:`database_revision` returns where this role may not read the version table.
+UNREADABLE = "unreadable"
+
+
 def database_revision() -> Plan[str | None]:
-    """The revision the database's pgqueue schema is at; None when it is not installed."""
+    """The revision the database's pgqueue schema is at; None when it is not installed;
+    :data:`UNREADABLE` when this role may not read pgqueue's version table."""
     # Two statements (once per client or worker): one reading the version table would not
     # parse where the table does not exist.
-    if not (yield from fetch_value("schema_installed")):
+    readable = yield from fetch_value("schema_version_readable")
+    if readable is None:
         return None
+    if not readable:
+        return UNREADABLE
     revision = yield from fetch_value("schema_version")
     return None if revision is None else str(revision)
 
@@ -56,11 +64,12 @@ def database_revision() -> Plan[str | None]:
 def check(managed_by: str | None = None) -> Plan[str]:
     """Raise :class:`SchemaVersionError` unless the database is at :func:`package_revision`;
     the revision otherwise. ``managed_by`` names how the application migrates (``"django"``),
-    when the caller knows; else the database is asked, on the failure path only."""
+    when the caller knows; else the database is asked, on the failure path only. A role that
+    may not read the version table (granted by an older ``pgq roles``) is not checked."""
     revision = yield from database_revision()
     wanted = package_revision()
-    if revision == wanted:
-        return revision
+    if revision in (wanted, UNREADABLE):
+        return wanted
     if managed_by is None:
         managed_by = yield from fetch_value("schema_managed_by")
     raise mismatch(revision, wanted, managed_by)
