@@ -28,19 +28,17 @@ err_console = Console(stderr=True)
 T = TypeVar("T")
 
 
-def _checked_dsn(value: str | None) -> str | None:
-    """``--dsn`` in the form libpq takes; one that cannot work is one line naming --dsn."""
-    if not value:
-        return value
-    with friendly_errors():
-        return config.normalize_dsn(value, "--dsn")
+def _given_dsn(value: str | None) -> str | None:
+    """``--dsn``, marked so that an error about it names ``--dsn`` (each command reports it
+    its own way, when it reads the DSN)."""
+    return config.GivenDsn(value, "--dsn") if value else value
 
 
 DsnOption = Annotated[
     str | None,
     typer.Option(
         "--dsn",
-        callback=_checked_dsn,
+        callback=_given_dsn,
         help="PostgreSQL DSN. Default: $PGQUEUE_DSN, else $DATABASE_URL, else the embedded server.",
         show_default=False,
     ),

@@ -243,20 +243,24 @@ class Pools:
 
 @contextmanager
 def _schema_hint() -> Iterator[None]:
-    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do, and a
-    full queue (SQLSTATE PGQ01) into :class:`QueueFullError`."""
+    """Turn "relation pgqueue.jobs does not exist" (or a column or function an older schema
+    lacks) into an error that says what to do, and a full queue (SQLSTATE PGQ01) into
+    :class:`QueueFullError`. On ``conn=`` this is all there is: the start-up check of the
+    schema's revision runs on the client's own connections only."""
     try:
         yield
     except (
         psycopg.errors.UndefinedTable,
         psycopg.errors.UndefinedFunction,
         psycopg.errors.InvalidSchemaName,
+        psycopg.errors.UndefinedColumn,
     ) as exc:
-        if "pgqueue" not in str(exc):
+        if "pgqueue" not in str(exc) and not isinstance(exc, psycopg.errors.UndefinedColumn):
             raise
         raise PgQueueError(
-            f"pgqueue's schema is not installed in this database ({exc.diag.message_primary}); "
-            "run `pgq migrate` first"
+            f"pgqueue's schema is not installed in this database, or is older than this "
+            f"pgqueue needs (revision {schema_check.package_revision()}): "
+            f"{exc.diag.message_primary}; run `pgq migrate`"
         ) from exc
     except psycopg.DatabaseError as exc:
         full = QueueFullError.from_database(exc)

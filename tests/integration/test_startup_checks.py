@@ -104,6 +104,22 @@ def test_async_enqueue_on_a_missing_schema_raises_schema_version_error(fresh_db)
     asyncio.run(main())
 
 
+def test_enqueue_on_the_callers_connection_to_an_old_schema_says_to_migrate(fresh_db):
+    # conn= runs no check of its own (no statement is added to the caller's transaction):
+    # what an old schema lacks is still said as what to do, not a raw UndefinedFunction.
+    migrate.upgrade(fresh_db, "0012")
+    with PgQueue(fresh_db) as pgq, psycopg.connect(fresh_db) as conn:
+
+        @pgq.task
+        def report(n: int) -> None: ...
+
+        with pytest.raises(PgQueueError) as raised:
+            report.options(conn=conn, idempotency_key="k").enqueue(n=1)
+        assert not isinstance(raised.value.__cause__, PgQueueError)
+        assert f"older than this pgqueue needs (revision {HEAD})" in str(raised.value)
+        assert "run `pgq migrate`" in str(raised.value)
+
+
 def test_a_schema_ahead_of_the_package_says_to_upgrade_pgqueue(fresh_db):
     migrate.upgrade(fresh_db)
     with psycopg.connect(fresh_db) as conn:
