@@ -2,8 +2,9 @@
 or the role is wrong) or for now (the server is down, unreachable, or refusing connections).
 
 libpq gives no SQLSTATE for a failed connection, only the server's text, so the kind is read
-from that text. Rejections end start-up at once (``pgq work`` exits non-zero within seconds);
-anything else is an outage, which workers wait out as before (:mod:`pgqueue.db.refusals`).
+from that text (:func:`~pgqueue.db.refusals.refusal`, :func:`~pgqueue.db.refusals.rejection`).
+Rejections end start-up at once (``pgq work`` exits non-zero within seconds); anything else is
+an outage, which workers wait out as before (:mod:`pgqueue.db.refusals`).
 The errors name the server and the database the DSN points at, never its password.
 """
 
@@ -14,70 +15,12 @@ import os
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue.db.refusals import refusal
+from pgqueue.db.refusals import refusal, rejection
 from pgqueue.errors import (
     DatabaseConnectionError,
     DatabaseRejectedError,
     DatabaseUnavailableError,
 )
-
-# (what the server says, the problem in our words, what to check)
-_REJECTIONS = (
-    (
-        ("database", "does not exist"),
-        "the database does not exist",
-        "create it (createdb, or CREATE DATABASE), or fix the database name in the DSN",
-    ),
-    (
-        ("role", "does not exist"),
-        "the role does not exist",
-        "create it (CREATE ROLE ... LOGIN), or fix the user name in the DSN",
-    ),
-    (
-        ("password authentication failed",),
-        "password authentication failed",
-        "check the DSN's user and password (or PGPASSWORD, ~/.pgpass)",
-    ),
-    (
-        ("no password supplied",),
-        "the server asks for a password and the DSN has none",
-        "add the password to the DSN (or PGPASSWORD, ~/.pgpass)",
-    ),
-    (
-        ("authentication failed",),
-        "authentication failed",
-        "check the DSN's user and credentials against the server's pg_hba.conf",
-    ),
-    (
-        ("no pg_hba.conf entry",),
-        "the server's pg_hba.conf does not let this user connect from here",
-        "ask the server's administrator to add an entry, or connect as another user",
-    ),
-    (
-        ("is not permitted to log in",),
-        "the role may not log in",
-        "ALTER ROLE ... LOGIN, or connect as another user",
-    ),
-    (
-        ("permission denied for database",),
-        "the role may not connect to this database",
-        "GRANT CONNECT ON DATABASE ... TO the role, or connect as another user",
-    ),
-    (
-        ("invalid connection option",),
-        "the DSN has an option libpq does not know",
-        "fix the DSN (see libpq's connection parameters)",
-    ),
-)
-
-
-def rejection(exc: BaseException) -> tuple[str, str] | None:
-    """``(problem, hint)`` when ``exc`` is a connection the server refused for good."""
-    text = str(exc)
-    for markers, problem, hint in _REJECTIONS:
-        if all(marker in text for marker in markers):
-            return problem, hint
-    return None
 
 
 def server_of(dsn: str) -> str:
