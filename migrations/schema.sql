@@ -1698,6 +1698,15 @@ CREATE VIEW pgqueue.dead_letter_errors AS
    FROM pgqueue.dead_letters d;
 
 --
+-- Name: declared_tasks; Type: TABLE; Schema: pgqueue; Owner: -
+--
+
+CREATE TABLE pgqueue.declared_tasks (
+    task text NOT NULL,
+    declared_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: fair_clocks; Type: TABLE; Schema: pgqueue; Owner: -
 --
 
@@ -2308,6 +2317,13 @@ ALTER TABLE ONLY pgqueue.circuit_breakers
 
 ALTER TABLE ONLY pgqueue.dead_letters
     ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
+
+--
+-- Name: declared_tasks declared_tasks_pkey; Type: CONSTRAINT; Schema: pgqueue; Owner: -
+--
+
+ALTER TABLE ONLY pgqueue.declared_tasks
+    ADD CONSTRAINT declared_tasks_pkey PRIMARY KEY (task);
 
 --
 -- Name: fair_clocks fair_clocks_pkey; Type: CONSTRAINT; Schema: pgqueue; Owner: -

@@ -17,7 +17,7 @@ In a revision, install or upgrade pgqueue's schema inside that revision's transa
     import pgqueue.alembic
 
     def upgrade():
-        pgqueue.alembic.upgrade(op, "0012")
+        pgqueue.alembic.upgrade(op, "0017")
 
     def downgrade():
         pgqueue.alembic.downgrade(op, "base")
@@ -146,7 +146,7 @@ def upgrade(op: Operations, revision: str = "head", *, from_revision: str | None
     BEGIN/COMMIT of its own; ``from_revision`` is where pgqueue is in the database the script is
     for (None: not installed). Online, pgqueue's version table says where it is.
 
-    Pin ``revision`` (say ``"0012"``, the newest in ``pgq db status``): a revision is history,
+    Pin ``revision`` (the newest, as ``pgq db status`` prints it): a revision is history,
     and ``"head"`` would mean whatever pgqueue is installed when it runs. When pgqueue ships a
     new migration, add a revision upgrading to it, whose downgrade goes back to the one before.
     """

@@ -27,11 +27,24 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_PRIORITY = 0
 
 
+class GivenDsn(str):
+    """A DSN that remembers where it was given (``--dsn`` on the command line), so that an
+    error about it names that, where the same text from Python names the ``dsn`` argument."""
+
+    source: str
+
+    def __new__(cls, value: str, source: str) -> GivenDsn:
+        given = super().__new__(cls, value)
+        given.source = source
+        return given
+
+
 def configured_dsn(explicit: str | None = None) -> str | None:
     """The DSN given explicitly or through the environment, or ``None`` (meaning: embedded),
-    in the form libpq takes (see :func:`normalize_dsn`)."""
+    in the form libpq takes (see :func:`normalize_dsn`). Errors name the explicit DSN as its
+    caller wrote it: the ``dsn`` argument in Python, ``--dsn`` on the CLI (:class:`GivenDsn`)."""
     if explicit:
-        return normalize_dsn(explicit, "--dsn")
+        return normalize_dsn(explicit, getattr(explicit, "source", "dsn"))
     for name in DSN_ENV_VARS:
         value = os.environ.get(name)
         if value:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pgqueue.db import flow_plans, schedule_plans
-from pgqueue.db.plan import Plan
+from pgqueue.db.plan import Plan, Query
 from pgqueue.flow import DeclaredLimits
 
 if TYPE_CHECKING:
@@ -29,7 +29,10 @@ class Declaring(Protocol):
 
 def declarations(app: Declaring) -> Plan[None]:
     """Write what ``app`` declares; rows written before from code that it no longer declares
-    are cleared, operators' rows are left alone (see :func:`flow_plans.sync_task_declarations`)."""
+    are cleared, operators' rows are left alone (see :func:`flow_plans.sync_task_declarations`).
+    Its task names go to ``pgqueue.declared_tasks``, where producers check the names they
+    enqueue (never removed here: another deploy's workers may still run a task this one
+    dropped)."""
     tasks = app.tasks.values()
     yield from flow_plans.sync_task_declarations(
         sorted(app.tasks),
@@ -48,3 +51,4 @@ def declarations(app: Declaring) -> Plan[None]:
         {t.name: t.circuit_breaker for t in tasks if t.circuit_breaker is not None},
     )
     yield from schedule_plans.save(list(app.schedules.values()), from_code=True)
+    yield Query("declare_tasks", {"tasks": sorted(app.tasks)})

@@ -27,7 +27,48 @@ class UnsupportedConnectionError(PgQueueError, TypeError):
 
 
 class UnknownTaskError(PgQueueError, LookupError):
-    """A task name that is not registered on this :class:`~pgqueue.PgQueue`."""
+    """A task name that neither this :class:`~pgqueue.PgQueue` registered nor any worker has
+    declared (raised by an enqueue by name: the message names the closest known names).
+    ``task`` is the name, ``close`` the closest known names (when the enqueue checked it)."""
+
+    def __init__(self, message: str, *, task: str = "", close: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.task = task
+        self.close = close
+
+
+class SchemaVersionError(PgQueueError):
+    """The database's pgqueue schema is missing, or at a revision other than the one this
+    pgqueue needs (behind: migrate it; ahead: upgrade pgqueue). The message names both
+    revisions and the command to run; ``database`` is None when the schema is missing."""
+
+    def __init__(self, message: str, *, database: str | None, package: str) -> None:
+        super().__init__(message)
+        self.database = database
+        self.package = package
+
+
+class DatabaseConnectionError(PgQueueError):
+    """pgqueue could not connect to PostgreSQL. ``cause`` is the driver's error (also the
+    exception's ``__cause__``), ``server`` the DSN's host and database (never its password),
+    ``hint`` what to check."""
+
+    def __init__(self, problem: str, *, cause: BaseException, server: str, hint: str) -> None:
+        super().__init__(f"{problem} ({server}): {hint}")
+        self.problem = problem
+        self.cause = cause
+        self.server = server
+        self.hint = hint
+
+
+class DatabaseUnavailableError(DatabaseConnectionError):
+    """The server could not be reached, or refused the connection (down, restarting, all
+    connection slots taken): usually passes; workers wait it out at start-up."""
+
+
+class DatabaseRejectedError(DatabaseConnectionError):
+    """The server answered and refused this DSN for good (the database does not exist, the
+    password or the role is wrong, pg_hba.conf has no entry): trying again cannot help."""
 
 
 class JobNotFoundError(PgQueueError, LookupError):

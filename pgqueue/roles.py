@@ -6,7 +6,9 @@ Three roles, each with only what its part of pgqueue needs:
   ``job_ids_by_key``/``insert_keyed_jobs`` (``SECURITY DEFINER``, so it needs no ``SELECT`` on
   jobs), ``INSERT`` on the
   columns bulk enqueue writes, ``SELECT`` on ``id`` only (``RETURNING id``), the id sequence,
-  ``SELECT`` on ``idle_workers`` (the wake-up trigger reads it).
+  ``SELECT`` on ``idle_workers`` (the wake-up trigger reads it), on ``pgqueue_alembic_version``
+  (the client's start-up check of the schema's revision) and on ``declared_tasks`` (the task
+  names enqueue accepts).
   It cannot read other jobs' args, update or delete jobs, or write lease columns. It writes
   ids (bulk enqueue reserves them with ``nextval`` and COPYs them), but the database refuses
   an id the sequence never handed out or one a dead letter or history row holds (trigger
@@ -187,6 +189,9 @@ def _grants(names: RoleNames) -> Iterator[sql.Composed]:
     )
     # The wake-up trigger runs as the inserting role: it notifies only while a worker is idle.
     yield sql.SQL("GRANT SELECT ON {} TO {}").format(table("idle_workers"), producer)
+    # A client checks the schema's revision once, and the task names it enqueues.
+    for name in ("pgqueue_alembic_version", "declared_tasks"):
+        yield sql.SQL("GRANT SELECT ON {} TO {}").format(table(name), producer)
     for function in _PRODUCER_FUNCTIONS:
         yield sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(table(function), producer)
 

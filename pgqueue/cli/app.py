@@ -38,10 +38,11 @@ from pgqueue.cli.pg_cron_cmds import add_deprecated_spellings, pg_cron_app
 from pgqueue.cli.retention_cmds import retention_app
 from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue
+from pgqueue.client.names import unknown_task
 from pgqueue.db import embedded
 from pgqueue.db import migrate as migrations
 from pgqueue.db.embedded import resolve_dsn
-from pgqueue.errors import InvalidJobError
+from pgqueue.errors import InvalidJobError, UnknownTaskError
 
 app = typer.Typer(
     name="pgq",
@@ -283,10 +284,18 @@ def enqueue(
             "--tag", help="A tag stored with the job (repeat for several).", metavar="TAG"
         ),
     ] = None,
+    allow_unknown: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unknown",
+            help="Accept a task name no worker has declared yet (its workers deploy later).",
+        ),
+    ] = False,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Enqueue a job from the shell; prints its id."""
+    """Enqueue a job from the shell; prints its id. The task name must be one a worker has
+    declared (else: the closest names, and exit 1)."""
     with friendly_errors():
         try:
             payload = json.loads(args)
@@ -320,7 +329,13 @@ def enqueue(
                 result_ttl=result_ttl,
                 meta=metadata,
                 tags=tag or None,
+                allow_unknown=allow_unknown,
             )
+        except UnknownTaskError as exc:
+            if not exc.task:
+                raise
+            message = unknown_task(exc.task, exc.close, opt_out="--allow-unknown")
+            raise UnknownTaskError(message, task=exc.task, close=exc.close) from None
         finally:
             pgq.close()
     if as_json:

@@ -20,10 +20,18 @@ err_console = Console(stderr=True)
 
 T = TypeVar("T")
 
+
+def _given_dsn(value: str | None) -> str | None:
+    """``--dsn``, marked so that an error about it names ``--dsn`` (each command reports it
+    its own way, when it reads the DSN)."""
+    return config.GivenDsn(value, "--dsn") if value else value
+
+
 DsnOption = Annotated[
     str | None,
     typer.Option(
         "--dsn",
+        callback=_given_dsn,
         help="PostgreSQL DSN. Default: $PGQUEUE_DSN, else $DATABASE_URL, else the embedded server.",
         show_default=False,
     ),

@@ -99,16 +99,30 @@ def load_app(spec: str) -> PgQueue:
     _setup_django()
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not _is_prefix(exc.name, module_name):
+            raise  # an import inside the app failed: its traceback says where
+        raise ConfigurationError(
+            f"APP {spec!r}: no module named {exc.name!r} (run pgq from the directory that holds "
+            f"it, or add that directory to PYTHONPATH)"
+        ) from None
     except Exception as exc:
         if _django_not_set_up(exc):
             raise ConfigurationError(_django_settings_missing(module_name, spec)) from None
-        raise
-    app = getattr(module, attribute or "pgq", None)
+        raise  # any other error while importing the app is the app's own: its traceback
+    attribute = attribute or "pgq"
+    if not hasattr(module, attribute):
+        found = sorted(k for k, v in vars(module).items() if isinstance(v, PgQueue))
+        hint = f"its PgQueue: {', '.join(found)}" if found else "it defines no PgQueue"
+        raise ConfigurationError(
+            f"APP {spec!r}: module {module_name} has no attribute {attribute!r} ({hint})"
+        )
+    app = getattr(module, attribute)
     if not isinstance(app, PgQueue):
-        name = f"{module_name}:{attribute or 'pgq'}"
-        raise ConfigurationError(f"{name} is not a PgQueue instance (got {type(app).__name__})")
+        raise ConfigurationError(
+            f"APP {spec!r}: {module_name}.{attribute} is not a PgQueue instance "
+            f"(got {type(app).__name__})"
+        )
     return app
 
 
@@ -144,6 +158,11 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def _is_prefix(missing: str, module_name: str) -> bool:
+    """``missing`` is ``module_name`` or one of its packages (the APP itself is not found)."""
+    return module_name == missing or module_name.startswith(missing + ".")
 
 
 def _setup_django() -> None:
@@ -248,7 +267,9 @@ def work(
     log_writer = log_queue.LogQueue().start()
     try:
         try:
-            worker.run_sync()
+            # A DSN rejected for good, a schema at the wrong revision: one line, exit 1.
+            with friendly_errors():
+                worker.run_sync()
         finally:
             if metrics is not None:
                 metrics.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import replace
 from functools import cached_property, partial
@@ -25,6 +25,7 @@ from pgqueue import config, tracing
 from pgqueue.admin import CancelResult, job_progress
 from pgqueue.admin import cancel as cancel_job
 from pgqueue.batch import A, BatchTask, Item
+from pgqueue.client.names import TaskNames, check_arguments, registered_in_process
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
@@ -65,6 +66,7 @@ class PgQueue:
     ``DATABASE_URL``, else the embedded server (started on first use); a callable returning
     a DSN is called when the queue first connects. ``prepare=False``
     turns server-side prepared statements off (behind PgBouncer < 1.21 in transaction mode).
+    ``check_task_names=False`` accepts any task name at enqueue (see :meth:`enqueue`).
 
     The client holds the task registry and what an application does with its jobs (enqueue,
     publish, workflows, results, progress, cancel); the operators' side lives in its parts,
@@ -79,6 +81,7 @@ class PgQueue:
         pool_size: int = 10,
         prepare: bool = True,
         pool: ConnectionPool | AsyncConnectionPool | None = None,
+        check_task_names: bool = True,
     ) -> None:
         if max_payload_bytes <= 0:
             raise ConfigurationError("max_payload_bytes must be positive")
@@ -91,6 +94,8 @@ class PgQueue:
         self.schedules: dict[str, Schedule] = {}
         #: queues served besides the tasks' own (see :meth:`declare_queues`)
         self.extra_queues: list[str] = []
+        # The names enqueue accepts (pgqueue.client.names): registered, or declared by workers.
+        self._names = TaskNames(self.tasks, check=check_task_names)
 
     # -- the parts (each module is imported on first use: enqueueing needs none of them) ----
 
@@ -222,6 +227,7 @@ class PgQueue:
         if existing is not None and existing.func is not task.func:
             raise ConfigurationError(f"a different task is already named {task.name!r}")
         self.tasks[task.name] = task
+        registered_in_process(task.name)
         for event in task.events:
             subscribers = self.subscriptions.setdefault(event, [])
             if all(t.name != task.name for t in subscribers):
@@ -384,6 +390,8 @@ class PgQueue:
             else (self.tasks.get(name) if isinstance(name, str) else None)
         )
         defaults = registered.defaults if registered is not None else {}
+        if registered is not None and isinstance(args, Mapping):
+            check_arguments(registered, args)
         if registered is not None and args and registered.binder.codec.typed:
             args = registered.binder.codec.encode(args)  # typed values checked and encoded
         spec = make_spec(
@@ -402,12 +410,19 @@ class PgQueue:
         args: Mapping[str, Any] | None = None,
         *,
         conn: ConnectionArg | None = None,
+        allow_unknown: bool = False,
         **options: Unpack[JobOptions],
     ) -> JobId:
         """Enqueue by task name with an args object (no need to import the task's code); the
         options are a call's (:class:`~pgqueue.options.JobOptions`: ``queue``, ``delay``,
-        ``idempotency_key``, ...)."""
-        return self.enqueue_spec(self.spec(task, args, options), conn=conn)
+        ``idempotency_key``, ...).
+
+        The name must be one this process registered or a worker declared, else
+        :class:`~pgqueue.UnknownTaskError` (naming the closest known names); the args of a task
+        this process registered must name its parameters (:class:`~pgqueue.InvalidJobError`).
+        ``allow_unknown=True`` takes a name nobody declared yet (a task deployed later)."""
+        spec = self.spec(task, args, options)
+        return self.enqueue_spec(spec, conn=conn, allow_unknown=allow_unknown)
 
     async def enqueue_async(
         self,
@@ -415,15 +430,21 @@ class PgQueue:
         args: Mapping[str, Any] | None = None,
         *,
         conn: AsyncConnectionArg | None = None,
+        allow_unknown: bool = False,
         **options: Unpack[JobOptions],
     ) -> JobId:
         """The async twin of :meth:`enqueue`; ``conn`` is an async connection or session."""
-        return await self.enqueue_spec_async(self.spec(task, args, options), conn=conn)
+        spec = self.spec(task, args, options)
+        return await self.enqueue_spec_async(spec, conn=conn, allow_unknown=allow_unknown)
 
-    def enqueue_spec(self, spec: JobSpec, conn: object | None = None) -> JobId:
+    def enqueue_spec(
+        self, spec: JobSpec, conn: object | None = None, *, allow_unknown: bool = False
+    ) -> JobId:
         """Write one validated job (:meth:`spec`), waiting for room in a bounded queue up to its
         ``wait_if_full``; returns its id. Inside a trace, the job's metadata records it
-        (:mod:`pgqueue.tracing`)."""
+        (:mod:`pgqueue.tracing`). Its task name is checked as :meth:`enqueue` says."""
+        if not allow_unknown:
+            self.require_tasks((spec.task,))
         sending = tracing.sending((spec,))
         if sending is not None:
             with sending:
@@ -435,8 +456,12 @@ class PgQueue:
             partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
         )
 
-    async def enqueue_spec_async(self, spec: JobSpec, conn: object | None = None) -> JobId:
+    async def enqueue_spec_async(
+        self, spec: JobSpec, conn: object | None = None, *, allow_unknown: bool = False
+    ) -> JobId:
         """The async twin of :meth:`enqueue_spec`."""
+        if not allow_unknown:
+            await self.require_tasks_async((spec.task,))
         sending = tracing.sending((spec,))
         if sending is not None:
             with sending:
@@ -459,8 +484,10 @@ class PgQueue:
 
         A batch that would overflow a bounded queue (``max_depth``) raises
         :class:`~pgqueue.QueueFullError` before writing anything, or waits up to
-        ``wait_if_full`` seconds for room."""
+        ``wait_if_full`` seconds for room. Every task name is checked as :meth:`enqueue`
+        says, before anything is written."""
         specs = _specs(jobs)
+        self.require_tasks({spec.task for spec in specs})
         sending = tracing.sending(specs)
         if sending is None:
             return self._write(
@@ -479,6 +506,7 @@ class PgQueue:
     ) -> list[JobId]:
         """The async twin of :meth:`enqueue_many`."""
         specs = _specs(jobs)
+        await self.require_tasks_async({spec.task for spec in specs})
         sending = tracing.sending(specs)
         if sending is None:
             return await self._write_async(
@@ -555,6 +583,27 @@ class PgQueue:
                 return await self.run_async(plan(), conn, atomic=atomic)
             await asyncio.sleep(room.pause())
 
+    def require_tasks(self, names: Collection[str]) -> None:
+        """Raise :class:`~pgqueue.UnknownTaskError` for a name neither registered in this
+        process nor declared by a worker (:mod:`pgqueue.client.names`): set lookups, and on a
+        miss one query (at most once a second) on a pooled connection of the client's, never
+        ``conn=``."""
+        if self._names.missing(names) and self._names.stale():
+            try:
+                self.run(self._names.refresh())
+            except psycopg.errors.InsufficientPrivilege as exc:
+                self._names.unreadable(exc)
+            self._names.raise_unknown(names)
+
+    async def require_tasks_async(self, names: Collection[str]) -> None:
+        """The async twin of :meth:`require_tasks`."""
+        if self._names.missing(names) and self._names.stale():
+            try:
+                await self.run_async(self._names.refresh())
+            except psycopg.errors.InsufficientPrivilege as exc:
+                self._names.unreadable(exc)
+            self._names.raise_unknown(names)
+
     # -- workflows -------------------------------------------------------------------------
 
     def enqueue_workflow(
@@ -573,7 +622,9 @@ class PgQueue:
         self, compiled: Compiled, *, conn: ConnectionArg | None = None
     ) -> WorkflowRun:
         """Write a compiled workflow (``workflow.compile()``) atomically; returns its
-        :class:`~pgqueue.WorkflowRun`. Inside a trace, every member's metadata records it."""
+        :class:`~pgqueue.WorkflowRun`. Inside a trace, every member's metadata records it.
+        Every member's task name is checked as :meth:`enqueue` says."""
+        self.require_tasks(_task_names(compiled))
         sending = tracing.sending([node.spec for node in compiled.nodes])
         if sending is not None:
             with sending:
@@ -587,6 +638,7 @@ class PgQueue:
         self, compiled: Compiled, *, conn: AsyncConnectionArg | None = None
     ) -> WorkflowRun:
         """The async twin of :meth:`enqueue_compiled`."""
+        await self.require_tasks_async(_task_names(compiled))
         sending = tracing.sending([node.spec for node in compiled.nodes])
         if sending is not None:
             with sending:
@@ -691,6 +743,13 @@ def _stamped(compiled: Compiled, sending: tracing.Sending) -> Compiled:
     step = compiled.on_failure
     on_failure = None if step is None else replace(step, spec=sending.stamp(step.spec))
     return replace(compiled, nodes=nodes, on_failure=on_failure)
+
+
+def _task_names(compiled: Compiled) -> set[str]:
+    names = {node.spec.task for node in compiled.nodes}
+    if compiled.on_failure is not None:
+        names.add(compiled.on_failure.spec.task)
+    return names
 
 
 def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:

@@ -19,7 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue import config
-from pgqueue.db import connections, pool_check, refusals
+from pgqueue.db import connections, pool_check, refusals, schema_check, startup
 from pgqueue.db import plan as plans
 from pgqueue.db.embedded import resolve_dsn
 from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
@@ -70,6 +70,9 @@ class Pools:
         if not prepare:
             self.conn_kwargs["prepare_threshold"] = None
         self._lock = threading.RLock()
+        # The schema's revision was found right (checked once: by the probe that opens a pool
+        # of ours, or on the first connection of the application's own pool).
+        self._checked = False
         # The application's own pools (PgQueue(pool=...)) are used, never closed, by pgqueue.
         self._shared_pool = pool if isinstance(pool, ConnectionPool) else None
         self._shared_async_pool = pool if isinstance(pool, AsyncConnectionPool) else None
@@ -98,11 +101,9 @@ class Pools:
                     # Fail fast with the server's own message (a pool would retry silently
                     # until its timeout and then say only that it timed out); but wait out a
                     # server refusing connections for now (all slots taken, starting up).
-                    dsn = self.dsn
-                    refusals.connect_when_accepted(
-                        lambda: psycopg.connect(dsn, connect_timeout=10).close(),
-                        CONNECT_TIMEOUT,
-                    )
+                    # The same connection checks the schema's revision, once.
+                    startup.check_database(self.dsn, wait=CONNECT_TIMEOUT)
+                    self._checked = True
                     # Autocommit: a single-statement enqueue is one round trip (no BEGIN and
                     # COMMIT around it); multi-statement plans open a transaction themselves.
                     pool = ConnectionPool(
@@ -130,11 +131,8 @@ class Pools:
         pool = self._async_pools.get(loop)
         if pool is None:
             dsn = await asyncio.to_thread(lambda: self.dsn)
-
-            async def probe() -> None:
-                await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
-
-            await refusals.connect_when_accepted_async(probe, CONNECT_TIMEOUT)
+            await startup.check_database_async(dsn, wait=CONNECT_TIMEOUT)  # as for the sync pool
+            self._checked = True
             pool = AsyncConnectionPool(
                 dsn,
                 min_size=1,
@@ -157,6 +155,9 @@ class Pools:
             yield connections.sync_driver(conn)
             return
         with _schema_hint(), self._explained(), self._sync_pool().connection() as pooled:
+            if not self._checked:
+                plans.run(schema_check.check(), pooled)
+                self._checked = True
             yield pooled
 
     @asynccontextmanager
@@ -168,6 +169,9 @@ class Pools:
         pool = await self._async_pool()
         with _schema_hint(), self._explained():
             async with pool.connection() as pooled:
+                if not self._checked:
+                    await plans.run_async(schema_check.check(), pooled)
+                    self._checked = True
                 yield pooled
 
     @contextmanager
@@ -245,20 +249,24 @@ class Pools:
 
 @contextmanager
 def _schema_hint() -> Iterator[None]:
-    """Turn "relation pgqueue.jobs does not exist" into an error that says what to do, and a
-    full queue (SQLSTATE PGQ01) into :class:`QueueFullError`."""
+    """Turn "relation pgqueue.jobs does not exist" (or a column or function an older schema
+    lacks) into an error that says what to do, and a full queue (SQLSTATE PGQ01) into
+    :class:`QueueFullError`. On ``conn=`` this is all there is: the start-up check of the
+    schema's revision runs on the client's own connections only."""
     try:
         yield
     except (
         psycopg.errors.UndefinedTable,
         psycopg.errors.UndefinedFunction,
         psycopg.errors.InvalidSchemaName,
+        psycopg.errors.UndefinedColumn,
     ) as exc:
-        if "pgqueue" not in str(exc):
+        if "pgqueue" not in str(exc) and not isinstance(exc, psycopg.errors.UndefinedColumn):
             raise
         raise PgQueueError(
-            f"pgqueue's schema is not installed in this database ({exc.diag.message_primary}); "
-            "run `pgq migrate` first"
+            f"pgqueue's schema is not installed in this database, or is older than this "
+            f"pgqueue needs (revision {schema_check.package_revision()}): "
+            f"{exc.diag.message_primary}; run `pgq migrate`"
         ) from exc
     except psycopg.DatabaseError as exc:
         full = QueueFullError.from_database(exc)

@@ -160,6 +160,19 @@ SELECT version_num FROM pgqueue.pgqueue_alembic_version
 -- name: schema_installed
 SELECT to_regclass('pgqueue.pgqueue_alembic_version') IS NOT NULL
 
+-- name: schema_version_readable
+-- The start-up check: NULL where pgqueue's version table does not exist, else whether this role
+-- may read it (a producer role granted before the check existed may not).
+SELECT CASE WHEN to_regclass('pgqueue.pgqueue_alembic_version') IS NOT NULL
+            THEN has_table_privilege('pgqueue.pgqueue_alembic_version', 'SELECT')
+       END
+
+-- name: schema_managed_by
+-- How the application migrates, for the command a schema mismatch suggests (failure path only).
+SELECT CASE WHEN to_regclass('django_migrations') IS NOT NULL THEN 'django'
+            WHEN to_regclass('alembic_version') IS NOT NULL THEN 'alembic'
+       END
+
 -- name: queue_stats
 SELECT queue, ready, scheduled, running, dead, oldest_ready_age, paused, waiting,
        succeeded_per_min, failed_per_min
@@ -1361,6 +1374,19 @@ UPDATE pgqueue.circuit_breakers AS b
        updated_at = now()
  WHERE b.task = %(task)s
 RETURNING b.task
+
+-- name: declare_tasks
+-- A worker's start-up: the task names its code registered (producers check names against
+-- them). A row declared in the last minute is left alone: a fleet starting at once writes each
+-- name about once.
+INSERT INTO pgqueue.declared_tasks AS d (task)
+SELECT t.task FROM unnest(%(tasks)s::text[]) AS t(task) ORDER BY t.task
+ON CONFLICT (task) DO UPDATE SET declared_at = now()
+ WHERE d.declared_at < now() - interval '1 minute'
+
+-- name: declared_task_names
+-- A producer's miss: the task names workers declared (a few hundred rows at most).
+SELECT task FROM pgqueue.declared_tasks
 
 -- name: sync_task_limits
 -- A worker's start-up: write the limits its code declares (from_code), clear limits an earlier

@@ -1,5 +1,6 @@
 """PostgreSQL refusing new connections: ``max_connections`` or a role's ``CONNECTION LIMIT``
-reached, a server starting up, shutting down or in recovery.
+reached, a server starting up, shutting down or in recovery; and rejecting them for good (no
+such database or role, failed authentication: :func:`rejection`), which is never waited for.
 
 Such a refusal passes: connections close, the server finishes starting. So producers and
 workers wait for it with backoff rather than fail, and say so in one line that names the
@@ -17,12 +18,13 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
 log = logging.getLogger("pgqueue.db")
+T = TypeVar("T")
 
 # What the server says (libpq passes no SQLSTATE for a refused connection, only the text).
 _REFUSALS = (
@@ -35,6 +37,65 @@ _REFUSALS = (
     ("the database system is not yet accepting connections", "the server is starting up"),
     ("the database system is not accepting connections", "the server refuses connections"),
 )
+
+# (what the server says, the problem in our words, what to check)
+_REJECTIONS = (
+    (
+        ("database", "does not exist"),
+        "the database does not exist",
+        "create it (createdb, or CREATE DATABASE), or fix the database name in the DSN",
+    ),
+    (
+        ("role", "does not exist"),
+        "the role does not exist",
+        "create it (CREATE ROLE ... LOGIN), or fix the user name in the DSN",
+    ),
+    (
+        ("password authentication failed",),
+        "password authentication failed",
+        "check the DSN's user and password (or PGPASSWORD, ~/.pgpass)",
+    ),
+    (
+        ("no password supplied",),
+        "the server asks for a password and the DSN has none",
+        "add the password to the DSN (or PGPASSWORD, ~/.pgpass)",
+    ),
+    (
+        ("authentication failed",),
+        "authentication failed",
+        "check the DSN's user and credentials against the server's pg_hba.conf",
+    ),
+    (
+        ("no pg_hba.conf entry",),
+        "the server's pg_hba.conf does not let this user connect from here",
+        "ask the server's administrator to add an entry, or connect as another user",
+    ),
+    (
+        ("is not permitted to log in",),
+        "the role may not log in",
+        "ALTER ROLE ... LOGIN, or connect as another user",
+    ),
+    (
+        ("permission denied for database",),
+        "the role may not connect to this database",
+        "GRANT CONNECT ON DATABASE ... TO the role, or connect as another user",
+    ),
+    (
+        ("invalid connection option",),
+        "the DSN has an option libpq does not know",
+        "fix the DSN (see libpq's connection parameters)",
+    ),
+)
+
+
+def rejection(exc: BaseException) -> tuple[str, str] | None:
+    """``(problem, hint)`` when ``exc`` is a connection the server refused for good."""
+    text = str(exc)
+    for markers, problem, hint in _REJECTIONS:
+        if all(marker in text for marker in markers):
+            return problem, hint
+    return None
+
 
 #: How long a remembered failure explains a pool timeout.
 _RECENT = 120.0
@@ -139,7 +200,7 @@ class ConnectFailures:
 
 class _QuickRetries:
     """A pool's connection attempt, tried again every 0.1-1 s (full jitter) for up to
-    ``window`` seconds before the failure goes to the pool.
+    ``window`` seconds before the failure goes to the pool (a rejection for good at once).
 
     psycopg_pool backs off 1, 2, 4, 8... seconds between attempts: after a failover or a
     restart that took 30 s, its next attempt could come 30 s after the database was back, and
@@ -152,7 +213,9 @@ class _QuickRetries:
         self.failures = 0
 
     def failed(self, exc: BaseException) -> float:
-        if time.monotonic() >= self.deadline:
+        # A connection rejected for good (no such database, a wrong password) goes to the pool
+        # at once: retrying cannot help, and a pool closing meanwhile would wait for the retries.
+        if time.monotonic() >= self.deadline or rejection(exc) is not None:
             raise exc
         self.failures += 1
         return random.uniform(0.05, min(1.0, 0.1 * 2**self.failures))
@@ -190,28 +253,29 @@ class _WaitForAcceptance:
             log.info("PostgreSQL accepts connections again")
 
 
-def connect_when_accepted(connect: Callable[[], None], timeout: float) -> None:
+def connect_when_accepted(connect: Callable[[], T], timeout: float) -> T:
     """``connect()``, tried again with backoff while PostgreSQL refuses connections (one
-    warning for the wait), up to ``timeout`` seconds; any other failure is raised at once."""
+    warning for the wait), up to ``timeout`` seconds; any other failure is raised at once.
+    Returns what ``connect()`` returned."""
     wait = _WaitForAcceptance(timeout)
     while True:
         try:
-            connect()
+            conn = connect()
         except psycopg.OperationalError as exc:
             time.sleep(wait.failed(exc))
             continue
-        return wait.succeeded()
+        wait.succeeded()
+        return conn
 
 
-async def connect_when_accepted_async(
-    connect: Callable[[], Awaitable[None]], timeout: float
-) -> None:
+async def connect_when_accepted_async(connect: Callable[[], Awaitable[T]], timeout: float) -> T:
     """The async twin of :func:`connect_when_accepted`."""
     wait = _WaitForAcceptance(timeout)
     while True:
         try:
-            await connect()
+            conn = await connect()
         except psycopg.OperationalError as exc:
             await asyncio.sleep(wait.failed(exc))
             continue
-        return wait.succeeded()
+        wait.succeeded()
+        return conn

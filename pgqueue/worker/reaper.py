@@ -8,10 +8,13 @@ supervised on its own: pgqueue/cli/worker_cmds.py), or from pg_cron.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
 from pgqueue import admin
+from pgqueue.db.startup import check_database_async
+from pgqueue.errors import DatabaseUnavailableError
 from pgqueue.worker.observer import WorkerObserver
 from pgqueue.worker.service import Outage, Service
 from pgqueue.worker.store import WorkerDB, WorkerStore, application_name
@@ -56,6 +59,7 @@ class Reaper(Service):
 
 async def reap_once(dsn: str) -> int:
     """``pgq reaper --once``: one pass; how many jobs were recovered."""
+    await check_database_async(dsn)
     store = WorkerDB(dsn, size=1, application_name=application_name(dsn, "reaper", _ID))
     await store.open()
     try:
@@ -66,7 +70,10 @@ async def reap_once(dsn: str) -> int:
 
 async def reap_forever(dsn: str, *, every: float) -> None:
     """``pgq reaper``: the worker's reaper service on its own, supervised as in a worker (the
-    same backoff through outages), until SIGTERM or SIGINT."""
+    same backoff through outages), until SIGTERM or SIGINT. A DSN the server rejects for good
+    or a schema at the wrong revision ends it at once; an outage is waited out."""
+    with contextlib.suppress(DatabaseUnavailableError):
+        await check_database_async(dsn)
     store = WorkerDB(dsn, size=1, application_name=application_name(dsn, "reaper", _ID))
     supervisor = Supervisor(WorkerObserver())
     reaper = supervisor.add(Reaper(store, every=every), Outage(store.explain))

@@ -57,8 +57,9 @@ from pgqueue._version import __version__
 from pgqueue.batch import BatchTask
 from pgqueue.config import configured_dsn
 from pgqueue.db.embedded import resolve_dsn
+from pgqueue.db.startup import check_database_async
 from pgqueue.declarations import declarations
-from pgqueue.errors import ConfigurationError
+from pgqueue.errors import ConfigurationError, DatabaseUnavailableError
 from pgqueue.job_transaction import bind_host
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
@@ -73,6 +74,8 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("pgqueue.worker")
+# At start-up: a server down or refusing connections is waited for (a rejected DSN is not).
+_WAITED_OUT: tuple[type[BaseException], ...] = (DatabaseUnavailableError, *TRANSIENT_ERRORS)
 
 
 def _check_batch_waits(app: PgQueue, lease: float) -> None:
@@ -206,7 +209,7 @@ class Worker:
         await parts.store.open()
         registered = False
         try:
-            registered = await self._register(parts.store)
+            registered = await self._register(parts.store, dsn)
             if not registered:
                 return
             await self._sync_declarations(parts.store)
@@ -253,8 +256,10 @@ class Worker:
                 ", ".join(f"{task} (queue {queue}, {jobs} jobs)" for queue, task, jobs, _ in rows),
             )
 
-    async def _register(self, store: WorkerStore) -> bool:
-        """Register in pgqueue.workers, waiting out a database that is not up yet."""
+    async def _register(self, store: WorkerStore, dsn: str) -> bool:
+        """Check the database (:mod:`pgqueue.db.startup`) and register in pgqueue.workers,
+        waiting out a database that is not up yet. A DSN the server rejects for good, or a
+        schema at the wrong revision, ends start-up with its error."""
         delay = RetryDelay(cap=10.0)
         params: dict[str, Any] = {
             "worker_id": self.id,
@@ -267,9 +272,10 @@ class Worker:
         }
         while not self._stop.is_set():
             try:
+                await check_database_async(dsn)
                 await store.fetch("register_worker", params, timeout=10)
                 return True
-            except TRANSIENT_ERRORS as exc:
+            except _WAITED_OUT as exc:
                 wait = delay.next()
                 log.log(
                     # One warning (a reminder each ten tries), not one per try.
