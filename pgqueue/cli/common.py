@@ -16,11 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from pgqueue import config, options
 from pgqueue.client import PgQueue
-from pgqueue.durations import parse_duration
+from pgqueue.db.views import json_default
 from pgqueue.errors import PgQueueError
-from pgqueue.inspect import json_default
+from pgqueue.rules import config, options
+from pgqueue.rules.durations import parse_duration
 
 console = Console()
 err_console = Console(stderr=True)

@@ -1,5 +1,5 @@
 """Operator commands: ``pgq status``, ``pgq workers``, ``pgq retry``, ``pgq purge``. Each parses
-arguments and calls :mod:`pgqueue.inspect` or :mod:`pgqueue.ops`."""
+arguments and calls :mod:`pgqueue.db.views` or :mod:`pgqueue.db.ops`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue import inspect, ops
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
@@ -23,6 +22,7 @@ from pgqueue.cli.common import (
     with_reader,
 )
 from pgqueue.client import PgQueue
+from pgqueue.db import ops, views
 
 
 def status(
@@ -31,9 +31,9 @@ def status(
     """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive."""
 
     def read(pgq: PgQueue) -> dict[str, Any]:
-        workers = inspect.workers(pgq)
+        workers = views.workers(pgq)
         return {
-            "queues": inspect.queue_stats(pgq),
+            "queues": views.queue_stats(pgq),
             "workers": {
                 "running": sum(w["status"] == "running" for w in workers),
                 "lost": sum(w["status"] == "lost" for w in workers),
@@ -46,7 +46,7 @@ def status(
     if as_json:
         dump_json(data)
         return
-    print_rows(data["queues"], inspect.QUEUE_STATS_COLUMNS, as_json=False, title="queues")
+    print_rows(data["queues"], views.QUEUE_STATS_COLUMNS, as_json=False, title="queues")
     w = data["workers"]
     console.print(
         f"workers: {w['running']} running ({w['jobs_held']}/{w['slots']} slots busy)"
@@ -62,7 +62,7 @@ def workers(
     as_json: JsonOption = False,
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
-    rows = with_reader(dsn, read_dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
+    rows = with_reader(dsn, read_dsn, lambda pgq: views.workers(pgq, include_stopped=all_))
     hidden = {
         "concurrency",
         "version",
@@ -73,7 +73,7 @@ def workers(
     }
     print_rows(
         rows,
-        [c for c in inspect.WORKER_COLUMNS if c not in hidden],
+        [c for c in views.WORKER_COLUMNS if c not in hidden],
         as_json=as_json,
         title="workers",
         formatters={"id": lambda v: str(v)[:8], "queues": ",".join},

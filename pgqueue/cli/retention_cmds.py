@@ -17,7 +17,7 @@ from pgqueue.cli.common import (
     open_queue,
     print_rows,
 )
-from pgqueue.retention import KEEP_FOREVER
+from pgqueue.db.retention import KEEP_FOREVER
 
 retention_app = typer.Typer(
     help="Retention of job history, results and dead letters (all workers share it).",

@@ -11,9 +11,10 @@ if TYPE_CHECKING:
 
 class Part:
     """A named part of a :class:`~pgqueue.PgQueue`. It holds nothing but its client: each
-    operation builds one plan (from a plan module: :mod:`pgqueue.flow`, :mod:`pgqueue.admin`,
-    ...) that the method drives with ``pgq.run`` and its ``_async`` twin with
-    ``pgq.run_async``, so the two forms share every query and every line of result handling.
+    operation builds one plan (from a plan module: :mod:`pgqueue.db.flow_plans`,
+    :mod:`pgqueue.db.admin`, ...) that the method drives with ``pgq.run`` and its ``_async``
+    twin with ``pgq.run_async``, so the two forms share every query and every line of result
+    handling.
     ``conn=``, where given, is the caller's connection (its transaction; nothing committed)."""
 
     __slots__ = ("_client",)

@@ -6,7 +6,7 @@ seconds and draws its tables and SVG charts itself; its search (``#/search``) re
 Actions are ``POST /api/<action>`` with a JSON body, authenticated and CSRF-checked
 (:mod:`pgqueue.dashboard.security`), refused in read-only mode. Every request first passes the
 Host allow-list, and every response carries the security headers (CSP, no framing, nosniff, no
-referrer). Every number comes from the documented views, through :mod:`pgqueue.inspect`, and
+referrer). Every number comes from the documented views, through :mod:`pgqueue.db.views`, and
 every action from the same functions the CLI calls.
 """
 
@@ -33,7 +33,6 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pgqueue import inspect, ops, search
 from pgqueue.client import PgQueue
 from pgqueue.dashboard.security import (
     CSRF_COOKIE,
@@ -46,6 +45,7 @@ from pgqueue.dashboard.security import (
     csrf_refusal,
     new_csrf_token,
 )
+from pgqueue.db import ops, search, views
 from pgqueue.errors import PgQueueError, SearchTimeoutError
 
 STATIC = resources.files("pgqueue.dashboard") / "static"
@@ -66,7 +66,7 @@ class DashboardSettings:
 
 class _Json(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=inspect.json_default).encode()
+        return json.dumps(content, default=views.json_default).encode()
 
 
 def create_app(
@@ -101,13 +101,13 @@ def create_app(
             row["traceback"] = last[0].get("traceback")
         return {
             "read_only": settings.read_only,
-            "queues": inspect.queue_stats(reads),
-            "running": inspect.running_jobs(reads, settings.limit),
-            "waiting": inspect.jobs(reads, state="scheduled", limit=settings.limit),
-            "workers": inspect.workers(reads),
+            "queues": views.queue_stats(reads),
+            "running": views.running_jobs(reads, settings.limit),
+            "waiting": views.jobs(reads, state="scheduled", limit=settings.limit),
+            "workers": views.workers(reads),
             "dead": dead,
-            "failures": inspect.recent_failures(reads),
-            "throughput": inspect.throughput(reads),
+            "failures": views.recent_failures(reads),
+            "throughput": views.throughput(reads),
         }
 
     async def state(request: Request) -> Response:
@@ -115,7 +115,7 @@ def create_app(
         return _Json(await run_in_threadpool(read_state), headers=NO_STORE)
 
     def run_search(params: Any) -> dict[str, Any]:
-        page = inspect.search_jobs(reads, **_search_arguments(params))
+        page = views.search_jobs(reads, **_search_arguments(params))
         return {"jobs": page.jobs, "cursor": page.cursor}
 
     async def search_jobs(request: Request) -> Response:
@@ -130,7 +130,7 @@ def create_app(
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         try:
-            detail = await run_in_threadpool(inspect.job_detail, reads, job_id)
+            detail = await run_in_threadpool(views.job_detail, reads, job_id)
         except PgQueueError as exc:
             return PlainTextResponse(str(exc), status_code=400, headers=NO_STORE)
         if detail is None:
@@ -229,7 +229,7 @@ _TIME_FILTERS = ("since", "until", "finished_since", "finished_until")
 
 
 def _search_arguments(params: Any) -> dict[str, Any]:
-    """``GET /api/search`` query parameters as :func:`pgqueue.inspect.search_jobs` arguments:
+    """``GET /api/search`` query parameters as :func:`pgqueue.views.search_jobs` arguments:
     ``state``, ``tag``, ``args`` and ``meta`` (``KEY=VALUE``) may repeat, times are ISO 8601,
     empty means unset."""
     arguments: dict[str, Any] = {name: params[name] for name in _TEXT_FILTERS if params.get(name)}

@@ -10,7 +10,7 @@ from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, fetch_all, fetch_first
 from pgqueue.errors import InvalidJobError, WorkflowNotFoundError
-from pgqueue.job_specs import check_row_limit
+from pgqueue.rules.job_specs import check_row_limit
 
 
 class WorkflowRow(NamedTuple):

@@ -33,13 +33,13 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
-from pgqueue import logs
-from pgqueue.batch import BatchTask
 from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
-from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
-from pgqueue.job_transaction import bind_host
-from pgqueue.tasks import Task
-from pgqueue.tracing import consumer
+from pgqueue.handler import logs
+from pgqueue.handler.batch import BatchTask
+from pgqueue.handler.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.handler.job_transaction import bind_host
+from pgqueue.rules.tasks import Task
+from pgqueue.rules.tracing import consumer
 from pgqueue.worker import frames
 from pgqueue.worker.batches import prepare, settle
 from pgqueue.worker.outcome import Outcome, raised_outcome, returned_outcome
@@ -203,7 +203,7 @@ class _Runner:
         self.batch: dict[tuple[int, int], JobContext] = {}
         self.busy = False
         #: OpenTelemetry: the child traces the attempts it runs when the app it imported set
-        #: a tracer provider (pgqueue.tracing).
+        #: a tracer provider (pgqueue.rules.tracing).
         self.tracer = consumer()
         #: A cancel read before its job started (the reader runs ahead of the main thread).
         self.early: dict[tuple[int, int], str] = {}

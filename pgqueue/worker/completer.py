@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgqueue.options import MAX_DURATION
+from pgqueue.rules.options import MAX_DURATION
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service

@@ -51,12 +51,12 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgqueue.batch import BatchTask
 from pgqueue.errors import Fail, InvalidJobError, JobCancelled, JobTimeout, Retry
-from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
-from pgqueue.job_transaction import COMMITTED, HOLDING, LOST, UNKNOWN, TransactionHost
-from pgqueue.tasks import Task
-from pgqueue.tracing import consumer
+from pgqueue.handler.batch import BatchTask
+from pgqueue.handler.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.handler.job_transaction import COMMITTED, HOLDING, LOST, UNKNOWN, TransactionHost
+from pgqueue.rules.tasks import Task
+from pgqueue.rules.tracing import consumer
 from pgqueue.worker.batches import Batches, BatchRun, Gathering, prepare, settle
 from pgqueue.worker.outcome import Outcome, failed_outcome, raised_outcome, returned_outcome
 from pgqueue.worker.process_pool import ChildGone, ChildReply, ChildSettings, ProcessPool
@@ -71,7 +71,7 @@ class Running:
     ctx: JobContext
     task: asyncio.Task[None] | None = None
     started: float = field(default_factory=time.monotonic)
-    #: The attempt's span when the worker traces (pgqueue.tracing), else None.
+    #: The attempt's span when the worker traces (pgqueue.rules.tracing), else None.
     span: Any = None
     #: The batch this job runs in (a batch task's job), else None.
     batch: BatchRun | None = None

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from pgqueue.job_context import CLAIMED_COLUMNS, ClaimedJob
+from pgqueue.handler.job_context import CLAIMED_COLUMNS, ClaimedJob
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor

@@ -10,7 +10,7 @@ handlers reported, and stops a handler whose lease was lost or whose job was can
 
 from __future__ import annotations
 
-from pgqueue.job_context import ClaimedJob, JobContext
+from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 

@@ -20,10 +20,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from pgqueue import log_queue
 from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler import log_queue
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.observer import WorkerObserver, Written
 from pgqueue.worker.outcome import Outcome
 
@@ -110,7 +110,7 @@ class WorkerMetrics(WorkerObserver):
 
 class LogRecordsDropped(Collector):
     """Log records the worker dropped because its log output did not keep up (the queue to
-    the log writer thread was full; see pgqueue.log_queue)."""
+    the log writer thread was full; see pgqueue.handler.log_queue)."""
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(

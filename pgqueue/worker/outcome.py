@@ -11,11 +11,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pgqueue.errors import Fail, InvalidJobError, Retry
-from pgqueue.job_context import ClaimedJob
-from pgqueue.payload import dumps
+from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.rules.payload import dumps
 
 if TYPE_CHECKING:
-    from pgqueue.tasks import Task
+    from pgqueue.rules.tasks import Task
 
 # The executor's logger: these lines are about the attempts it runs.
 log = logging.getLogger("pgqueue.worker.executor")

@@ -44,8 +44,8 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.job_context import ClaimedJob, JobContext
-from pgqueue.job_transaction import OPEN, TransactionHost
+from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.handler.job_transaction import OPEN, TransactionHost
 from pgqueue.worker import frames
 from pgqueue.worker.child import main as child_main
 from pgqueue.worker.outcome import Kind

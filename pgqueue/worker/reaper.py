@@ -11,7 +11,7 @@ import asyncio
 import os
 import signal
 
-from pgqueue import admin
+from pgqueue.db import admin
 from pgqueue.worker.observer import WorkerObserver
 from pgqueue.worker.service import Outage, Service
 from pgqueue.worker.store import WorkerDB, WorkerStore, application_name

@@ -11,7 +11,7 @@ idempotency keys once a minute.
 from __future__ import annotations
 
 from pgqueue.errors import QueueFullError
-from pgqueue.schedules import plan_ticks
+from pgqueue.rules.schedules import plan_ticks
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import WorkerStore
 

@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pgqueue.job_context import JobContext, set_current
+from pgqueue.handler.job_context import JobContext, set_current
 
 #: Call states (only changed under the pool's mutex).
 QUEUED = 0

@@ -33,7 +33,7 @@ built and connected in :mod:`pgqueue.worker.wiring`, started and stopped by the
 
 Workflow jobs start ``waiting`` (not in any claim index) and become ``ready`` in the statement
 that records their last parent's success; a parent ending dead or cancelled cancels them (see
-:mod:`pgqueue.workflow`).
+:mod:`pgqueue.rules.workflow`).
 
 Shutdown: the first SIGTERM/SIGINT stops claiming and lets running jobs finish for up to
 ``shutdown_grace``; jobs still running then are handed back (``ready``, attempt not burned) and
@@ -52,14 +52,14 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import logs
 from pgqueue._version import __version__
-from pgqueue.batch import BatchTask
-from pgqueue.config import configured_dsn
+from pgqueue.db.declarations import declarations
 from pgqueue.db.embedded import resolve_dsn
-from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError
-from pgqueue.job_transaction import bind_host
+from pgqueue.handler import logs
+from pgqueue.handler.batch import BatchTask
+from pgqueue.handler.job_transaction import bind_host
+from pgqueue.rules.config import configured_dsn
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats

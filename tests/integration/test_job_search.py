@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from pgqueue import PgQueue, chain
 from pgqueue.cli import app as cli_app
+from pgqueue.db.views import job_detail, job_detail_async, search_jobs, search_jobs_async
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
-from pgqueue.inspect import job_detail, job_detail_async, search_jobs, search_jobs_async
 from tests.dashboard_helpers import dashboard
 from tests.helpers import scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import worker_app, workflow_app

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pgqueue import PgQueue
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher

@@ -12,7 +12,7 @@ import typer
 from pgqueue.cli.common import DsnOption, JsonOption, duration, example, print_rows, with_app
 from pgqueue.db.flow_plans import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS
 from pgqueue.errors import ConfigurationError
-from pgqueue.flow import UNSET, RateLimit
+from pgqueue.rules.flow_control import UNSET, RateLimit
 
 queue_app = typer.Typer(
     help="Per-queue flow control: weight, max depth, limits, fairness.",

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.workflow.builders import Compiled, Node
+from pgqueue.rules.workflow.builders import Compiled, Node
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue

@@ -40,9 +40,9 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first
-from pgqueue.durations import parse_duration
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
-from pgqueue.options import MAX_JOB_ID, check_meta, check_tags
+from pgqueue.rules.durations import parse_duration
+from pgqueue.rules.options import MAX_JOB_ID, check_meta, check_tags
 
 LIVE_STATES = ("waiting", "scheduled", "ready", "running")
 HISTORY_STATES = ("succeeded", "cancelled")

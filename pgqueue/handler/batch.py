@@ -29,16 +29,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from pgqueue.errors import ConfigurationError, InvalidJobError
-from pgqueue.job_context import ClaimedJob, JobContext
-from pgqueue.options import BATCH_OPTION_NAMES, check_batch_options
-from pgqueue.payload import ArgBinder, UndecodableJson
-from pgqueue.tasks import Task
+from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.rules.options import BATCH_OPTION_NAMES, check_batch_options
+from pgqueue.rules.payload import ArgBinder, UndecodableJson
+from pgqueue.rules.tasks import Task
 
 if TYPE_CHECKING:
     from typing import Unpack
 
     from pgqueue.client import PgQueue
-    from pgqueue.options import BatchTaskOptions, TaskOptions
+    from pgqueue.rules.options import BatchTaskOptions, TaskOptions
 
 A = TypeVar("A")
 R = TypeVar("R")

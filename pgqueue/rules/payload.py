@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pgqueue.config import MAX_NAME_LENGTH
 from pgqueue.errors import InvalidJobError
+from pgqueue.rules.config import MAX_NAME_LENGTH
 
 # json.dumps writes U+0000 as the escape \u0000, which jsonb cannot store. Match the escape only
 # when it is not itself an escaped backslash followed by the letters "u0000".

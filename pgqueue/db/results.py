@@ -50,7 +50,7 @@ def wait_for_result(job_id: int, timeout: float | None) -> Plan[Any]:
 
     Run on its own autocommit connection: it LISTENs before the first read, so an outcome
     committed in between is never missed. (``result_async`` waits through a listener shared by
-    the calls of one event loop instead: :mod:`pgqueue.results_listener`.)
+    the calls of one event loop instead: :mod:`pgqueue.db.results_listener`.)
     """
     deadline = Deadline(job_id, timeout)
     yield Query("listen_results")

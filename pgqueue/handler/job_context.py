@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from pgqueue import progress as progress_values
 from pgqueue.errors import JobCancelled, JobTransactionError
-from pgqueue.job_transaction import OPEN, JobTransaction, TransactionHost
-from pgqueue.payload import dumps
+from pgqueue.handler.job_transaction import OPEN, JobTransaction, TransactionHost
+from pgqueue.rules import progress as progress_values
+from pgqueue.rules.payload import dumps
 
 #: Why a handler is asked to stop. "cancelled": an operator cancelled the job; "lease lost":
 #: the job was reaped or re-claimed, so this worker no longer owns it; "timeout": it ran past the
@@ -45,7 +45,7 @@ class ClaimedJob(NamedTuple):
     meta: dict[str, Any] | None = None
     tags: list[str] | None = None
     #: The trace context (W3C traceparent) of its latest failed attempt, when that attempt
-    #: was traced (see pgqueue.tracing): the new attempt's span links to it.
+    #: was traced (see pgqueue.rules.tracing): the new attempt's span links to it.
     last_trace: str | None = None
     #: When this worker sent the claim (``time.monotonic()``): the database set the lease to
     #: expire ``lease`` seconds after it ran the claim, so the lease holds at least until
@@ -63,11 +63,11 @@ class _TransactionFields:
     made per claimed job)."""
 
     #: The worker's side of the block (found when the block opens; see
-    #: :func:`pgqueue.job_transaction.current_host`).
+    #: :func:`pgqueue.handler.job_transaction.current_host`).
     transactions: TransactionHost | None = None
     #: Where the job's :meth:`JobContext.transaction` stands (None: no block yet, or it rolled
     #: back; "open", "completing", "committed", "lost", "unknown": see
-    #: pgqueue.job_transaction). The worker reads it: a committed job is complete, whatever
+    #: pgqueue.handler.job_transaction). The worker reads it: a committed job is complete, whatever
     #: the handler does next.
     transaction_state: str | None = None
     #: Once the transaction committed: "succeeded", or "cancelled" (cancel requested while it
@@ -177,7 +177,7 @@ class JobContext(_TransactionFields):
         self.report_progress(progress_values.encode(value))
 
     def report_progress(self, text: str) -> None:
-        """Progress already encoded as JSON (:func:`pgqueue.progress.encode`): to the hook,
+        """Progress already encoded as JSON (:func:`pgqueue.rules.progress.encode`): to the hook,
         else kept for the next heartbeat."""
         hook = self.progress_hook
         if hook is not None:
