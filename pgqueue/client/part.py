@@ -3,10 +3,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pgqueue.db.plan import Runner
 
 if TYPE_CHECKING:
-    from pgqueue.client.core import PgQueue
+    from pgqueue.rules.job_specs import JobSpec
+    from pgqueue.rules.tasks import Task
+
+
+class Client(Runner, Protocol):
+    """What a part uses of its client (a :class:`~pgqueue.PgQueue`): plans driven on its
+    connections, and a call validated into a job spec (a schedule's job)."""
+
+    def spec(
+        self, task: str | Task[..., Any], args: Mapping[str, Any] | None, options: Mapping[str, Any]
+    ) -> JobSpec: ...
 
 
 class Part:
@@ -19,5 +32,5 @@ class Part:
 
     __slots__ = ("_client",)
 
-    def __init__(self, client: PgQueue) -> None:
+    def __init__(self, client: Client) -> None:
         self._client = client

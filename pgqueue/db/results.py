@@ -68,7 +68,7 @@ def wait_for_result(job_id: int, timeout: float | None) -> Plan[Any]:
 def read_outcome(job_id: int) -> Plan[tuple[bool, Any]]:
     """One look at the job: (True, result) once it succeeded, (False, None) while it is live;
     raises for every other ending (see :func:`outcome`)."""
-    row = yield from fetch_first("job_outcome", {"job_id": job_id}, row=class_row(Outcome))
+    row = yield from fetch_first("job_outcome", {"job_id": job_id}, row=class_row(JobOutcomeRow))
     return outcome(job_id, row)
 
 
@@ -95,7 +95,7 @@ def mentions(payload: str, job_id: int) -> bool:
     return str(job_id) in payload.split(",")
 
 
-class Outcome(NamedTuple):
+class JobOutcomeRow(NamedTuple):
     """A row of ``job_outcome``: where the job is and how it ended there."""
 
     place: str  # live, history, dead, or gone (handed out, yet in no table)
@@ -107,7 +107,7 @@ class Outcome(NamedTuple):
     rank: int  # gone ranks last: a job in a table is never reported gone
 
 
-def outcome(job_id: int, row: Outcome | None) -> tuple[bool, Any]:
+def outcome(job_id: int, row: JobOutcomeRow | None) -> tuple[bool, Any]:
     """(True, result) for a job that succeeded; (False, None) while it is live; raises for
     every other case, saying which."""
     if row is None:

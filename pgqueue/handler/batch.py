@@ -37,7 +37,7 @@ from pgqueue.rules.tasks import Task
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from pgqueue.client import PgQueue
+    from pgqueue.rules.app import App
     from pgqueue.rules.options import BatchTaskOptions, TaskOptions
 
 A = TypeVar("A")
@@ -208,7 +208,7 @@ class BatchTask(Task[[A], R]):
 
     def __init__(
         self,
-        app: PgQueue,
+        app: App,
         func: Callable[[list[Item[A]]], R],
         *,
         name: str | None = None,

@@ -40,8 +40,8 @@ from pgqueue.rules.retry import RetryPolicy
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from pgqueue.client import PgQueue
     from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
+    from pgqueue.rules.app import App
     from pgqueue.rules.flow_control import CircuitBreaker, RateLimit
 
 P = ParamSpec("P")
@@ -64,7 +64,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: PgQueue,
+        app: App,
         func: Callable[P, R],
         *,
         name: str | None = None,

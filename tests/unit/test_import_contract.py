@@ -223,3 +223,27 @@ def test_the_check_sees_upward_imports():
     # the public face gathers the client; the worker never imports it
     assert upward_imports("pgqueue", {"pgqueue.client.core"}) == []
     assert upward_imports("pgqueue.worker.fetcher", {"pgqueue.logs"}) != []
+
+
+def test_nothing_below_the_client_names_it_even_for_annotations():
+    """A task, a workflow or a batch task names what it uses of its client with a protocol
+    (``rules/app.py``; a part of the client: ``client/part.py``), so no import circle, not even
+    one of annotations, runs through the client."""
+    below = [
+        path for path in MODULES if RANK.get(layer_of(_module(path)) or "", 9) < RANK["client"]
+    ]
+    naming: list[str] = []
+    for path in below:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            naming += [
+                f"{_module(path)} imports {name}"
+                for name in names
+                if name == "pgqueue.client" or name.startswith("pgqueue.client.")
+            ]
+    assert naming == []
