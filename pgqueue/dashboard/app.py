@@ -12,6 +12,7 @@ every action from the same functions the CLI calls.
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from pgqueue.dashboard.security import (
 )
 from pgqueue.db import ops, search, views
 from pgqueue.errors import PgQueueError, SearchTimeoutError
+from pgqueue.rules.vocabulary import JOB_STATES
 
 STATIC = resources.files("pgqueue.dashboard") / "static"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -77,7 +79,12 @@ def create_app(
     ``pgq``."""
     settings = config or DashboardSettings()
     reads = reader or pgq
-    page = (STATIC / "index.html").read_text(encoding="utf-8")
+    # The job states the search form offers come from the vocabulary, not the page.
+    page = (
+        (STATIC / "index.html")
+        .read_text(encoding="utf-8")
+        .replace("{{state_options}}", "".join(map(_option, JOB_STATES)))
+    )
 
     async def index(request: Request) -> Response:
         csrf = request.cookies.get(CSRF_COOKIE) or new_csrf_token()
@@ -283,3 +290,7 @@ def _set_paused(pgq: PgQueue, queue: str, paused: bool) -> dict[str, Any]:
     else:
         pgq.flow.resume_queue(queue)
     return {"queue": queue, "paused": paused}
+
+
+def _option(value: str) -> str:
+    return f'<option value="{html.escape(value)}">{html.escape(value)}</option>'

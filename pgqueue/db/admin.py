@@ -36,9 +36,6 @@ class DeadLetter(NamedTuple):
     tags: list[str] | None
 
 
-DEAD_LETTER_COLUMNS = DeadLetter._fields
-
-
 class DeadLetterFilter(TypedDict, total=False):
     """Which dead letters ``pgq.admin.dead_letters`` and ``replay_dead_letters`` apply to: a
     filter left out (or None) matches any."""

@@ -39,6 +39,7 @@ from pgqueue.errors import (
     ResultTimeoutError,
     ResultUnavailableError,
 )
+from pgqueue.rules.vocabulary import JobState, Place
 
 #: Re-read the job this often even without a notification (insurance, not the mechanism).
 RECHECK_SECONDS = 10.0
@@ -98,8 +99,8 @@ def mentions(payload: str, job_id: int) -> bool:
 class JobOutcomeRow(NamedTuple):
     """A row of ``job_outcome``: where the job is and how it ended there."""
 
-    place: str  # live, history, dead, or gone (handed out, yet in no table)
-    state: str | None
+    place: Place  # live, history, dead, or gone (handed out, yet in no table)
+    state: JobState | None
     keeps: bool  # it keeps its result
     result: Any
     error: str | None  # the last error's message

@@ -20,8 +20,10 @@ from pgqueue.db.plan import Plan, Runner, fetch_all, fetch_first
 from pgqueue.db.search import JobFilter, SearchPage
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.options import check_meta, check_tags
+from pgqueue.rules.vocabulary import LiveState
 
-JOB_STATES = ("ready", "scheduled", "running")
+#: The states ``jobs()`` lists (waiting workflow steps are read per workflow).
+JOB_STATES: tuple[LiveState, ...] = ("ready", "scheduled", "running")
 
 
 def _dicts(

@@ -13,12 +13,7 @@ from pgqueue.errors import JobCancelled, JobTransactionError
 from pgqueue.handler.job_transaction import OPEN, JobTransaction, TransactionHost
 from pgqueue.rules import progress as progress_values
 from pgqueue.rules.payload import dumps
-
-#: Why a handler is asked to stop. "cancelled": an operator cancelled the job; "lease lost":
-#: the job was reaped or re-claimed, so this worker no longer owns it; "timeout": it ran past the
-#: task's timeout; "shutdown": the worker is stopping and will give the job back.
-CancelReason = str
-
+from pgqueue.rules.vocabulary import CancelReason, HistoryState, TransactionState
 
 #: How many columns of a claim's row make the job (claim_flow adds two of its own after them).
 CLAIMED_COLUMNS = 14
@@ -69,10 +64,10 @@ class _TransactionFields:
     #: back; "open", "completing", "committed", "lost", "unknown": see
     #: pgqueue.handler.job_transaction). The worker reads it: a committed job is complete, whatever
     #: the handler does next.
-    transaction_state: str | None = None
+    transaction_state: TransactionState | None = None
     #: Once the transaction committed: "succeeded", or "cancelled" (cancel requested while it
     #: ran: recorded as cancelled, as an ack would).
-    completed_as: str | None = None
+    completed_as: HistoryState | None = None
     #: The value :meth:`JobContext.set_result` gave, as the JSON the completion records.
     result_json: str | None = None
 
@@ -232,7 +227,7 @@ class JobContext(_TransactionFields):
             limit = self.transactions.max_result_bytes
             self.result_json = dumps(value, limit=limit, what="result")
 
-    def set_transaction_state(self, state: str | None) -> None:
+    def set_transaction_state(self, state: TransactionState | None) -> None:
         """Record where :meth:`transaction` stands (and tell the worker, from a child)."""
         self.transaction_state = state
         if self.transactions is not None:

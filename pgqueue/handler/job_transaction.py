@@ -48,7 +48,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import psycopg
 from psycopg.rows import class_row
@@ -56,6 +56,7 @@ from psycopg.rows import class_row
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import Owned, own_transaction, own_transaction_async
 from pgqueue.errors import CommitOutcomeUnknown, JobTransactionError, LeaseLost
+from pgqueue.rules.vocabulary import TransactionState
 
 if TYPE_CHECKING:
     from pgqueue.handler.job_context import ClaimedJob, JobContext
@@ -63,15 +64,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgqueue.transaction")
 
 #: The block is open: the handler writes in its transaction (the lease is still heartbeated).
-OPEN = "open"
+OPEN: Final[TransactionState] = "open"
 #: The completion was sent: the row is locked by the handler's transaction, no heartbeat.
-COMPLETING = "completing"
+COMPLETING: Final[TransactionState] = "completing"
 #: The transaction committed: the job is complete (``JobContext.completed_as`` says how).
-COMMITTED = "committed"
+COMMITTED: Final[TransactionState] = "committed"
 #: The completion found no row (the lease was lost): rolled back, nothing written.
-LOST = "lost"
+LOST: Final[TransactionState] = "lost"
 #: The COMMIT's reply was lost and its fate could not be learned: nothing written.
-UNKNOWN = "unknown"
+UNKNOWN: Final[TransactionState] = "unknown"
 #: States in which the worker still holds the job and extends its lease.
 HOLDING = frozenset((None, OPEN))
 #: States that end the attempt whatever the handler does next.

@@ -34,9 +34,10 @@ from pgqueue.rules.dedupe import ON_CONFLICT, UNIQUE_AMONG, check_choice, check_
 from pgqueue.rules.flow_control import CircuitBreaker, RateLimit, check_limit
 from pgqueue.rules.payload import check_name, check_unicode, dumps
 from pgqueue.rules.retry import BackoffLike
+from pgqueue.rules.vocabulary import FINISHED_STATES
 
 #: Final states a job can keep its idempotency key in (with ``unique_for``).
-UNIQUE_STATES = ("succeeded", "dead", "cancelled")
+UNIQUE_STATES = FINISHED_STATES
 #: The largest job id (ids are bigint).
 MAX_JOB_ID = 2**63 - 1
 #: The longest delay, TTL or key lifetime: far beyond any real use, and small enough that the

@@ -40,6 +40,7 @@ from pgqueue.handler.job_context import ClaimedJob, JobContext, reset_current, s
 from pgqueue.handler.job_transaction import bind_host
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.tracing import consumer
+from pgqueue.rules.vocabulary import CancelReason, cancel_reason
 from pgqueue.worker import frames
 from pgqueue.worker.batches import prepare, settle
 from pgqueue.worker.outcome import Outcome, raised_outcome, returned_outcome
@@ -206,7 +207,7 @@ class _Runner:
         #: a tracer provider (pgqueue.rules.tracing).
         self.tracer = consumer()
         #: A cancel read before its job started (the reader runs ahead of the main thread).
-        self.early: dict[tuple[int, int], str] = {}
+        self.early: dict[tuple[int, int], CancelReason] = {}
 
     # -- the reader thread -------------------------------------------------------------------
 
@@ -223,7 +224,7 @@ class _Runner:
                 self.jobs.put(message)
             elif kind == "cancel":
                 key = (message["id"], message["token"])
-                self._cancel(key, str(message["reason"]), bool(message.get("batch")))
+                self._cancel(key, cancel_reason(message["reason"]), bool(message.get("batch")))
             elif kind == "terminate":
                 _flags.terminating = True
                 # The worker's SIGTERM may have come before this message and been ignored.
@@ -238,7 +239,7 @@ class _Runner:
             os._exit(_ORPHANED)
         self.jobs.put(None)
 
-    def _cancel(self, key: tuple[int, int], reason: str, whole: bool = False) -> None:
+    def _cancel(self, key: tuple[int, int], reason: CancelReason, whole: bool = False) -> None:
         """Stop the job ``key`` (or, ``whole``, every job of the batch whose key it is)."""
         with self.lock:
             ctx = self.current
@@ -295,7 +296,7 @@ class _Runner:
         contexts = [JobContext(_claimed(m), self.worker_id) for m in message["jobs"]]
         for ctx, part in zip(contexts, message["jobs"], strict=True):
             if part.get("cancelled"):
-                ctx.cancel(str(part["cancelled"]))
+                ctx.cancel(cancel_reason(part["cancelled"]))
         with self.lock:
             self.batch = {(c.id, c.job.lease_token): c for c in contexts}
             early = {key: self.early.pop(key) for key in self.batch if key in self.early}

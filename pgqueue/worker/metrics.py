@@ -24,13 +24,14 @@ from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler import log_queue
 from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.rules.vocabulary import LiveState
 from pgqueue.worker.observer import WorkerObserver, Written
 from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.worker.metrics")
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
-_STATES = ("ready", "scheduled", "running")
+_STATES: tuple[LiveState, ...] = ("ready", "scheduled", "running")
 
 
 class WorkerMetrics(WorkerObserver):

@@ -8,11 +8,12 @@ import logging
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pgqueue.errors import Fail, InvalidJobError, Retry
 from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.rules.payload import dumps
+from pgqueue.rules.vocabulary import OutcomeKind
 
 if TYPE_CHECKING:
     from pgqueue.rules.tasks import Task
@@ -24,7 +25,7 @@ log = logging.getLogger("pgqueue.worker.executor")
 #: retry: raised Retry (reschedule, attempt not burned). fail: raised Fail (dead letter now).
 #: cancelled: stopped because the job was cancelled. no_retry: raised an error the task's retry
 #: policy excludes (retry_on / no_retry_on): dead letter now.
-Kind = Literal["ack", "error", "retry", "fail", "cancelled", "no_retry"]
+Kind = OutcomeKind
 
 # Tracebacks are for humans; a runaway recursion must not put megabytes into every row.
 _MAX_TRACEBACK = 16_000

@@ -136,11 +136,6 @@ class HandlerThreads:
         self._closing = False
         _register_atexit(self)
 
-    @property
-    def busy(self) -> int:
-        """Threads executing a handler right now (abandoned ones included)."""
-        return self._busy
-
     # -- on the loop ---------------------------------------------------------------------------
 
     def submit(self, call: ThreadCall) -> None:

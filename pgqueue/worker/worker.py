@@ -1,27 +1,7 @@
-"""A worker process: its lifecycle, and the job state machine it drives.
+"""A worker process: its lifecycle, and the services that drive the job state machine.
 
-Job states (``pgqueue.jobs.state``; finished jobs leave the table)::
-
-    scheduled --(run_at <= now)--> ready --claim--> running --ack-----------> (deleted)
-        ^                            ^                 |  \\--cancel requested-> job_history
-        |                            |                 |                         (cancelled)
-        +---- error, attempts left / Retry ------------+
-        |                            |                 +--Fail / no attempts--> dead_letters
-        |                            +---- release ----+   (graceful shutdown,     |
-        +---- reaper: lease expired, attempts left ----+    attempt not burned)   replay
-                                                      \\--lease expired, no        |
-                                                          attempts -> dead_letters  v
-                                                                                  ready
-
-    waiting --(every parent succeeded: settled in the parent's ack)--> ready / scheduled
-        \\--(a parent ended dead or cancelled)--> job_history (cancelled)
-
-A successful ack deletes the row; it records it in job_history too (with the return value)
-when the job keeps its result (result_ttl, workflow members) or history is switched on.
-
-Every transition out of ``running`` is a statement fenced by ``lease_token``: only the holder
-of the current claim can make it, so a worker that lost its lease (stalled, partitioned,
-reaped) changes nothing. All times come from the database clock.
+The job states and the state machine (which statement moves a job from where to where) are
+written out in :mod:`pgqueue.rules.vocabulary`, where the states are declared.
 
 Services (each a :class:`~pgqueue.worker.service.Service` in its own module): fetcher (claims),
 executor (runs handlers), completer (writes outcomes in batches), heartbeater (extends leases),
