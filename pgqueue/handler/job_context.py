@@ -15,9 +15,6 @@ from pgqueue.rules import progress as progress_values
 from pgqueue.rules.payload import dumps
 from pgqueue.rules.vocabulary import CancelReason, HistoryState, TransactionState
 
-#: How many columns of a claim's row make the job (claim_flow adds two of its own after them).
-CLAIMED_COLUMNS = 14
-
 
 class ClaimedJob(NamedTuple):
     """A job this worker holds, as the claim returned it. (A named tuple, not a frozen
@@ -49,7 +46,15 @@ class ClaimedJob(NamedTuple):
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...], leased_at: float = 0.0) -> ClaimedJob:
-        return tuple.__new__(cls, (*row[:CLAIMED_COLUMNS], leased_at))
+        """The job of a claim's row, its columns in :data:`CLAIMED_COLUMNS`' order (the worker's
+        store puts them in that order by name, see ``pgqueue.worker.store.rows_named``)."""
+        return tuple.__new__(cls, (*row[:_CLAIMED], leased_at))
+
+
+#: The columns of a claim's row that make the job, by name: every field but ``leased_at`` (the
+#: worker's own clock). ``claim_jobs`` and ``claim_flow`` name their columns so.
+CLAIMED_COLUMNS: tuple[str, ...] = ClaimedJob._fields[:-1]
+_CLAIMED = len(CLAIMED_COLUMNS)
 
 
 class _TransactionFields:
