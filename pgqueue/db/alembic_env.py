@@ -22,17 +22,6 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.schema import SchemaItem
 
-__all__ = [
-    "SCHEMA",
-    "VERSION_TABLE",
-    "AutogenerateFilters",
-    "autogenerate_filters",
-    "downgrade",
-    "include_name",
-    "include_object",
-    "upgrade",
-]
-
 SCHEMA = migrate.SCHEMA
 """The schema pgqueue owns (``pgqueue``): autogenerate must leave it alone."""
 VERSION_TABLE = migrate.VERSION_TABLE

@@ -99,7 +99,7 @@ def test_with_args_json_copies_every_other_field():
 
 
 def test_every_job_option_is_a_field_of_the_job() -> None:
-    """An option is declared once (pgqueue/options.py) and reaches the job by its name."""
+    """An option is declared once (pgqueue/rules/options.py) and reaches the job by its name."""
     from dataclasses import fields
 
     from pgqueue.rules.job_specs import JobSpec
