@@ -33,11 +33,11 @@ def main(output: Path) -> None:
     with pg15_cluster() as cluster:
         dsn = cluster.create_pgqueue_database("app")
         os.environ["PGQUEUE_DSN"] = dsn
-        from pgqueue import demo
+        from pgqueue.cli import demo
 
         workers = [
             subprocess.Popen(
-                [PGQ, "work", "pgqueue.demo:pgq", "--queue", "demo", "--concurrency", "6"],
+                [PGQ, "work", "pgqueue.cli.demo:pgq", "--queue", "demo", "--concurrency", "6"],
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -34,7 +34,7 @@ import psycopg
 from benchmarks.common import fresh_database, machine, server
 from benchmarks.drivers import protocol, raw_driver
 from pgqueue import PgQueue
-from pgqueue.job_specs import JobSpec
+from pgqueue.rules.job_specs import JobSpec
 
 # The task bulk enqueue builds jobs of (its own PgQueue: only the jobs' descriptions are used).
 _tasks = PgQueue()

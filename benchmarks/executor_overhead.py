@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 
 from pgqueue import PgQueue
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.executor import Executor
 
 

@@ -39,7 +39,7 @@ from benchmarks.common import fresh_database, machine, server
 from benchmarks.fairness_tasks import EVENTS_DDL, PROBE, QUEUE
 from benchmarks.worker import stop
 from pgqueue import PgQueue
-from pgqueue.job_specs import JobSpec
+from pgqueue.rules.job_specs import JobSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "benchmarks.fairness_tasks:pgq"

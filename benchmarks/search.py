@@ -8,7 +8,7 @@ history rows, and what the search indexes cost the ack that records history.
    by ``INSERT ... SELECT`` over ``generate_series`` (the tests' 1M-row database is filled by
    the same function), then ``ANALYZE``.
 2. pages: for each filter, the first page (50 rows) and a deep page (the 20th, reached by
-   following the cursor), each timed ``--runs`` times through ``pgqueue.inspect.search_jobs``
+   following the cursor), each timed ``--runs`` times through ``pgqueue.views.search_jobs``
    (median and max; the deep page's time is that one page's, not the walk to it).
 3. ack cost (``--ack-jobs``, 0 skips it): inserting 200,000 history rows in ack-sized
    statements at revision 0011 and at head (what the new indexes cost per recorded ack row);
@@ -33,8 +33,8 @@ import psycopg
 
 from benchmarks.common import fresh_database, machine, server
 from benchmarks.worker import drain
-from pgqueue import PgQueue, inspect
-from pgqueue.db import migrate
+from pgqueue import PgQueue
+from pgqueue.db import migrate, views
 
 TASKS = 20  # bench.task_0 .. bench.task_19, evenly; plus bench.rare: one job in 100,000
 QUEUES = 5  # q0 .. q4
@@ -185,17 +185,17 @@ def pages(dsn: str, runs: int, depth: int = 20) -> None:
             measured = filters(conn)
         print(f"\n{'filter':<32} {'first page':>18} {'page ' + str(depth):>18}  rows/page")
         for label, where in measured:
-            first = inspect.search_jobs(pgq, **where)
+            first = views.search_jobs(pgq, **where)
             cursor = first.cursor
             for _ in range(depth - 2):
                 if cursor is None:
                     break
-                cursor = inspect.search_jobs(pgq, after=cursor, **where).cursor
-            t1 = timed(runs, partial(inspect.search_jobs, pgq, **where))
+                cursor = views.search_jobs(pgq, after=cursor, **where).cursor
+            t1 = timed(runs, partial(views.search_jobs, pgq, **where))
             if cursor is None:
                 deep = "(fewer pages)"
             else:
-                med, high = timed(runs, partial(inspect.search_jobs, pgq, after=cursor, **where))
+                med, high = timed(runs, partial(views.search_jobs, pgq, after=cursor, **where))
                 deep = f"{med:7.1f} ms ({high:5.1f})"
             print(
                 f"{label:<32} {t1[0]:7.1f} ms ({t1[1]:5.1f}) {deep:>18}  {len(first.jobs)}",

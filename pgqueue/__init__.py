@@ -5,7 +5,6 @@ Jobs are rows in ``pgqueue.jobs``: enqueue them inside your own transactions, ru
 """
 
 from pgqueue._version import __version__
-from pgqueue.batch import BatchTask, Item
 from pgqueue.client import PgQueue
 from pgqueue.errors import (
     CommitOutcomeUnknown,
@@ -35,13 +34,14 @@ from pgqueue.errors import (
     UnsupportedConnectionError,
     WorkflowNotFoundError,
 )
-from pgqueue.flow import UNSET, CircuitBreaker, RateLimit
-from pgqueue.job_context import JobContext, current_job
-from pgqueue.job_specs import JobId, JobSpec
-from pgqueue.retry import ConstantBackoff, ExponentialBackoff, RetryPolicy
-from pgqueue.schedules import Schedule
-from pgqueue.tasks import JobCall, Task
-from pgqueue.workflow import DAG, Chain, Group, WorkflowRun, chain, chord, group
+from pgqueue.handler.batch import BatchTask, Item
+from pgqueue.handler.job_context import JobContext, current_job
+from pgqueue.rules.flow_control import UNSET, CircuitBreaker, RateLimit
+from pgqueue.rules.job_specs import JobId, JobSpec
+from pgqueue.rules.retry import ConstantBackoff, ExponentialBackoff, RetryPolicy
+from pgqueue.rules.schedules import Schedule
+from pgqueue.rules.tasks import JobCall, Task
+from pgqueue.rules.workflow import DAG, Chain, Group, WorkflowRun, chain, chord, group
 
 __all__ = [
     "DAG",

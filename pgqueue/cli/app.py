@@ -10,7 +10,6 @@ from typing import Annotated, Literal
 import typer
 from rich.markup import escape
 
-from pgqueue import config
 from pgqueue._version import __version__
 from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
 from pgqueue.cli.common import (
@@ -26,7 +25,7 @@ from pgqueue.cli.common import (
 )
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
-from pgqueue.cli.flow import breaker_app, queue_app, task_app
+from pgqueue.cli.flow_cmds import breaker_app, queue_app, task_app
 from pgqueue.cli.output import (
     FormatOption,
     JsonFormatOption,
@@ -43,6 +42,7 @@ from pgqueue.db import embedded
 from pgqueue.db import migrate as migrations
 from pgqueue.db.embedded import resolve_dsn
 from pgqueue.errors import InvalidJobError, UnknownTaskError
+from pgqueue.rules import config
 
 app = typer.Typer(
     name="pgq",
@@ -357,7 +357,7 @@ def stats(
     as_json: JsonFormatOption = False,
 ) -> None:
     """Queue depth per queue (the pgqueue.queue_stats view)."""
-    from pgqueue.inspect import queue_stats
+    from pgqueue.db.views import queue_stats
 
     rows = with_reader(dsn, read_dsn, queue_stats)
     print_rows(
@@ -382,7 +382,7 @@ def demo(
     dsn: DsnOption = None,
 ) -> None:
     """Run the demo: enqueue jobs, run real workers with a live view, print a summary."""
-    from pgqueue import demo as demo_module
+    from pgqueue.cli import demo as demo_module
 
     with friendly_errors():
         demo_module.run(jobs=jobs, workers=workers, concurrency=concurrency, dsn=dsn)

@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from pgqueue import config, options
 from pgqueue.client import PgQueue
-from pgqueue.durations import parse_duration
 from pgqueue.errors import PgQueueError
+from pgqueue.rules import config, options
+from pgqueue.rules.durations import parse_duration
 
 err_console = Console(stderr=True)
 

@@ -7,11 +7,12 @@ from typing import Annotated, NoReturn
 import typer
 from rich.markup import escape
 
-from pgqueue import inspect, logs
 from pgqueue.cli.common import DsnOption, err_console, friendly_errors, in_range
 from pgqueue.cli.common import read_dsn as reads_from
 from pgqueue.client import PgQueue
+from pgqueue.db import views
 from pgqueue.errors import ConfigurationError
+from pgqueue.handler import logs
 
 
 def dashboard(
@@ -117,7 +118,7 @@ def dashboard(
         # too: the actions need it.)
         for queue in (pgq, reader):
             if queue is not None:
-                inspect.queue_stats(queue)
+                views.queue_stats(queue)
         app = create_app(
             pgq,
             DashboardSettings(

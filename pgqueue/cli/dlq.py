@@ -27,7 +27,7 @@ from pgqueue.cli.output import (
 )
 from pgqueue.client import PgQueue
 from pgqueue.errors import InvalidJobError
-from pgqueue.job_specs import MAX_ROWS
+from pgqueue.rules.job_specs import MAX_ROWS
 
 dlq_app = typer.Typer(
     help="Dead letters: jobs that failed for good.",

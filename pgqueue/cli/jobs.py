@@ -1,5 +1,5 @@
 """``pgq jobs``: list live jobs, show one, search all of them (``pgq jobs search`` is in
-:mod:`pgqueue.cli.search_cmd`). Each parses arguments and calls :mod:`pgqueue.inspect`."""
+:mod:`pgqueue.cli.search_cmd`). Each parses arguments and calls :mod:`pgqueue.db.views`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from pgqueue import inspect, search
 from pgqueue.cli import search_cmd
 from pgqueue.cli.common import (
     MAX_JOB_ID,
@@ -30,8 +29,9 @@ from pgqueue.cli.output import (
     print_fields,
     print_rows,
 )
+from pgqueue.db import search, views
 from pgqueue.errors import PgQueueError
-from pgqueue.job_specs import MAX_ROWS
+from pgqueue.rules.job_specs import MAX_ROWS
 
 jobs_app = typer.Typer(
     help="Jobs: list live ones, search all of them (live, finished, dead), inspect one.",
@@ -62,14 +62,14 @@ def jobs_list(
     rows = with_reader(
         dsn,
         read_dsn,
-        lambda pgq: inspect.jobs(
+        lambda pgq: views.jobs(
             pgq, queue=queue, state=state, task=task, tags=tag, meta=contains, limit=limit
         ),
     )
     hidden = {"max_attempts", "created_at", "worker_id"}  # in --json and `pgq jobs show`
     print_rows(
         rows,
-        [c for c in inspect.JOB_COLUMNS if c not in hidden],
+        [c for c in views.JOB_COLUMNS if c not in hidden],
         fmt=out,
         title="jobs",
         narrow_drop={"priority", "lease_left", "tags", "last_error"},
@@ -86,7 +86,7 @@ def jobs_show(
     """Everything about one job (live, dead-lettered or finished): its errors, its workflow
     neighbours and the actions its state allows."""
     out = chosen(fmt, as_json)
-    job = with_reader(dsn, read_dsn, lambda pgq: inspect.job_detail(pgq, job_id))
+    job = with_reader(dsn, read_dsn, lambda pgq: views.job_detail(pgq, job_id))
     if job is None:
         with friendly_errors():
             raise PgQueueError(f"job {job_id} not found (never existed, or succeeded)")

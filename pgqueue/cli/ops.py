@@ -1,5 +1,5 @@
 """Operator commands: ``pgq status``, ``pgq workers``, ``pgq retry``, ``pgq purge``. Each parses
-arguments and calls :mod:`pgqueue.inspect` or :mod:`pgqueue.ops`."""
+arguments and calls :mod:`pgqueue.db.views` or :mod:`pgqueue.db.ops`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from pgqueue import inspect, ops
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
@@ -32,6 +31,7 @@ from pgqueue.cli.output import (
     timestamp,
 )
 from pgqueue.client import PgQueue
+from pgqueue.db import ops, views
 
 # `pgq status` lists the workers that stopped this recently (the last few of them).
 RECENTLY_STOPPED = timedelta(hours=1)
@@ -51,11 +51,11 @@ def status(
     those that stopped in the last hour."""
 
     def read(pgq: PgQueue) -> dict[str, Any]:
-        workers = inspect.workers(pgq, include_stopped=True)
+        workers = views.workers(pgq, include_stopped=True)
         since = datetime.now(UTC) - RECENTLY_STOPPED
         stopped = [w for w in workers if w["status"] == "stopped" and w["stopped_at"] >= since]
         return {
-            "queues": inspect.queue_stats(pgq),
+            "queues": views.queue_stats(pgq),
             "workers": {
                 "running": sum(w["status"] == "running" for w in workers),
                 "lost": sum(w["status"] == "lost" for w in workers),
@@ -64,7 +64,7 @@ def status(
                 "recently_stopped": sorted(stopped, key=lambda w: w["stopped_at"], reverse=True),
             },
             # Jobs that would wait for ever: no running worker runs their task.
-            "unserved": inspect.unserved_tasks(pgq),
+            "unserved": views.unserved_tasks(pgq),
         }
 
     out = chosen(fmt, as_json)
@@ -74,7 +74,7 @@ def status(
         return
     print_rows(
         data["queues"],
-        inspect.QUEUE_STATS_COLUMNS,
+        views.QUEUE_STATS_COLUMNS,
         fmt=out,
         title="queues",
         narrow_drop=QUEUE_NARROW_DROP,
@@ -115,7 +115,7 @@ def workers(
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
     out = chosen(fmt, as_json)
-    rows = with_reader(dsn, read_dsn, lambda pgq: inspect.workers(pgq, include_stopped=all_))
+    rows = with_reader(dsn, read_dsn, lambda pgq: views.workers(pgq, include_stopped=all_))
     hidden = {
         "concurrency",
         "version",
@@ -126,7 +126,7 @@ def workers(
     }
     print_rows(
         rows,
-        [c for c in inspect.WORKER_COLUMNS if c not in hidden],
+        [c for c in views.WORKER_COLUMNS if c not in hidden],
         fmt=out,
         title="workers",
         formatters={"queues": ",".join},

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pgqueue.inspect import json_default
+from pgqueue.db.views import json_default
 
 console = Console()
 

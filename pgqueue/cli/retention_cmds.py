@@ -17,7 +17,7 @@ from pgqueue.cli.common import (
     open_queue,
 )
 from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
-from pgqueue.retention import KEEP_FOREVER
+from pgqueue.db.retention import KEEP_FOREVER
 
 retention_app = typer.Typer(
     help="Retention of job history, results and dead letters (all workers share it).",
@@ -39,7 +39,7 @@ def show(
     fmt: FormatOption = OutputFormat.table,
     as_json: JsonFormatOption = False,
 ) -> None:
-    """The settings every worker's ack and pruner use (the pgqueue.retention row)."""
+    """The settings every worker's ack and pruner use (the pgqueue.db.retention row)."""
     out = chosen(fmt, as_json)
     with open_queue(dsn) as pgq:
         settings = pgq.retention.settings()

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from pgqueue import roles
 from pgqueue.cli.common import DsnOption, friendly_errors
+from pgqueue.db import roles
 from pgqueue.db.embedded import resolve_dsn
 
 

@@ -1,7 +1,7 @@
 """``pgq jobs search``: find jobs wherever they are (live, history, dead letters), page by page.
 
-Parses the filters (states, times, ``--args key=value``; :mod:`pgqueue.search` has the
-parsers the dashboard shares) into :func:`pgqueue.inspect.search_jobs`
+Parses the filters (states, times, ``--args key=value``; :mod:`pgqueue.db.search` has the
+parsers the dashboard shares) into :func:`pgqueue.views.search_jobs`
 arguments; bad input is a one-line usage error naming the option.
 """
 
@@ -12,7 +12,6 @@ from typing import Annotated
 
 import typer
 
-from pgqueue import inspect, search
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
@@ -30,8 +29,9 @@ from pgqueue.cli.output import (
     dump_json,
     print_rows,
 )
+from pgqueue.db import search, views
 from pgqueue.errors import InvalidJobError
-from pgqueue.options import check_tags
+from pgqueue.rules.options import check_tags
 
 TIME_HELP = "ISO 8601 (UTC if no offset) or an age such as 30m, 2h, 7d."
 
@@ -167,7 +167,7 @@ def jobs_search(
     page = with_reader(
         dsn,
         read_dsn,
-        lambda pgq: inspect.search_jobs(
+        lambda pgq: views.search_jobs(
             pgq,
             id=job_id,
             task=task,

@@ -13,11 +13,12 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue import config, log_queue, logs
 from pgqueue.cli.common import DsnOption, duration, friendly_errors, in_range
 from pgqueue.cli.work_options import settings_from_options, with_setting_options
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
+from pgqueue.handler import log_queue, logs
+from pgqueue.rules import config
 from pgqueue.worker import Worker
 from pgqueue.worker.metrics import MetricsServer
 from pgqueue.worker.reaper import reap_forever, reap_once
@@ -78,7 +79,7 @@ def logging_setup(level: str | None, fmt: str | None, config_file: Path | None) 
     if config_file is not None and fmt is not None:
         raise typer.BadParameter(
             "applies to pgq work's own handler, and with --log-config there is none: use a "
-            "formatter in the file (pgqueue.logs.JsonFormatter writes JSON lines)",
+            "formatter in the file (pgqueue.handler.logs.JsonFormatter writes JSON lines)",
             param_hint="'--log-format'",
         )
     setup = logs.AppLogging(level, fmt, config_file)
@@ -263,7 +264,8 @@ def work(
             pgq, worker_settings, dsn=worker_dsn, observers=[metrics.metrics] if metrics else None
         )
     # While the event loop runs, every handler writes from a thread behind a bounded queue:
-    # a log output that blocks must not stop heartbeats, claims and acks (pgqueue.log_queue).
+    # a log output that blocks must not stop heartbeats, claims and acks
+    # (pgqueue.handler.log_queue).
     log_writer = log_queue.LogQueue().start()
     try:
         try:

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 from rich.tree import Tree
 
-from pgqueue import inspect
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
@@ -26,8 +25,9 @@ from pgqueue.cli.output import (
     console,
     print_rows,
 )
+from pgqueue.db import views
 from pgqueue.db.workflow_views import WORKFLOW_COLUMNS
-from pgqueue.job_specs import MAX_ROWS
+from pgqueue.rules.job_specs import MAX_ROWS
 
 workflow_app = typer.Typer(
     help="Workflows: chains, groups, chords and DAGs.",
@@ -86,7 +86,7 @@ def show(
     with open_queue(dsn) as pgq:
         workflow = pgq.workflow(workflow_id)
     if as_json:
-        sys.stdout.write(json.dumps(workflow, default=inspect.json_default, indent=2) + "\n")
+        sys.stdout.write(json.dumps(workflow, default=views.json_default, indent=2) + "\n")
         return
     console.print(render(workflow))
 

@@ -1,23 +1,23 @@
 """``pgq.admin``: operators' actions on dead letters and leases (the plans are in
-:mod:`pgqueue.admin`; ``pgq dlq`` and ``pgq reaper`` are the command line)."""
+:mod:`pgqueue.db.admin`; ``pgq dlq`` and ``pgq reaper`` are the command line)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import admin
 from pgqueue.client.part import Part
+from pgqueue.db import admin
 
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from pgqueue.admin import DeadLetterFilter
+    from pgqueue.db.admin import DeadLetterFilter
     from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 
 
 class Admin(Part):
     """Operators' actions (``pgq.admin``): dead letters and the reaper. Filters
-    (:class:`~pgqueue.admin.DeadLetterFilter`): ``ids``, ``task``, ``queue``, ``error`` (a
+    (:class:`~pgqueue.db.admin.DeadLetterFilter`): ``ids``, ``task``, ``queue``, ``error`` (a
     substring of the last error), ``since`` and ``until`` (timezone-aware datetimes, on the
     time the job died)."""
 

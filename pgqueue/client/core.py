@@ -21,37 +21,37 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import config, tracing
-from pgqueue.admin import CancelResult, job_progress
-from pgqueue.admin import cancel as cancel_job
-from pgqueue.batch import A, BatchTask, Item
 from pgqueue.client.names import TaskNames, check_arguments, registered_in_process
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
+from pgqueue.db.admin import CancelResult, job_progress
+from pgqueue.db.admin import cancel as cancel_job
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
+from pgqueue.db.declarations import declarations
 from pgqueue.db.enqueue_plans import enqueue_many, enqueue_one
+from pgqueue.db.results import Deadline, read_outcome, wait_for_result
 from pgqueue.db.workflow_plans import enqueue_compiled
 from pgqueue.db.workflow_views import get_workflow, list_workflows
-from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
-from pgqueue.gc_pause import gc_paused
-from pgqueue.job_specs import JobId, JobSpec, make_spec
-from pgqueue.options import BATCH_OPTION_NAMES, BatchTaskOptions, JobOptions, TaskOptions
-from pgqueue.payload import check_name
-from pgqueue.progress import Progress
-from pgqueue.results import Deadline, read_outcome, wait_for_result
-from pgqueue.schedules import PeriodicOptions, Schedule, ScheduleTiming
-from pgqueue.tasks import JobCall, P, R, Task, check_unique_by_names
-from pgqueue.workflow.builders import Compiled, Workflow
-from pgqueue.workflow.run import WorkflowRun
+from pgqueue.handler.batch import A, BatchTask, Item
+from pgqueue.rules import config, tracing
+from pgqueue.rules.gc_pause import gc_paused
+from pgqueue.rules.job_specs import JobId, JobSpec, make_spec
+from pgqueue.rules.options import BATCH_OPTION_NAMES, BatchTaskOptions, JobOptions, TaskOptions
+from pgqueue.rules.payload import check_name
+from pgqueue.rules.progress import Progress
+from pgqueue.rules.schedules import PeriodicOptions, Schedule, ScheduleTiming
+from pgqueue.rules.tasks import JobCall, P, R, Task, check_unique_by_names
+from pgqueue.rules.workflow.builders import Compiled, Workflow
+from pgqueue.rules.workflow.run import WorkflowRun
 
 if TYPE_CHECKING:
     from typing import Unpack
 
     from pgqueue.client.admin import Admin
     from pgqueue.client.cron import CronSchedules
-    from pgqueue.client.flow import FlowControl
+    from pgqueue.client.flow_control import FlowControl
     from pgqueue.client.retention import Retention
 
 T = TypeVar("T")
@@ -102,7 +102,7 @@ class PgQueue:
     @cached_property
     def flow(self) -> FlowControl:
         """Flow control: queue settings, task limits, pausing queues, circuit breakers."""
-        from pgqueue.client.flow import FlowControl
+        from pgqueue.client.flow_control import FlowControl
 
         return FlowControl(self)
 
@@ -142,7 +142,7 @@ class PgQueue:
     @overload
     def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
 
-    # batch_size given: the function takes the list of its jobs (pgqueue.batch).
+    # batch_size given: the function takes the list of its jobs (pgqueue.handler.batch).
     @overload
     def task(
         self,
@@ -190,7 +190,7 @@ class PgQueue:
 
         ``name`` defaults to ``module.qualname``; ``pass_context`` passes a
         :class:`~pgqueue.JobContext` as the first argument. The options
-        (:class:`~pgqueue.options.TaskOptions`): the defaults of the task's jobs (``queue``,
+        (:class:`~pgqueue.rules.options.TaskOptions`): the defaults of the task's jobs (``queue``,
         ``priority``, ``max_attempts``, ``result_ttl``: keep each job's return value that long,
         see :meth:`result`); ``timeout`` (seconds) bounds one attempt; ``backoff`` maps the
         attempt number (and optionally the exception) to the retry delay (default: full-jitter
@@ -205,7 +205,7 @@ class PgQueue:
         ``key_rate_limit`` (starts per second per key). ``on`` subscribes the task to events
         (see :meth:`publish`).
 
-        ``batch_size`` (and ``batch_wait``, :class:`~pgqueue.options.BatchOptions`) make a
+        ``batch_size`` (and ``batch_wait``, :class:`~pgqueue.rules.options.BatchOptions`) make a
         batch task (:class:`~pgqueue.BatchTask`): the function takes a list of
         :class:`~pgqueue.Item`, up to ``batch_size`` jobs per call, each keeping its own
         outcome.
@@ -246,11 +246,11 @@ class PgQueue:
         """Register a task that runs on a cron schedule: ``@pgq.periodic("*/5 * * * *")``.
 
         The schedule (named ``name``, default the task's name) is a row in
-        ``pgqueue.schedules``, written by every worker at start-up; each tick is enqueued
+        ``pgqueue.rules.schedules``, written by every worker at start-up; each tick is enqueued
         exactly once however many workers run. The options
-        (:class:`~pgqueue.schedules.PeriodicOptions`) are the schedule's timing (``tz``;
+        (:class:`~pgqueue.rules.schedules.PeriodicOptions`) are the schedule's timing (``tz``;
         ``missed``, the policy for ticks missed while no worker ran: ``"skip"`` or
-        ``"catch_up"``, see :mod:`pgqueue.schedules`; ``grace``; ``max_catch_up``) and the
+        ``"catch_up"``, see :mod:`pgqueue.rules.schedules`; ``grace``; ``max_catch_up``) and the
         task's options (queue, priority, max_attempts, ...).
         """
         timing: dict[str, Any] = {
@@ -414,7 +414,7 @@ class PgQueue:
         **options: Unpack[JobOptions],
     ) -> JobId:
         """Enqueue by task name with an args object (no need to import the task's code); the
-        options are a call's (:class:`~pgqueue.options.JobOptions`: ``queue``, ``delay``,
+        options are a call's (:class:`~pgqueue.rules.options.JobOptions`: ``queue``, ``delay``,
         ``idempotency_key``, ...).
 
         The name must be one this process registered or a worker declared, else
@@ -442,7 +442,7 @@ class PgQueue:
     ) -> JobId:
         """Write one validated job (:meth:`spec`), waiting for room in a bounded queue up to its
         ``wait_if_full``; returns its id. Inside a trace, the job's metadata records it
-        (:mod:`pgqueue.tracing`). Its task name is checked as :meth:`enqueue` says."""
+        (:mod:`pgqueue.rules.tracing`). Its task name is checked as :meth:`enqueue` says."""
         if not allow_unknown:
             self.require_tasks((spec.task,))
         sending = tracing.sending((spec,))
@@ -560,7 +560,7 @@ class PgQueue:
     ) -> T:
         """Run a write, again after a pause while a bounded queue refuses it, for ``wait``
         seconds at most (:mod:`pgqueue.client.room`). ``bulk``: the garbage collector is paused
-        while the jobs are written (:mod:`pgqueue.gc_pause`), not while waiting."""
+        while the jobs are written (:mod:`pgqueue.rules.gc_pause`), not while waiting."""
         room = Room(wait)
         while True:
             with room.attempt(), gc_paused() if bulk else _COLLECTING:
@@ -676,7 +676,7 @@ class PgQueue:
 
     def result(self, job_id: int, *, timeout: float | None = None) -> Any:
         """Wait for a job's result (its handler's return value, stored as JSON), typed by the
-        task's return annotation when this process registered the task (:mod:`pgqueue.codec`:
+        task's return annotation when this process registered the task (:mod:`pgqueue.rules.codec`:
         a ``datetime``, a dataclass, ...).
 
         Woken by NOTIFY when the job finishes. Raises :class:`~pgqueue.JobDeadError` or
@@ -692,7 +692,7 @@ class PgQueue:
 
     async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any:
         """The async twin of :meth:`result`. The calls on one event loop share one LISTEN
-        connection (:mod:`pgqueue.results_listener`) and read through the client's pool, so
+        connection (:mod:`pgqueue.db.results_listener`) and read through the client's pool, so
         awaiting results in many requests at once does not open a connection each."""
         job_id = int(job_id)
         deadline = Deadline(job_id, timeout)
@@ -708,7 +708,7 @@ class PgQueue:
 
     def _decode_result(self, task: str, value: Any) -> Any:
         """A stored result typed by its task's return annotation, when this process registered
-        the task (:mod:`pgqueue.codec`); else the JSON as stored."""
+        the task (:mod:`pgqueue.rules.codec`); else the JSON as stored."""
         registered = self.tasks.get(task)
         return value if registered is None else registered.binder.codec.decode_result(value)
 

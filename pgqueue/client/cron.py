@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue.client.part import Part
 from pgqueue.db import schedule_plans as plans
-from pgqueue.schedules import Schedule, ScheduleTiming
+from pgqueue.rules.schedules import Schedule, ScheduleTiming
 
 if TYPE_CHECKING:
     from typing import Unpack
 
     from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
-    from pgqueue.schedules import ScheduleOptions
-    from pgqueue.tasks import Task
+    from pgqueue.rules.schedules import ScheduleOptions
+    from pgqueue.rules.tasks import Task
 
 
 class CronSchedules(Part):
@@ -34,7 +34,7 @@ class CronSchedules(Part):
         **options: Unpack[ScheduleOptions],
     ) -> None:
         """Create or update the schedule ``name``: ``task`` with ``args`` at every tick of
-        ``cron_expression``. Options (:class:`~pgqueue.schedules.ScheduleOptions`): ``tz``,
+        ``cron_expression``. Options (:class:`~pgqueue.rules.schedules.ScheduleOptions`): ``tz``,
         ``missed``, ``grace``, ``max_catch_up``, and the ticks' ``queue``, ``priority``,
         ``max_attempts``, ``meta`` and ``tags`` (default: the task's)."""
         plan = plans.save(

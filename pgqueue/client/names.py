@@ -32,7 +32,7 @@ from pgqueue.db.plan import Plan, fetch_values
 from pgqueue.errors import InvalidJobError, UnknownTaskError
 
 if TYPE_CHECKING:
-    from pgqueue.tasks import Task
+    from pgqueue.rules.tasks import Task
 
 log = logging.getLogger("pgqueue.client")
 

@@ -1,7 +1,7 @@
 """The client's connections: its pools (or the application's), the DSN, plans driven on them.
 
 A sync pool, one async pool per event loop (an async pool belongs to the loop that opened it),
-and one results listener per loop (:mod:`pgqueue.results_listener`). With ``conn=`` a plan runs
+and one results listener per loop (:mod:`pgqueue.db.results_listener`). With ``conn=`` a plan runs
 on the caller's connection, in the caller's transaction, and never commits; without it, on a
 pooled autocommit connection.
 """
@@ -18,12 +18,12 @@ from typing import Any, TypeAlias, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from pgqueue import config
 from pgqueue.db import connections, pool_check, refusals, schema_check, startup
 from pgqueue.db import plan as plans
 from pgqueue.db.embedded import resolve_dsn
+from pgqueue.db.results_listener import ResultListener
 from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
-from pgqueue.results_listener import ResultListener
+from pgqueue.rules import config
 
 Connection: TypeAlias = psycopg.Connection[Any]
 AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]

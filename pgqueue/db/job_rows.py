@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from pgqueue.job_specs import JobSpec
+from pgqueue.rules.job_specs import JobSpec
 
 
 def due_at(spec: JobSpec, db_now: datetime) -> datetime:

@@ -257,18 +257,18 @@ UPDATE pgqueue.jobs AS j
        started_at = now()
   FROM candidates AS c
  WHERE j.id = c.id
-RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.max_attempts, j.lease_token,
-          j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL, j.meta, j.tags,
-          j.errors -> -1 ->> 'trace'
+RETURNING j.id, j.queue, j.task, j.args, j.attempts AS attempt, j.max_attempts, j.lease_token,
+          j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL AS wants_result, j.meta,
+          j.tags, j.errors -> -1 ->> 'trace' AS last_trace
 
 -- name: claim_flow
 -- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
 -- held work back (throttled: seconds until the next token, or 0), or, with throttled = -1,
 -- that flow control no longer applies (claim with claim_jobs again). wake_on_exit: the job took
 -- the last free place under a concurrency limit (see ack_jobs_waking).
-SELECT c.id, c.queue, c.task, c.args, c.attempts, c.max_attempts, c.lease_token, c.priority,
-       c.created_at, c.run_at, c.wants_result, c.meta, c.tags, c.last_trace, c.throttled,
-       c.wake_on_exit
+SELECT c.id, c.queue, c.task, c.args, c.attempts AS attempt, c.max_attempts, c.lease_token,
+       c.priority, c.created_at, c.run_at, c.wants_result, c.meta, c.tags, c.last_trace,
+       c.throttled, c.wake_on_exit
   FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
                      %(worker_id)s::uuid, %(running)s::integer[]) AS c
 

@@ -1,5 +1,5 @@
 """Cron schedules as plans: rows of ``pgqueue.schedules`` saved, listed, paused and deleted.
-What a schedule is, and when it ticks, is in :mod:`pgqueue.schedules`."""
+What a schedule is, and when it ticks, is in :mod:`pgqueue.rules.schedules`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first, fetch_value
-from pgqueue.payload import check_name
-from pgqueue.schedules import Schedule, next_tick
+from pgqueue.rules.payload import check_name
+from pgqueue.rules.schedules import Schedule, next_tick
 
 
 class ScheduleRow(NamedTuple):

@@ -24,8 +24,8 @@ from psycopg.types.json import Jsonb
 from pgqueue.db.job_rows import JOB_COLUMNS, column_arrays, due_at, job_row
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_one, fetch_value
 from pgqueue.errors import InvalidJobError, JobNotFoundError
-from pgqueue.job_specs import JobId, JobSpec
-from pgqueue.workflow.builders import Compiled, FailureStep, NodeSpec
+from pgqueue.rules.job_specs import JobId, JobSpec
+from pgqueue.rules.workflow.builders import Compiled, FailureStep, NodeSpec
 
 #: How long workflow members keep their results unless the workflow or the step says.
 DEFAULT_RESULT_TTL = timedelta(days=1)

@@ -10,7 +10,8 @@ from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, fetch_all, fetch_first
 from pgqueue.errors import InvalidJobError, WorkflowNotFoundError
-from pgqueue.job_specs import check_row_limit
+from pgqueue.rules.job_specs import check_row_limit
+from pgqueue.rules.vocabulary import WORKFLOW_STATES
 
 
 class WorkflowRow(NamedTuple):
@@ -60,7 +61,7 @@ class _Workflow(NamedTuple):
 
 WORKFLOW_COLUMNS = WorkflowRow._fields
 MEMBER_COLUMNS = MemberRow._fields
-STATES = ("running", "failing", "failed", "succeeded")
+STATES = WORKFLOW_STATES
 
 
 def list_workflows(state: str | None = None, limit: int = 50) -> Plan[list[dict[str, Any]]]:

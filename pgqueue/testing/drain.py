@@ -22,8 +22,8 @@ import psycopg
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import Owned, async_driver, atomic, atomic_async, sync_driver
 from pgqueue.errors import JobTimeout, JobTransactionError, Retry
-from pgqueue.job_context import reset_current, set_current
-from pgqueue.job_transaction import TransactionHost
+from pgqueue.handler.job_context import reset_current, set_current
+from pgqueue.handler.job_transaction import TransactionHost
 from pgqueue.testing.runs import DrainError, DrainSummary, JobRun, JobsFailed
 from pgqueue.testing.steps import (
     Called,

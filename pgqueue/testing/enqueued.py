@@ -12,7 +12,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pgqueue.db import plan as plans
-from pgqueue.tasks import Task
+from pgqueue.rules.tasks import Task
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue

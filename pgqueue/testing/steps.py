@@ -20,13 +20,13 @@ from typing import Any, NamedTuple, TypeVar
 
 from psycopg.rows import class_row, tuple_row
 
-from pgqueue.batch import BatchTask
 from pgqueue.db import plan as plans
+from pgqueue.db.search import FoundJob
 from pgqueue.errors import JobCancelled
-from pgqueue.job_context import CLAIMED_COLUMNS, ClaimedJob, JobContext
-from pgqueue.job_transaction import TransactionHost
-from pgqueue.search import FoundJob
-from pgqueue.tasks import Task
+from pgqueue.handler.batch import BatchTask
+from pgqueue.handler.job_context import CLAIMED_COLUMNS, ClaimedJob, JobContext
+from pgqueue.handler.job_transaction import TransactionHost
+from pgqueue.rules.tasks import Task
 from pgqueue.testing.runs import DrainError, DrainSummary, JobRun, run_outcome
 from pgqueue.worker.batches import prepare, settle
 from pgqueue.worker.outcome import (
@@ -41,6 +41,11 @@ from pgqueue.worker.outcome import (
     transaction_outcome,
 )
 from pgqueue.worker.scheduler import due_ticks
+from pgqueue.worker.store import FLOW_CLAIM_COLUMNS, rows_named
+
+# A flow claim's rows: the claimed job's columns, then how long a rate limit holds back the rest.
+_FLOW_ROWS = rows_named(FLOW_CLAIM_COLUMNS)
+_THROTTLED = FLOW_CLAIM_COLUMNS.index("throttled")
 
 T = TypeVar("T")
 
@@ -192,17 +197,17 @@ def _claim(
     flow control applies, as ``next_due`` says), or None and how long until a rate limit lets
     one through (None: nothing is held back)."""
     params = _claim_params(queues, names, worker_id)
-    rows = yield from plans.fetch_all("claim_jobs", params, row=tuple_row)
+    rows = yield from plans.fetch_all("claim_jobs", params, row=rows_named(CLAIMED_COLUMNS))
     if rows:
         return ClaimedJob.from_row(rows[0]), None
     due = yield from plans.fetch_all("next_due", params, row=tuple_row)
     if not (due and due[0][1]):
         return None, None
     throttled = None
-    for row in (yield from plans.fetch_all("claim_flow", params, row=tuple_row)):
+    for row in (yield from plans.fetch_all("claim_flow", params, row=_FLOW_ROWS)):
         if row[0] is not None:
             return ClaimedJob.from_row(row), None
-        seconds = row[CLAIMED_COLUMNS]
+        seconds = row[_THROTTLED]
         if seconds is not None and seconds > 0:
             throttled = float(seconds)
     return None, throttled
@@ -308,7 +313,7 @@ def run_job_steps(
     # The claim's own walk, started just before this job's key: it is the first it meets.
     after = [found["priority"], found["run_at"], job_id - 1]
     params = _claim_params([found["queue"]], [name], worker_id, after)
-    rows = yield from plans.fetch_all("claim_jobs", params, row=tuple_row)
+    rows = yield from plans.fetch_all("claim_jobs", params, row=rows_named(CLAIMED_COLUMNS))
     job = ClaimedJob.from_row(rows[0]) if rows else None
     if job is None or job.id != job_id:
         if job is not None:

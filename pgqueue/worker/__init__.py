@@ -4,7 +4,7 @@ See :mod:`pgqueue.worker.worker` for the job state machine and the worker's life
 :mod:`pgqueue.worker.wiring` for how the services are connected.
 """
 
-from pgqueue.job_context import JobContext, current_job
+from pgqueue.handler.job_context import JobContext, current_job
 from pgqueue.worker.settings import WorkerSettings
 from pgqueue.worker.worker import Worker
 

@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgqueue.batch import BatchTask, Item
 from pgqueue.errors import InvalidJobError
-from pgqueue.job_context import ClaimedJob, JobContext
+from pgqueue.handler.batch import BatchTask, Item
+from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.worker.outcome import Outcome, returned_outcome
 
 #: A batch task keeps its room in the claims this long (plus its batch_wait) after its last

@@ -33,14 +33,15 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
-from pgqueue import logs
-from pgqueue.batch import BatchTask
 from pgqueue.errors import ConfigurationError, InvalidJobError, JobCancelled
-from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
-from pgqueue.job_hooks import call_hooked
-from pgqueue.job_transaction import bind_host
-from pgqueue.tasks import Task
-from pgqueue.tracing import consumer
+from pgqueue.handler import logs
+from pgqueue.handler.batch import BatchTask
+from pgqueue.handler.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.handler.job_hooks import call_hooked
+from pgqueue.handler.job_transaction import bind_host
+from pgqueue.rules.tasks import Task
+from pgqueue.rules.tracing import consumer
+from pgqueue.rules.vocabulary import CancelReason, cancel_reason
 from pgqueue.worker import frames
 from pgqueue.worker.batches import prepare, settle
 from pgqueue.worker.outcome import Outcome, raised_outcome, returned_outcome
@@ -204,10 +205,10 @@ class _Runner:
         self.batch: dict[tuple[int, int], JobContext] = {}
         self.busy = False
         #: OpenTelemetry: the child traces the attempts it runs when the app it imported set
-        #: a tracer provider (pgqueue.tracing).
+        #: a tracer provider (pgqueue.rules.tracing).
         self.tracer = consumer()
         #: A cancel read before its job started (the reader runs ahead of the main thread).
-        self.early: dict[tuple[int, int], str] = {}
+        self.early: dict[tuple[int, int], CancelReason] = {}
 
     # -- the reader thread -------------------------------------------------------------------
 
@@ -224,7 +225,7 @@ class _Runner:
                 self.jobs.put(message)
             elif kind == "cancel":
                 key = (message["id"], message["token"])
-                self._cancel(key, str(message["reason"]), bool(message.get("batch")))
+                self._cancel(key, cancel_reason(message["reason"]), bool(message.get("batch")))
             elif kind == "terminate":
                 _flags.terminating = True
                 # The worker's SIGTERM may have come before this message and been ignored.
@@ -239,7 +240,7 @@ class _Runner:
             os._exit(_ORPHANED)
         self.jobs.put(None)
 
-    def _cancel(self, key: tuple[int, int], reason: str, whole: bool = False) -> None:
+    def _cancel(self, key: tuple[int, int], reason: CancelReason, whole: bool = False) -> None:
         """Stop the job ``key`` (or, ``whole``, every job of the batch whose key it is)."""
         with self.lock:
             ctx = self.current
@@ -296,7 +297,7 @@ class _Runner:
         contexts = [JobContext(_claimed(m), self.worker_id) for m in message["jobs"]]
         for ctx, part in zip(contexts, message["jobs"], strict=True):
             if part.get("cancelled"):
-                ctx.cancel(str(part["cancelled"]))
+                ctx.cancel(cancel_reason(part["cancelled"]))
         with self.lock:
             self.batch = {(c.id, c.job.lease_token): c for c in contexts}
             early = {key: self.early.pop(key) for key in self.batch if key in self.early}

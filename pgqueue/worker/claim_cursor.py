@@ -22,11 +22,13 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
+from pgqueue.handler.job_context import CLAIMED_COLUMNS
+
 #: Seconds between walks from the top of the ready index while claims keep coming back full.
 CLAIM_RESCAN = 0.25
 
-# Positions in a claim_jobs row.
-_ID, _QUEUE, _PRIORITY, _RUN_AT = 0, 1, 7, 9
+# Positions in a claim_jobs row (decoded by name into CLAIMED_COLUMNS' order by the store).
+_ID, _QUEUE, _PRIORITY, _RUN_AT = map(CLAIMED_COLUMNS.index, ("id", "queue", "priority", "run_at"))
 _key = itemgetter(_PRIORITY, _RUN_AT, _ID)
 
 

@@ -51,12 +51,13 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgqueue.batch import BatchTask
 from pgqueue.errors import Fail, JobCancelled, JobTimeout, Retry
-from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
-from pgqueue.job_transaction import HOLDING, TransactionHost
-from pgqueue.tasks import Task
-from pgqueue.tracing import consumer
+from pgqueue.handler.batch import BatchTask
+from pgqueue.handler.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.handler.job_transaction import HOLDING, TransactionHost
+from pgqueue.rules.tasks import Task
+from pgqueue.rules.tracing import consumer
+from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.batches import Batches, BatchRun, Gathering, prepare, settle
 from pgqueue.worker.outcome import (
     Outcome,
@@ -78,7 +79,7 @@ class Running:
     ctx: JobContext
     task: asyncio.Task[None] | None = None
     started: float = field(default_factory=time.monotonic)
-    #: The attempt's span when the worker traces (pgqueue.tracing), else None.
+    #: The attempt's span when the worker traces (pgqueue.rules.tracing), else None.
     span: Any = None
     #: The batch this job runs in (a batch task's job), else None.
     batch: BatchRun | None = None
@@ -263,11 +264,6 @@ class Executor:
             batches.only_batches = not ordinary
             if batches.due:
                 self._start_waiting()
-
-    @property
-    def threads_busy(self) -> int:
-        """Sync handlers executing in threads right now (abandoned ones included)."""
-        return 0 if self._threads is None else self._threads.busy
 
     def start(self, job: ClaimedJob) -> None:
         if self.batches is not None and job.task in self.batches.tasks:
@@ -758,7 +754,7 @@ class Executor:
                 outcome.duration = duration
                 self.submit(outcome)
 
-    def _stop_in_batch(self, running: Running, run: BatchRun, reason: str) -> None:
+    def _stop_in_batch(self, running: Running, run: BatchRun, reason: CancelReason) -> None:
         """Stop one job of a running batch. A cancel or a lost lease reaches that job alone
         (``item.cancelled``; its outcome is cancelled, or not ours); the batch's timeout and
         shutdown stop the whole call, and so does every job of it being asked to stop."""
@@ -771,7 +767,7 @@ class Executor:
         elif self.pool is not None and not run.task.is_async:
             self.pool.stop_item(run.key, (running.job.id, running.job.lease_token), reason)
 
-    def _stop_batch(self, run: BatchRun, reason: str) -> None:
+    def _stop_batch(self, run: BatchRun, reason: CancelReason) -> None:
         """Stop a batch's call, as a one-job handler's would be for ``reason``."""
         for ctx in run.contexts:
             ctx.cancel(reason)
@@ -783,7 +779,7 @@ class Executor:
 
     # -- stopping handlers -------------------------------------------------------------------
 
-    def stop_job(self, job_id: int, reason: str, token: int | None = None) -> bool:
+    def stop_job(self, job_id: int, reason: CancelReason, token: int | None = None) -> bool:
         """Ask the handler(s) of a job to stop (cancelled, timeout), or of one attempt (lease
         lost: ``token``). False if nothing matching runs or waits here."""
         matching = [
@@ -804,7 +800,7 @@ class Executor:
                 self.submit(Outcome(job, "cancelled"))
         return bool(matching or waiting)
 
-    def _stop(self, running: Running, reason: str) -> None:
+    def _stop(self, running: Running, reason: CancelReason) -> None:
         if running.batch is not None:
             self._stop_in_batch(running, running.batch, reason)
             return
@@ -815,7 +811,7 @@ class Executor:
         elif self.pool is not None:
             self.pool.stop((running.job.id, running.job.lease_token), reason)
 
-    def stop_all(self, reason: str) -> list[Running]:
+    def stop_all(self, reason: CancelReason) -> list[Running]:
         stopped = list(self.running.values())
         batches: dict[int, BatchRun] = {}
         for running in stopped:

@@ -30,21 +30,22 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from pgqueue.job_context import CLAIMED_COLUMNS, ClaimedJob
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
-from pgqueue.worker.store import TRANSIENT_ERRORS, Row, WorkerStore
+from pgqueue.worker.store import FLOW_CLAIM_COLUMNS, TRANSIENT_ERRORS, Row, WorkerStore
 
-# Columns of a claim's rows: the job's (ClaimedJob), then claim_flow's own two.
-_ID, _TOKEN = 0, ClaimedJob._fields.index("lease_token")
+# Positions in a claim's rows, which the store decodes by name into FLOW_CLAIM_COLUMNS' order
+# (claim_jobs' rows stop after the job's columns).
+_ID, _TOKEN = FLOW_CLAIM_COLUMNS.index("id"), FLOW_CLAIM_COLUMNS.index("lease_token")
 #: Seconds until a limit may let a job through (0: unknown; < 0: flow control applies no more),
 #: on the row of no job that claim_flow adds when limits held work back.
-_THROTTLED = CLAIMED_COLUMNS
+_THROTTLED = FLOW_CLAIM_COLUMNS.index("throttled")
 #: The job took the last free place under a concurrency limit (see ack_jobs_waking).
-_WAKE_ON_EXIT = CLAIMED_COLUMNS + 1
+_WAKE_ON_EXIT = FLOW_CLAIM_COLUMNS.index("wake_on_exit")
 
 
 class _Idle(enum.Enum):

@@ -10,7 +10,8 @@ handlers reported, and stops a handler whose lease was lost or whose job was can
 
 from __future__ import annotations
 
-from pgqueue.job_context import ClaimedJob, JobContext
+from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 
@@ -54,7 +55,7 @@ class Holdings:
         """Its own ``ctx.transaction()`` completes (or completed) the job."""
         return self._executor.completing(*lease)
 
-    def stop(self, lease: Lease, reason: str) -> None:
+    def stop(self, lease: Lease, reason: CancelReason) -> None:
         """Ask the handler of the job held under ``lease`` to stop."""
         job_id, token = lease
         self._executor.stop_job(job_id, reason, token)

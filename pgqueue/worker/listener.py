@@ -45,7 +45,6 @@ class Listener(Service):
             {"application_name": application_name} if application_name else {}
         )
         self.connected = False
-        self.unusable = False  # notifications cannot reach this connection: the worker polls
         self.notifications = 0
         self.probe_timeout = probe_timeout
 
@@ -65,7 +64,6 @@ class Listener(Service):
                     "as PgBouncer?): falling back to polling; pass --listen-dsn with a direct "
                     "connection to wake up at once"
                 )
-                self.unusable = True
                 self.stop()
                 return
             self.connected = True

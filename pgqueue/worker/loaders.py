@@ -5,7 +5,8 @@ written by hand: JSON nested deeper than Python's recursion limit, a number with
 ``int()`` accepts, an infinite timestamp) would fail the claim that already committed, and every
 job in that batch would sit claimed and unrun until its lease expired, again and again. With
 these loaders the value decodes to a marker instead: JSON to
-:class:`~pgqueue.payload.UndecodableJson` (the executor dead-letters that job with the reason),
+:class:`~pgqueue.rules.payload.UndecodableJson` (the executor dead-letters that job with the
+reason),
 ``±infinity`` timestamps to ``datetime.max`` / ``datetime.min`` (UTC).
 """
 
@@ -21,7 +22,7 @@ from psycopg.abc import AdaptContext, Buffer
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from pgqueue.payload import UndecodableJson
+from pgqueue.rules.payload import UndecodableJson
 
 
 def _json_fallback(data: bytes, exc: Exception) -> Any:

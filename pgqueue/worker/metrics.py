@@ -20,17 +20,18 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from pgqueue import log_queue
 from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler import log_queue
+from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.rules.vocabulary import LiveState
 from pgqueue.worker.observer import WorkerObserver, Written
 from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.worker.metrics")
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
-_STATES = ("ready", "scheduled", "running")
+_STATES: tuple[LiveState, ...] = ("ready", "scheduled", "running")
 
 
 class WorkerMetrics(WorkerObserver):
@@ -110,7 +111,7 @@ class WorkerMetrics(WorkerObserver):
 
 class LogRecordsDropped(Collector):
     """Log records the worker dropped because its log output did not keep up (the queue to
-    the log writer thread was full; see pgqueue.log_queue)."""
+    the log writer thread was full; see pgqueue.handler.log_queue)."""
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.worker.observer")

@@ -10,17 +10,18 @@ import os
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pgqueue.errors import Fail, InvalidJobError, Retry
-from pgqueue.job_context import ClaimedJob, JobContext
-from pgqueue.job_transaction import COMMITTED, LOST, UNKNOWN
-from pgqueue.options import MAX_DURATION
-from pgqueue.payload import dumps
+from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.handler.job_transaction import COMMITTED, LOST, UNKNOWN
+from pgqueue.rules.options import MAX_DURATION
+from pgqueue.rules.payload import dumps
+from pgqueue.rules.vocabulary import OutcomeKind
 from pgqueue.worker.store import Row, int_array
 
 if TYPE_CHECKING:
-    from pgqueue.tasks import Task
+    from pgqueue.rules.tasks import Task
 
 # The executor's logger: these lines are about the attempts it runs.
 log = logging.getLogger("pgqueue.worker.executor")
@@ -29,7 +30,7 @@ log = logging.getLogger("pgqueue.worker.executor")
 #: retry: raised Retry (reschedule, attempt not burned). fail: raised Fail (dead letter now).
 #: cancelled: stopped because the job was cancelled. no_retry: raised an error the task's retry
 #: policy excludes (retry_on / no_retry_on): dead letter now.
-Kind = Literal["ack", "error", "retry", "fail", "cancelled", "no_retry"]
+Kind = OutcomeKind
 
 # pgqueue's own source tree: the frames a traceback starts with before it reaches the handler.
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

@@ -44,8 +44,9 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.job_context import ClaimedJob, JobContext
-from pgqueue.job_transaction import OPEN, TransactionHost
+from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.handler.job_transaction import TransactionHost
+from pgqueue.rules.vocabulary import HISTORY_STATES, TRANSACTION_STATES, CancelReason
 from pgqueue.worker import frames
 from pgqueue.worker.child import main as child_main
 from pgqueue.worker.outcome import Kind
@@ -59,7 +60,7 @@ JobKey = tuple[int, int]  # (job id, lease token)
 ReplyKind = Kind | Literal["stopped"]
 _REPLY_KINDS = frozenset((*get_args(Kind), "stopped"))
 
-_TX_STATES = frozenset((None, OPEN, "completing", "committed", "lost", "unknown"))
+_TX_STATES = frozenset((None, *TRANSACTION_STATES))
 
 _SPAWN = multiprocessing.get_context("spawn")
 #: How long an idle child told to exit may take before it is terminated.
@@ -383,7 +384,7 @@ class Child:
             if ctx is not None and job == self.job and state in _TX_STATES:
                 ctx.transaction_state = state
                 done_as = message.get("as")
-                ctx.completed_as = done_as if done_as in ("succeeded", "cancelled") else None
+                ctx.completed_as = done_as if done_as in HISTORY_STATES else None
         elif kind == "ready":
             if self._start_timer is not None:
                 self._start_timer.cancel()
@@ -454,7 +455,7 @@ class Child:
         )
         return reply
 
-    def stop_item(self, key: JobKey, reason: str) -> None:
+    def stop_item(self, key: JobKey, reason: CancelReason) -> None:
         """Tell the handler one job of its batch was asked to stop (``item.cancelled`` in the
         child); the batch goes on."""
         if key in self.batch:
@@ -470,7 +471,7 @@ class Child:
             self._stop_timer.cancel()  # it stopped by itself in time: no kill
             self._stop_timer = None
 
-    def stop(self, key: JobKey, reason: str, grace: float | None) -> None:
+    def stop(self, key: JobKey, reason: CancelReason, grace: float | None) -> None:
         """Ask the handler of ``key`` to stop (``ctx.cancelled`` in the child); terminate the
         child after ``grace`` seconds (None: the caller decides) unless the job ends first."""
         if self.job != key:
@@ -488,7 +489,7 @@ class Child:
         if grace is not None and self._stop_timer is None:
             self._stop_timer = self.loop.call_later(grace, self._not_stopped, key, reason, grace)
 
-    def _not_stopped(self, key: JobKey, reason: str, grace: float) -> None:
+    def _not_stopped(self, key: JobKey, reason: CancelReason, grace: float) -> None:
         log.info(
             "handler did not stop within %gs (%s); terminating its child pid=%s job_id=%s",
             grace,
@@ -714,7 +715,7 @@ class ProcessPool:
                 self._release(child)
         return result
 
-    def stop(self, key: JobKey, reason: str) -> None:
+    def stop(self, key: JobKey, reason: CancelReason) -> None:
         """Stop the attempt ``key`` (the executor set its context's reason already): a timeout
         or shutdown terminates its child now; a cancel or a lost lease gives the handler
         ``stop_grace`` to notice ``ctx.cancelled`` first."""
@@ -736,7 +737,7 @@ class ProcessPool:
         else:
             child.stop(key, reason, self.settings.stop_grace)
 
-    def stop_item(self, key: JobKey, item: JobKey, reason: str) -> None:
+    def stop_item(self, key: JobKey, item: JobKey, reason: CancelReason) -> None:
         """One job (``item``) of the batch ``key`` was asked to stop (a cancel, a lost lease):
         its child's handler is told; the batch goes on. Before a child took the batch, the
         job's context says so when the batch is sent."""

@@ -1,6 +1,6 @@
 """The pruner service: retention in the worker's maintenance loop.
 
-Every ``every`` seconds (jittered) it runs one pruning pass (:func:`pgqueue.retention.prune`:
+Every ``every`` seconds (jittered) it runs one pruning pass (:func:`pgqueue.db.retention.prune`:
 expired job history and results, dead letters past their retention, emptied workflows) in small
 batches, each statement its own transaction, with SKIP LOCKED so every worker may run it, and
 deletes the per-key token buckets that are full again
@@ -11,8 +11,7 @@ keep is read from ``pgqueue.retention`` by the statements themselves, so all wor
 
 from __future__ import annotations
 
-from pgqueue import retention
-from pgqueue.db import flow_plans
+from pgqueue.db import flow_plans, retention
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import WorkerStore
 

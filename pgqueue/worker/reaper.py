@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 
-from pgqueue import admin
+from pgqueue.db import admin
 from pgqueue.db.startup import check_database_async
 from pgqueue.errors import DatabaseUnavailableError
 from pgqueue.worker.observer import WorkerObserver

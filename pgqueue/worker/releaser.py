@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.service import RetryDelay

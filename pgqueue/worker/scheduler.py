@@ -1,4 +1,4 @@
-"""The scheduler: enqueues due cron ticks (``pgqueue.schedules``), exactly once per tick.
+"""The scheduler: enqueues due cron ticks (``pgqueue.rules.schedules``), exactly once per tick.
 
 Every worker may run it. For each due schedule it computes the ticks with croniter (from the
 database's clock) and runs one statement that moves the schedule's ``next_tick`` forward with a
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgqueue.errors import QueueFullError
-from pgqueue.schedules import TickPlan, plan_ticks
+from pgqueue.rules.schedules import TickPlan, plan_ticks
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import WorkerStore
 

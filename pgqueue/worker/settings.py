@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.payload import check_name
+from pgqueue.rules.payload import check_name
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue

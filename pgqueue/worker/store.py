@@ -11,23 +11,56 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any, Protocol, TypeVar, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import BaseRowFactory, RowMaker, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from pgqueue.db import plan as plans
 from pgqueue.db.plan import Plan, Query
 from pgqueue.db.queries import query
 from pgqueue.db.refusals import ConnectFailures
+from pgqueue.handler.job_context import CLAIMED_COLUMNS
 from pgqueue.worker import loaders
 
 log = logging.getLogger("pgqueue.worker.store")
 
 Row = tuple[Any, ...]
 T = TypeVar("T")
+
+#: A claim_flow row: the job's columns, then claim_flow's own two.
+FLOW_CLAIM_COLUMNS = (*CLAIMED_COLUMNS, "throttled", "wake_on_exit")
+
+
+def rows_named(names: Sequence[str]) -> BaseRowFactory[Row]:
+    """A row factory that decodes rows by column name: each a tuple of the columns ``names``
+    says, in that order, wherever the statement puts them. The positions are worked out once
+    per result from the cursor's description; when the statement already returns those columns
+    in that order (as pgqueue's own do) rows are psycopg's plain tuples, at no cost per row."""
+    wanted = tuple(names)
+
+    def factory(cursor: Any) -> RowMaker[Row]:  # a sync or an async cursor
+        got = tuple(column.name for column in cursor.description or ())
+        if got[: len(wanted)] == wanted:
+            return tuple_row(cursor)
+        missing = [name for name in wanted if name not in got]
+        if missing:
+            raise psycopg.ProgrammingError(f"the claim returned no column {', '.join(missing)}")
+        pick = itemgetter(*map(got.index, wanted))
+        return cast(RowMaker[Row], pick)
+
+    return factory
+
+
+#: The statements whose rows are decoded by name (the claims: ClaimedJob reads their columns).
+ROWS_BY_NAME: dict[str, BaseRowFactory[Row]] = {
+    "claim_jobs": rows_named(CLAIMED_COLUMNS),
+    "claim_flow": rows_named(FLOW_CLAIM_COLUMNS),
+}
 
 
 def int_array(values: Iterable[int]) -> str:
@@ -162,6 +195,8 @@ class WorkerDB:
     ) -> list[Row]:
         async with self.pool.connection(timeout=timeout) as conn, conn.cursor() as cur:
             prepare = False if name in PLANNED_EACH_TIME else None
+            if name in ROWS_BY_NAME:
+                cur.row_factory = ROWS_BY_NAME[name]
             await cur.execute(query(name), params, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
 
@@ -213,7 +248,7 @@ class WorkerDB:
                         await conn.execute(query("begin"))
                         if generic:
                             await conn.execute(query("generic_plans"))
-                        first = conn.cursor()
+                        first = conn.cursor(row_factory=ROWS_BY_NAME.get(name, tuple_row))
                         await first.execute(query(name), params)
                         got = await first.fetchall()
                         second = conn.cursor()

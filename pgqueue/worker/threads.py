@@ -40,8 +40,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pgqueue.job_context import JobContext, set_current
-from pgqueue.job_hooks import call_hooked
+from pgqueue.handler.job_context import JobContext, set_current
+from pgqueue.handler.job_hooks import call_hooked
 
 #: Call states (only changed under the pool's mutex).
 QUEUED = 0
@@ -136,11 +136,6 @@ class HandlerThreads:
         self._stuck = 0  # of those, in a handler abandoned after its timeout
         self._closing = False
         _register_atexit(self)
-
-    @property
-    def busy(self) -> int:
-        """Threads executing a handler right now (abandoned ones included)."""
-        return self._busy
 
     # -- on the loop ---------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The worker's side of handlers' ``ctx.transaction()`` blocks (:mod:`pgqueue.job_transaction`).
+"""The worker's side of handlers' ``ctx.transaction()`` blocks
+(:mod:`pgqueue.handler.job_transaction`).
 
 The worker keeps a pool of connections for these blocks apart from its own (a handler's
 transaction may stay open as long as the handler likes; the services' statements must never
@@ -23,8 +24,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue.db import pool_check
 from pgqueue.db.refusals import ConnectFailures
-from pgqueue.job_context import ClaimedJob, JobContext
-from pgqueue.job_transaction import TransactionHost
+from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.handler.job_transaction import TransactionHost
 
 #: How long a block waits for a connection of the pool (all taken by other handlers' blocks).
 POOL_TIMEOUT = 30.0

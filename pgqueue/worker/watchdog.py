@@ -67,7 +67,6 @@ class LoopWatchdog:
         if application_name is not None:
             self._conn_kwargs["application_name"] = application_name
         self.last_tick = time.monotonic()
-        self.stalls = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop_thread_id = threading.get_ident()
@@ -115,7 +114,6 @@ class LoopWatchdog:
                     continue
                 if stalled_since is None:
                     stalled_since = self.last_tick
-                    self.stalls += 1
                     self._report(lag)
                 self._extend()
             if stalled_since is not None:  # the loop is running again: it asked us to stop

@@ -1,27 +1,7 @@
-"""A worker process: its lifecycle, and the job state machine it drives.
+"""A worker process: its lifecycle, and the services that drive the job state machine.
 
-Job states (``pgqueue.jobs.state``; finished jobs leave the table)::
-
-    scheduled --(run_at <= now)--> ready --claim--> running --ack-----------> (deleted)
-        ^                            ^                 |  \\--cancel requested-> job_history
-        |                            |                 |                         (cancelled)
-        +---- error, attempts left / Retry ------------+
-        |                            |                 +--Fail / no attempts--> dead_letters
-        |                            +---- release ----+   (graceful shutdown,     |
-        +---- reaper: lease expired, attempts left ----+    attempt not burned)   replay
-                                                      \\--lease expired, no        |
-                                                          attempts -> dead_letters  v
-                                                                                  ready
-
-    waiting --(every parent succeeded: settled in the parent's ack)--> ready / scheduled
-        \\--(a parent ended dead or cancelled)--> job_history (cancelled)
-
-A successful ack deletes the row; it records it in job_history too (with the return value)
-when the job keeps its result (result_ttl, workflow members) or history is switched on.
-
-Every transition out of ``running`` is a statement fenced by ``lease_token``: only the holder
-of the current claim can make it, so a worker that lost its lease (stalled, partitioned,
-reaped) changes nothing. All times come from the database clock.
+The job states and the state machine (which statement moves a job from where to where) are
+written out in :mod:`pgqueue.rules.vocabulary`, where the states are declared.
 
 Services (each a :class:`~pgqueue.worker.service.Service` in its own module): fetcher (claims),
 executor (runs handlers), completer (writes outcomes in batches), heartbeater (extends leases),
@@ -33,7 +13,7 @@ built and connected in :mod:`pgqueue.worker.wiring`, started and stopped by the
 
 Workflow jobs start ``waiting`` (not in any claim index) and become ``ready`` in the statement
 that records their last parent's success; a parent ending dead or cancelled cancels them (see
-:mod:`pgqueue.workflow`).
+:mod:`pgqueue.rules.workflow`).
 
 Shutdown: the first SIGTERM/SIGINT stops claiming and lets running jobs finish for up to
 ``shutdown_grace``; jobs still running then are handed back (``ready``, attempt not burned) and
@@ -52,15 +32,15 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import logs
 from pgqueue._version import __version__
-from pgqueue.batch import BatchTask
-from pgqueue.config import configured_dsn
+from pgqueue.db.declarations import declarations
 from pgqueue.db.embedded import resolve_dsn
 from pgqueue.db.startup import check_database_async
-from pgqueue.declarations import declarations
 from pgqueue.errors import ConfigurationError, DatabaseUnavailableError
-from pgqueue.job_transaction import bind_host
+from pgqueue.handler import logs
+from pgqueue.handler.batch import BatchTask
+from pgqueue.handler.job_transaction import bind_host
+from pgqueue.rules.config import configured_dsn
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats

@@ -13,7 +13,7 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.outcome import Outcome

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pgqueue.cli import app
+from pgqueue.rules.vocabulary import JOB_STATES
 from tests.dashboard_helpers import dashboard
 
 
@@ -358,3 +359,10 @@ def test_the_token_is_accepted_in_a_url_only_to_log_in(dsn, pgq, conn):
         basic = {"Authorization": "Basic " + base64.b64encode(b"ops:pw").decode()}
         assert board.request("/?token=x", headers=basic)[0] == 200
         assert board.request("/api/state?token=x", headers=basic)[0] == 200
+
+
+def test_the_search_form_offers_the_job_states_the_vocabulary_declares(dsn):
+    with dashboard(dsn) as board:
+        status, _, html = board.request("/")
+    assert status == 200
+    assert re.findall(r'<option value="([a-z ]*)">', html) == ["", *JOB_STATES]

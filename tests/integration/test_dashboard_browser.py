@@ -22,7 +22,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
 
 from benchmarks.search import fill
-from pgqueue import PgQueue, chain, inspect
+from pgqueue import PgQueue, chain
+from pgqueue.db import views
 from tests.dashboard_helpers import dashboard
 from tests.helpers import scalar, spawn_worker, stop_workers, thread_worker, wait_for
 from tests.integration import worker_app, workflow_app
@@ -292,7 +293,7 @@ def test_search_pages_and_job_page_in_chromium_over_a_million_rows(app_dsn, conn
             browser.find_element(By.CSS_SELECTOR, '#search-form select[name="state"]')
         ).select_by_value("succeeded")
         click(browser, "#search-submit")
-        expected = inspect.search_jobs(reader, task="bench.task_7", state="succeeded")
+        expected = views.search_jobs(reader, task="bench.task_7", state="succeeded")
         assert len(expected.jobs) == 50 and expected.cursor
         wait_for(
             lambda: [r[0] for r in rows_shown(browser)] == [j["id"] for j in expected.jobs],
@@ -302,7 +303,7 @@ def test_search_pages_and_job_page_in_chromium_over_a_million_rows(app_dsn, conn
             ("succeeded", "bench.task_7")
         }
         # Next page: the cursor, through the URL (so back and forward work).
-        second = inspect.search_jobs(
+        second = views.search_jobs(
             reader, task="bench.task_7", state="succeeded", after=expected.cursor
         )
         click(browser, "#search-next")

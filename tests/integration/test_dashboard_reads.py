@@ -16,7 +16,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from pgqueue import ops
+from pgqueue.db import ops
 from tests.dashboard_helpers import dashboard
 from tests.helpers import scalar, thread_worker, wait_for
 from tests.integration import worker_app

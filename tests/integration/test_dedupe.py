@@ -18,7 +18,7 @@ import pytest
 
 from pgqueue import InvalidJobError, PgQueue
 from pgqueue.db.queries import query
-from pgqueue.dedupe import derived_key
+from pgqueue.rules.dedupe import derived_key
 from tests.helpers import (
     ROOT,
     ledger,

@@ -13,8 +13,9 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from pgqueue import chain, inspect
+from pgqueue import chain
 from pgqueue.cli import app as cli_app
+from pgqueue.db import views
 from pgqueue.errors import InvalidJobError
 from tests.dashboard_helpers import dashboard
 from tests.helpers import thread_worker, wait_for
@@ -156,9 +157,9 @@ def test_meta_and_tags_follow_the_job_everywhere(app_dsn, pgq):
     assert (letter["meta"], letter["tags"]) == (META, ["dead"])
 
     # Search: by tag and by metadata, in every place.
-    found = inspect.search_jobs(pgq, tags=["dead"])
+    found = views.search_jobs(pgq, tags=["dead"])
     assert [j["id"] for j in found.jobs] == [dead]
-    found = inspect.search_jobs(pgq, meta={"tenant": "acme"})
+    found = views.search_jobs(pgq, meta={"tenant": "acme"})
     assert {j["id"] for j in found.jobs} == {kept, dead, cancelled}
     runner = CliRunner()
     result = runner.invoke(
@@ -166,7 +167,7 @@ def test_meta_and_tags_follow_the_job_everywhere(app_dsn, pgq):
     )
     assert result.exit_code == 0, result.output
     assert [j["id"] for j in json.loads(result.output)["jobs"]] == [kept]
-    detail = inspect.job_detail(pgq, dead)
+    detail = views.job_detail(pgq, dead)
     assert detail is not None and (detail["meta"], detail["tags"]) == (META, ["dead"])
     with dashboard(app_dsn) as board:
         status, _, body = board.request("/api/search?tag=kept&meta=n%3D3&meta=tenant%3Dacme")
@@ -187,7 +188,7 @@ def test_meta_and_tags_follow_the_job_everywhere(app_dsn, pgq):
     )
     assert result.exit_code == 0, result.output
     assert [j["id"] for j in json.loads(result.output)] == [dead]
-    assert inspect.jobs(pgq, tags=["nope"]) == []
+    assert views.jobs(pgq, tags=["nope"]) == []
 
 
 def test_the_reaper_and_running_jobs_view_keep_them(dsn, pgq):
@@ -198,7 +199,7 @@ def test_the_reaper_and_running_jobs_view_keep_them(dsn, pgq):
             " lease_expires_at = now() + interval '1 hour' WHERE id = %s",
             (job,),
         )
-        [running] = inspect.running_jobs(pgq)
+        [running] = views.running_jobs(pgq)
         assert (running["meta"], running["tags"]) == (META, ["reaped"])
         conn.execute(
             "UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
@@ -218,7 +219,7 @@ def test_cron_ticks_carry_the_schedules_meta_and_tags(app_dsn, pgq):
         conn.execute("UPDATE pgqueue.schedules SET next_tick = date_trunc('minute', now())")
     with thread_worker(traced_app.pgq, app_dsn, queues=["nowhere"]):
         wait_for(
-            lambda: inspect.jobs(pgq, tags=["cron"], meta={"source": "cron"}),
+            lambda: views.jobs(pgq, tags=["cron"], meta={"source": "cron"}),
             message="the tick's job",
             timeout=timedelta(seconds=20).total_seconds(),
         )

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from pgqueue import PgQueue, chain
 from pgqueue.cli import app as cli_app
+from pgqueue.db.views import job_detail, job_detail_async, search_jobs, search_jobs_async
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
-from pgqueue.inspect import job_detail, job_detail_async, search_jobs, search_jobs_async
 from tests.dashboard_helpers import dashboard
 from tests.helpers import scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import worker_app, workflow_app
@@ -45,7 +45,7 @@ def jobs(app_dsn, conn):
     attempts), a job that succeeded at its second attempt, plain successes (history recorded:
     record_succeeded on), a cancelled job, a scheduled one, a ready one in a queue no worker
     serves, and a chain whose middle step waits."""
-    conn.execute("UPDATE pgqueue.retention SET record_succeeded = true")
+    conn.execute("UPDATE pgqueue.db.retention SET record_succeeded = true")
     pgq = worker_app.pgq
     made: dict[str, Any] = {
         "dead": pgq.enqueue("always_fails", conn=conn),

@@ -26,8 +26,8 @@ import pytest
 from pgqueue import JobContext, PgQueue
 from pgqueue.db import plan as plans
 from pgqueue.db.queries import query as named
-from pgqueue.job_context import ClaimedJob
-from pgqueue.job_transaction import complete
+from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.handler.job_transaction import complete
 from tests.chaos.proxy import PIPELINED_COMMIT, TRANSACTION_COMMIT, Proxy
 from tests.helpers import ThreadWorker, scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import tx_app

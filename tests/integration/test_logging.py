@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pgqueue import log_queue, logs
+from pgqueue.handler import log_queue, logs
 from tests.helpers import PGQ, ROOT, ThreadWorker, ledger, scalar, spawn_worker, wait_for
 from tests.integration import log_tasks, worker_app
 
@@ -431,8 +431,8 @@ class BlockedHandler(logging.Handler):
 
 def test_an_in_process_worker_behind_queue_logging_runs_while_its_handler_blocks(app_dsn, pgq):
     """The same guarantee for a worker embedded in an application's own process
-    (pgqueue.log_queue.queue_logging around it): the handler blocks from the first record on,
-    every job still runs once, records beyond the queue are counted, and once the handler can
+    (pgqueue.handler.log_queue.queue_logging around it): the handler blocks from the first record
+    on, every job still runs once, records beyond the queue are counted, and once the handler can
     write again the queued lines and the drop report come out."""
     jobs = 300
     pgq.enqueue_many([pgq.spec("chatty", {"n": n}, {}) for n in range(jobs)])

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from pgqueue import PgQueue, inspect
-from pgqueue.progress import encode
+from pgqueue import PgQueue
+from pgqueue.db import views
+from pgqueue.rules.progress import encode
 from tests.helpers import PGQ, ROOT, spawn_worker, stop_workers, wait_for
 
 APP = "tests.integration.progress_app:pgq"
@@ -56,7 +57,7 @@ def test_progress_shows_while_the_job_runs(worker, module_dsn, task):
         )  # fmt: skip
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["progress"] == {"done": 40, "of": 100}
-        running = [r for r in inspect.running_jobs(pgq) if r["id"] == job]
+        running = [r for r in views.running_jobs(pgq) if r["id"] == job]
         assert running and running[0]["progress"] == {"done": 40, "of": 100}
         pgq.cancel(job)  # seen: no need to wait out the hold
         wait_for(lambda: running_row(module_dsn, job) is None, timeout=30, message="the job to end")

@@ -110,7 +110,7 @@ def test_result_of_an_id_on_a_fresh_database(pgq):
 
 def test_result_waits_for_notify_not_polling(app_dsn, pgq, monkeypatch):
     # Without the notification the waiter would sleep for 10 minutes: only NOTIFY can wake it.
-    monkeypatch.setattr("pgqueue.results.RECHECK_SECONDS", 600.0)
+    monkeypatch.setattr("pgqueue.db.results.RECHECK_SECONDS", 600.0)
     job = pgq.enqueue(add, {"x": 1, "y": 1})
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(pgq.result(job, timeout=60)))
@@ -218,7 +218,7 @@ def test_result_of_a_finished_job_through_the_worker_and_admin_roles(app_dsn, pg
     from psycopg.conninfo import make_conninfo
 
     from pgqueue import PgQueue
-    from pgqueue.roles import RoleNames, apply
+    from pgqueue.db.roles import RoleNames, apply
 
     n = f"{os.getpid()}_results"
     names = RoleNames(producer=f"rp_{n}", worker=f"rw_{n}", admin=f"ra_{n}")

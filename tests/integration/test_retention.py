@@ -138,7 +138,7 @@ def test_safety_net_settles_waiting_jobs_whose_parent_left_unnoticed(app_dsn, pg
 
 
 def _settle():
-    from pgqueue.retention import settle_waiting
+    from pgqueue.db.retention import settle_waiting
 
     return settle_waiting()
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from pgqueue import PgQueue
 from pgqueue.cli.app import app as cli
+from pgqueue.db.roles import ROLE_SETTINGS, RoleNames, script
 from pgqueue.errors import ConfigurationError
-from pgqueue.roles import ROLE_SETTINGS, RoleNames, script
 from tests.helpers import ledger, scalar, thread_worker, wait_for
 from tests.integration import worker_app
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from pgqueue.logs import JsonFormatter
+from pgqueue.handler.logs import JsonFormatter
 from tests.helpers import ledger, scalar, thread_worker, wait_for
 from tests.hostile import hostile_app
 

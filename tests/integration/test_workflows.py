@@ -23,7 +23,7 @@ from pgqueue import (
     group,
 )
 from pgqueue.cli import app as cli_app
-from pgqueue.inspect import queue_stats
+from pgqueue.db.views import queue_stats
 from tests.helpers import ledger, scalar, spawn_worker, thread_worker, wait_for
 from tests.integration import workflow_app
 from tests.integration.workflow_app import add, alert, async_add, attempt, collect, fail, step

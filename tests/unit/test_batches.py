@@ -12,8 +12,8 @@ from typing import Any, NamedTuple, NotRequired, TypedDict
 import pytest
 
 from pgqueue import ConfigurationError, Fail, InvalidJobError, Item, PgQueue, Retry, current_job
-from pgqueue.batch import BatchTask
-from pgqueue.job_context import ClaimedJob, JobContext, reset_current, set_current
+from pgqueue.handler.batch import BatchTask
+from pgqueue.handler.job_context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.worker.batches import Batches, prepare, settle
 from pgqueue.worker.outcome import Outcome
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pgqueue import DAG, Chain, Group, JobCall, PgQueue, Task, WorkflowRun
-from pgqueue.tasks import TaskCall
+from pgqueue.rules.tasks import TaskCall
 from tests.unit.test_docstrings import parts
 
 

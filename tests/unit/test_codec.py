@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgqueue.codec import TaskCodec, decoder_for, duration_text, to_plain
 from pgqueue.errors import InvalidJobError
-from pgqueue.payload import ArgBinder, dumps, signature_of
+from pgqueue.rules.codec import TaskCodec, decoder_for, duration_text, to_plain
+from pgqueue.rules.payload import ArgBinder, dumps, signature_of
 
 
 class Colour(enum.Enum):
@@ -216,7 +216,7 @@ def test_a_removed_argument_is_dropped_with_one_warning(caplog: pytest.LogCaptur
     def new(when: datetime) -> None: ...
 
     binder = ArgBinder(signature_of(new, skip_first=False), "t.removed", new)
-    with caplog.at_level(logging.WARNING, logger="pgqueue.payload"):
+    with caplog.at_level(logging.WARNING, logger="pgqueue.rules.payload"):
         for _ in range(3):
             assert binder.bind({"when": WHEN.isoformat(), "old": 1}) == ([WHEN], {})
     warnings = [r.getMessage() for r in caplog.records if "no longer takes" in r.getMessage()]
@@ -294,7 +294,7 @@ def test_annotations_pgqueue_cannot_read_are_plain_json() -> None:
 
 def test_a_result_that_does_not_fit_the_return_annotation_fails_the_job_for_good() -> None:
     from pgqueue import PgQueue
-    from pgqueue.job_context import ClaimedJob
+    from pgqueue.handler.job_context import ClaimedJob
     from pgqueue.worker.outcome import returned_outcome
 
     pgq = PgQueue("postgresql://nobody@localhost/none")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from pgqueue import ConfigurationError, PgQueue
-from pgqueue.dedupe import derived_key
 from pgqueue.errors import InvalidJobError
-from pgqueue.job_specs import make_spec
+from pgqueue.rules.dedupe import derived_key
+from pgqueue.rules.job_specs import make_spec
 
 
 def spec(options, defaults=None, args=None):
@@ -52,7 +52,7 @@ def test_the_derived_key_is_canonical():
 def test_the_derived_key_is_pinned_and_the_same_in_every_process():
     assert {derived_key("t", args, None): args for args in PINNED.values()} == PINNED
     code = (
-        "from pgqueue.dedupe import derived_key; "
+        "from pgqueue.rules.dedupe import derived_key; "
         "print(derived_key('t', {'b': [1, 2.5, None, True], 'a': {'y': 'é', 'x': 10**20}}, None))"
     )
     keys = {

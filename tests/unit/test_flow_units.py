@@ -17,10 +17,10 @@ from pgqueue import (
     RetryPolicy,
 )
 from pgqueue.cli.work_options import parse_concurrency
-from pgqueue.declarations import declarations
-from pgqueue.job_context import ClaimedJob
-from pgqueue.job_specs import make_spec
-from pgqueue.schedules import Schedule, next_tick, plan_ticks
+from pgqueue.db.declarations import declarations
+from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.rules.job_specs import make_spec
+from pgqueue.rules.schedules import Schedule, next_tick, plan_ticks
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.outcome import Outcome
 from tests.unit.worker.fake_store import FakeStore

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from pgqueue.gc_pause import gc_paused
+from pgqueue.rules.gc_pause import gc_paused
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pgqueue import current_job
-from pgqueue.job_context import ClaimedJob, JobContext
+from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.worker.threads import DROPPED, FINISHED, RUNNING, HandlerThreads, ThreadCall
 
 #: Only a guard against hanging forever: nothing here is timed.

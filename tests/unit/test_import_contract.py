@@ -40,63 +40,49 @@ def test_the_public_names_still_come_from_pgqueue():
 
 # -- the layers, read from the source ------------------------------------------------------
 #
-# pure rules -> db -> client | worker -> cli | dashboard -> contrib: a module imports only from
-# its own layer and the layers below (and a sibling never from the other sibling). Every import
-# counts, at module level or inside a function (an import in a function to dodge a cycle is an
-# upward import all the same); imports under ``if TYPE_CHECKING:`` do not (an annotation may
-# name a class of a higher layer, say the PgQueue a worker is handed: it loads nothing).
+# The directory is the layer: a module's layer is the folder it sits in, directly under
+# pgqueue/. pure rules -> db -> handler -> client | worker -> cli | dashboard -> contrib: a
+# module imports only from its own layer and the layers below (and a sibling never from the
+# other sibling). Every import counts, at module level or inside a function (an import in a
+# function to dodge a cycle is an upward import all the same); imports under
+# ``if TYPE_CHECKING:`` do not (an annotation may name a class of a higher layer: it loads
+# nothing).
+#
+# The package root is the public face: ``__init__`` (the public names) and the documented import
+# paths kept there (``pgqueue.alembic``, and the deprecated ones of modules that moved), above
+# the client and the worker. Its two modules that import nothing of pgqueue, ``errors`` and
+# ``_version``, are the floor every layer stands on.
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pgqueue"
 
-# Each module's layer, by its name or the package it is in (the longest match wins).
-LAYERS: dict[str, str] = {
-    # Pure rules: values, validation and computations; no I/O, no SQL.
-    **dict.fromkeys(
-        (
-            *("pgqueue._version", "pgqueue.errors", "pgqueue.durations", "pgqueue.config"),
-            *("pgqueue.payload", "pgqueue.options", "pgqueue.dedupe", "pgqueue.retry"),
-            "pgqueue.codec",
-            *("pgqueue.flow", "pgqueue.schedules", "pgqueue.job_specs", "pgqueue.progress"),
-            *("pgqueue.tracing", "pgqueue.gc_pause", "pgqueue.tasks", "pgqueue.workflow"),
-            "pgqueue.job_hooks",
-        ),
-        "pure",
-    ),
-    # The database: connections, named queries, plans and what drives them; and what a running
-    # handler holds (its context opens ctx.transaction(), so it and what reads it live here).
-    **dict.fromkeys(
-        (
-            *("pgqueue.db", "pgqueue.admin", "pgqueue.ops", "pgqueue.inspect", "pgqueue.search"),
-            *("pgqueue.results", "pgqueue.results_listener", "pgqueue.retention"),
-            *("pgqueue.declarations", "pgqueue.roles", "pgqueue.alembic"),
-            *("pgqueue.job_transaction", "pgqueue.job_context", "pgqueue.batch"),
-            *("pgqueue.logs", "pgqueue.log_queue"),
-        ),
-        "db",
-    ),
-    "pgqueue": "client",  # the package's own __init__: the public names
-    "pgqueue.client": "client",
-    "pgqueue.worker": "worker",
-    "pgqueue.cli": "cli",
-    "pgqueue.demo": "cli",
-    "pgqueue.dashboard": "dashboard",
-    "pgqueue.contrib": "contrib",
-    # Users' test suites: runs jobs with the worker's pieces on the client's connections.
-    "pgqueue.testing": "testing",
-}
 RANK = {
-    **{"pure": 0, "db": 1, "client": 2, "worker": 2, "cli": 3, "dashboard": 3, "testing": 3},
-    "contrib": 4,
+    "floor": -1,
+    "rules": 0,  # values, validation and computations; no I/O, no SQL
+    "db": 1,  # connections, named queries, plans and what drives them
+    "handler": 2,  # what a running handler holds: its context, its transaction, its logs
+    "client": 3,
+    "worker": 3,
+    "face": 4,  # the package root: the public names and the documented import paths
+    "cli": 5,
+    "dashboard": 5,
+    "testing": 5,  # users' test suites: runs jobs with the worker's pieces on the client's pool
+    "contrib": 6,
 }
+FLOOR = {"pgqueue.errors", "pgqueue._version"}
 # The one import between siblings: `pgq dashboard` serves the dashboard.
 ALLOWED = {("pgqueue.cli.dashboard_cmd", "pgqueue.dashboard")}
 
 
 def layer_of(module: str) -> str | None:
-    for name in sorted(LAYERS, key=len, reverse=True):
-        if module == name or module.startswith(name + "."):
-            return LAYERS[name]
-    return None
+    """The folder under pgqueue/ that ``module`` sits in (None: a folder with no rank)."""
+    if module in FLOOR:
+        return "floor"
+    parts = module.split(".")
+    if parts[0] != "pgqueue":
+        return None
+    if len(parts) == 1 or (PACKAGE / f"{parts[1]}.py").exists():
+        return "face"
+    return parts[1] if parts[1] in RANK else None
 
 
 def _module(path: Path) -> str:
@@ -165,7 +151,37 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
 def test_every_module_has_a_layer():
+    """A new folder under pgqueue/ is given its rank in RANK before anything lands in it."""
     assert [_module(path) for path in MODULES if layer_of(_module(path)) is None] == []
+
+
+def test_the_floor_imports_nothing_of_pgqueue():
+    floor = [path for path in MODULES if _module(path) in FLOOR]
+    assert len(floor) == len(FLOOR)
+    assert {_module(path): imports_of(path.read_text(), _module(path)) for path in floor} == {
+        module: set() for module in sorted(FLOOR)
+    }
+
+
+def _is_reexport(statement: ast.stmt) -> bool:
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return True
+    if isinstance(statement, ast.Expr):  # the docstring, or the deprecation's warnings.warn()
+        value = statement.value
+        return isinstance(value, ast.Constant) or (
+            isinstance(value, ast.Call) and ast.unparse(value.func) == "warnings.warn"
+        )
+    return isinstance(statement, ast.Assign) and ast.unparse(statement.targets[0]) == "__all__"
+
+
+def test_the_root_keeps_only_the_public_face():
+    """Nothing lives at the package root but the public names, the floor and the documented
+    import paths, each a thin re-export of the module that does the work."""
+    root = [path for path in PACKAGE.glob("*.py") if _module(path) not in FLOOR]
+    bodies = {_module(path): ast.parse(path.read_text()).body for path in root}
+    assert {name: all(map(_is_reexport, body)) for name, body in bodies.items()} == {
+        name: True for name in bodies
+    }
 
 
 def test_layers_point_one_way():
@@ -186,14 +202,15 @@ def test_no_import_cycles():
 def test_the_check_sees_upward_imports():
     """An import of a higher layer fails the check, at module level or inside a function; one
     for annotations only does not."""
-    source = (PACKAGE / "retry.py").read_text() + (
+    source = (PACKAGE / "rules" / "retry.py").read_text() + (
         "\nfrom pgqueue.db import plan\n"
         "\ndef _f() -> None:\n    from pgqueue.client import core\n"
         "\nif TYPE_CHECKING:\n    from pgqueue.worker.worker import Worker\n"
     )
-    assert upward_imports("pgqueue.retry", imports_of(source, "pgqueue.retry")) == [
-        "pgqueue.retry (pure) imports pgqueue.client.core (client)",
-        "pgqueue.retry (pure) imports pgqueue.db.plan (db)",
+    retry = "pgqueue.rules.retry"
+    assert upward_imports(retry, imports_of(source, retry)) == [
+        "pgqueue.rules.retry (rules) imports pgqueue.client.core (client)",
+        "pgqueue.rules.retry (rules) imports pgqueue.db.plan (db)",
     ]
     worker = "pgqueue.worker.fetcher"
     assert upward_imports(worker, {"pgqueue.client", "pgqueue.db.plan", "pgqueue.errors"}) == [
@@ -201,3 +218,33 @@ def test_the_check_sees_upward_imports():
     ]
     assert upward_imports("pgqueue.cli.dashboard_cmd", {"pgqueue.dashboard.app"}) == []
     assert upward_imports("pgqueue.cli.ops", {"pgqueue.dashboard.app"}) != []
+    # the handler's modules stand on the database, under the client and the worker
+    assert upward_imports("pgqueue.db.admin", {"pgqueue.handler.job_context"}) != []
+    assert upward_imports("pgqueue.worker.executor", {"pgqueue.handler.job_context"}) == []
+    # the public face gathers the client; the worker never imports it
+    assert upward_imports("pgqueue", {"pgqueue.client.core"}) == []
+    assert upward_imports("pgqueue.worker.fetcher", {"pgqueue.logs"}) != []
+
+
+def test_nothing_below_the_client_names_it_even_for_annotations():
+    """A task, a workflow or a batch task names what it uses of its client with a protocol
+    (``rules/app.py``; a part of the client: ``client/part.py``), so no import circle, not even
+    one of annotations, runs through the client."""
+    below = [
+        path for path in MODULES if RANK.get(layer_of(_module(path)) or "", 9) < RANK["client"]
+    ]
+    naming: list[str] = []
+    for path in below:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            naming += [
+                f"{_module(path)} imports {name}"
+                for name in names
+                if name == "pgqueue.client" or name.startswith("pgqueue.client.")
+            ]
+    assert naming == []

@@ -1,5 +1,5 @@
 """Job hooks wrap every sync handler call in order, let its exception through, and are added
-once (pgqueue.job_hooks; the Django app's hook is tested in a real worker process by
+once (pgqueue.handler.job_hooks; the Django app's hook is tested in a real worker process by
 tests/integration/test_django_connections.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from pgqueue import job_hooks
+from pgqueue.handler import job_hooks
 
 
 def test_hooks_wrap_the_call_in_order_and_see_its_exception() -> None:

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from pgqueue import JobContext, JobTransactionError
-from pgqueue.job_context import ClaimedJob
-from pgqueue.job_transaction import (
+from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.handler.job_transaction import (
     COMMITTED,
     OPEN,
     UNKNOWN,

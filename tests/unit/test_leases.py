@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.completer import _first_try_committed
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.outcome import Outcome

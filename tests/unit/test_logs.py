@@ -1,6 +1,6 @@
-"""pgqueue.logs and pgqueue.log_queue in one process: fields, formatters, pgq work's set-up
-around the app import, and the queue's drop-don't-block rule. (The real processes are in
-tests/integration/test_logging.py.)"""
+"""pgqueue.handler.logs and pgqueue.handler.log_queue in one process: fields, formatters, pgq
+work's set-up around the app import, and the queue's drop-don't-block rule. (The real processes
+are in tests/integration/test_logging.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pgqueue import log_queue, logs
+from pgqueue.handler import log_queue, logs
 
 
 @pytest.fixture

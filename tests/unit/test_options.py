@@ -5,10 +5,10 @@ from typing import Any
 
 import pytest
 
-from pgqueue.durations import format_duration, parse_duration
 from pgqueue.errors import InvalidJobError
-from pgqueue.job_specs import JobId, make_spec
-from pgqueue.options import check_options
+from pgqueue.rules.durations import format_duration, parse_duration
+from pgqueue.rules.job_specs import JobId, make_spec
+from pgqueue.rules.options import check_options
 
 
 def spec(options, defaults=None, args=None):
@@ -91,7 +91,7 @@ def test_format_duration():
 def test_with_args_json_copies_every_other_field():
     from dataclasses import fields, replace
 
-    from pgqueue.job_specs import JobSpec
+    from pgqueue.rules.job_specs import JobSpec
 
     values: list[Any] = [object() for _ in fields(JobSpec)]  # distinct, so any mix-up shows
     template = JobSpec(*values)
@@ -99,11 +99,11 @@ def test_with_args_json_copies_every_other_field():
 
 
 def test_every_job_option_is_a_field_of_the_job() -> None:
-    """An option is declared once (pgqueue/options.py) and reaches the job by its name."""
+    """An option is declared once (pgqueue/rules/options.py) and reaches the job by its name."""
     from dataclasses import fields
 
-    from pgqueue.job_specs import JobSpec
-    from pgqueue.options import OPTION_NAMES, JobOptions
+    from pgqueue.rules.job_specs import JobSpec
+    from pgqueue.rules.options import OPTION_NAMES, JobOptions
 
     assert JobOptions.__optional_keys__ == OPTION_NAMES
     # Metadata travels as JSON text, as args do (validated and serialised once).

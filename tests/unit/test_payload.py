@@ -6,7 +6,7 @@ import math
 import pytest
 
 from pgqueue.errors import InvalidJobError
-from pgqueue.payload import (
+from pgqueue.rules.payload import (
     ArgBinder,
     bind_arguments,
     call_arguments,

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from pgqueue.db.queries import parse
-from pgqueue.retry import ConstantBackoff, ExponentialBackoff
+from pgqueue.rules.retry import ConstantBackoff, ExponentialBackoff
 
 
 def test_full_jitter_stays_inside_the_window_and_covers_it():

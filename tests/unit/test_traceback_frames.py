@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 import pgqueue
-from pgqueue.durations import parse_duration
+from pgqueue.rules.durations import parse_duration
 from pgqueue.worker.outcome import format_traceback
 
 PACKAGE = os.path.dirname(pgqueue.__file__)

@@ -11,7 +11,7 @@ from django.apps import AppConfig
 from django.db import close_old_connections
 from django.db.models.signals import post_migrate
 
-from pgqueue.job_hooks import add_job_hook
+from pgqueue.handler.job_hooks import add_job_hook
 
 
 class PgQueueConfig(AppConfig):

@@ -13,8 +13,8 @@ from django.tasks import task_backends
 from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.utils.module_loading import import_string
 
+from pgqueue.db.search import job_detail
 from pgqueue.errors import InvalidJobError
-from pgqueue.search import job_detail
 
 if TYPE_CHECKING:
     from pgqueue.contrib.django.tasks import PgQueueBackend

@@ -20,8 +20,8 @@ from django.utils.json import normalize_json
 
 from pgqueue import JobContext
 from pgqueue.contrib.django.task_results import JOB_META_KEY, django_task, task_errors
+from pgqueue.db.search import job_detail
 from pgqueue.errors import ConfigurationError
-from pgqueue.search import job_detail
 
 # The attribute of a handler that says which Django task it runs.
 _RUNS = "django_task_path"

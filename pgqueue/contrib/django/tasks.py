@@ -54,8 +54,8 @@ from pgqueue.contrib.django import queue
 from pgqueue.contrib.django.task_results import JOB_META_KEY, read_result
 from pgqueue.contrib.django.task_runner import handler_for, is_handler_of
 from pgqueue.errors import ConfigurationError, InvalidJobError
-from pgqueue.payload import check_name
-from pgqueue.tasks import Task as JobTask
+from pgqueue.rules.payload import check_name
+from pgqueue.rules.tasks import Task as JobTask
 
 __all__ = ["PgQueueBackend", "PgQueueTask"]
 

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pgqueue import PgQueue
-from pgqueue.job_context import ClaimedJob
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
@@ -272,7 +272,7 @@ def test_a_failed_heartbeat_keeps_its_counts_and_progress_for_the_next(app):
         with pytest.raises(psycopg.OperationalError):
             await heartbeater.run_once()
         await heartbeater.run_once()
-        executor.stop_all("test over")
+        executor.stop_all("shutdown")  # the test is over
         await settle()
         return store
 
@@ -334,7 +334,7 @@ def test_a_breaker_that_opens_hands_back_its_tasks_prefetched_jobs(app):
         completer.on_breaker_open("blocked")
         await settle()
         assert store.sent("release_jobs") == [{"ids": [2, 3], "tokens": [2, 3]}]
-        executor.stop_all("test over")
+        executor.stop_all("shutdown")  # the test is over
         await settle()
         return executor
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pgqueue import config
 from pgqueue.contrib.django import dsn
 from pgqueue.errors import ConfigurationError
+from pgqueue.rules import config
 
 DATABASE_OPTION = "--database"
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgqueue.dedupe import derived_key
 from pgqueue.errors import InvalidJobError
-from pgqueue.options import (
+from pgqueue.rules.dedupe import derived_key
+from pgqueue.rules.options import (
     DEFAULTS,
     MAX_META_BYTES,
     OPTION_NAMES,
@@ -23,7 +23,7 @@ from pgqueue.options import (
     merge_meta,
     merge_tags,
 )
-from pgqueue.payload import check_name, dumps
+from pgqueue.rules.payload import check_name, dumps
 
 
 class JobId(int):
@@ -204,7 +204,7 @@ _KEY_OPTIONS = frozenset(
 
 
 def _check_dedupe(given: Mapping[str, Any], merged: dict[str, Any]) -> None:
-    """The key options together (see :mod:`pgqueue.dedupe`); ``merged`` (the options set,
+    """The key options together (see :mod:`pgqueue.rules.dedupe`); ``merged`` (the options set,
     nothing None) loses a task's ``unique_by`` when the call gives its own key."""
     if _KEY_OPTIONS.isdisjoint(merged):
         return

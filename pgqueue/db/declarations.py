@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pgqueue.db import flow_plans, schedule_plans
 from pgqueue.db.plan import Plan, Query
-from pgqueue.flow import DeclaredLimits
+from pgqueue.rules.flow_control import DeclaredLimits
 
 if TYPE_CHECKING:
-    from pgqueue.schedules import Schedule
-    from pgqueue.tasks import Task
+    from pgqueue.rules.schedules import Schedule
+    from pgqueue.rules.tasks import Task
 
 
 class Declaring(Protocol):

@@ -13,7 +13,7 @@ from pgqueue.cli.common import DsnOption, duration, example, with_app
 from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
 from pgqueue.db.flow_plans import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS
 from pgqueue.errors import ConfigurationError
-from pgqueue.flow import UNSET, RateLimit
+from pgqueue.rules.flow_control import UNSET, RateLimit
 
 queue_app = typer.Typer(
     help="Per-queue flow control: weight, max depth, limits, fairness.",

@@ -29,16 +29,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from pgqueue.errors import ConfigurationError, InvalidJobError
-from pgqueue.job_context import ClaimedJob, JobContext
-from pgqueue.options import BATCH_OPTION_NAMES, check_batch_options
-from pgqueue.payload import ArgBinder, UndecodableJson
-from pgqueue.tasks import Task
+from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.rules.options import BATCH_OPTION_NAMES, check_batch_options
+from pgqueue.rules.payload import ArgBinder, UndecodableJson
+from pgqueue.rules.tasks import Task
 
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from pgqueue.client import PgQueue
-    from pgqueue.options import BatchTaskOptions, TaskOptions
+    from pgqueue.rules.app import App
+    from pgqueue.rules.options import BatchTaskOptions, TaskOptions
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -141,7 +141,7 @@ class ArgsModel:
         #: "mapping" (any keywords, a dict), "typeddict" (its keys, a dict) or "class".
         self.kind, self.model = _model_of(func, task)
         self.signature = _signature_of(self.kind, self.model, task)
-        # The model's annotations type its fields (pgqueue.codec), as a handler's do its own.
+        # The model's annotations type its fields (pgqueue.rules.codec), as a handler's do its own.
         self.binder = ArgBinder(
             self.signature, task, None if self.kind == "mapping" else self.model
         )
@@ -211,7 +211,7 @@ class BatchTask(Task[[A], R]):
 
     def __init__(
         self,
-        app: PgQueue,
+        app: App,
         func: Callable[[list[Item[A]]], R],
         *,
         name: str | None = None,

@@ -6,7 +6,7 @@ waiters of the ids each notification names; reads go through the client's pool. 
 register before their first read, and the listener is listening before it is handed out, so an
 outcome committed between the read and the wait still wakes them. If the connection drops, every
 waiter is woken (they re-read) and the listener reconnects with backoff; waiters also re-read
-every :data:`pgqueue.results.RECHECK_SECONDS` whatever happens.
+every :data:`pgqueue.db.results.RECHECK_SECONDS` whatever happens.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import psycopg
 
 from pgqueue.db.queries import query
 
-log = logging.getLogger("pgqueue.results")
+log = logging.getLogger("pgqueue.db.results")
 
 _MAX_BACKOFF = 10.0
 

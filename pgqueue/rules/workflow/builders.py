@@ -20,8 +20,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pgqueue.errors import InvalidJobError
-from pgqueue.job_specs import JobSpec
-from pgqueue.options import (
+from pgqueue.rules.job_specs import JobSpec
+from pgqueue.rules.options import (
     MAX_META_BYTES,
     check_meta,
     check_tags,
@@ -29,13 +29,13 @@ from pgqueue.options import (
     merge_tags,
     to_timedelta,
 )
-from pgqueue.payload import dumps
-from pgqueue.tasks import JobCall
+from pgqueue.rules.payload import dumps
+from pgqueue.rules.tasks import JobCall
 
 if TYPE_CHECKING:
-    from pgqueue.client import PgQueue
     from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
-    from pgqueue.workflow.run import WorkflowRun
+    from pgqueue.rules.app import App
+    from pgqueue.rules.workflow.run import WorkflowRun
 
 Receive = Literal["one", "list"]
 Step: TypeAlias = "JobCall | Chain | Group"
@@ -68,7 +68,7 @@ class Compiled:
     name: str | None = None
     on_failure: FailureStep | None = None
     result_ttl: timedelta | None = None
-    app: PgQueue | None = None
+    app: App | None = None
     names: dict[str, int] = field(default_factory=dict)  # DAG node names -> index
 
 
@@ -421,7 +421,7 @@ def _ttl(value: float | timedelta | None) -> timedelta | None:
     return ttl
 
 
-def _app_of(workflow: Workflow) -> PgQueue:
+def _app_of(workflow: Workflow) -> App:
     call = _first_call(workflow)
     return call.task.app
 

@@ -1,21 +1,20 @@
 """``pgq.flow``: flow control from code (the plans are in :mod:`pgqueue.db.flow_plans` and
-:mod:`pgqueue.admin`; ``pgq queue``, ``pgq task``, ``pgq breaker``, ``pgq pause`` and
+:mod:`pgqueue.db.admin`; ``pgq queue``, ``pgq task``, ``pgq breaker``, ``pgq pause`` and
 ``pgq resume`` are the same operations on the command line)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import admin
 from pgqueue.client.part import Part
-from pgqueue.db import flow_plans
-from pgqueue.payload import check_name
+from pgqueue.db import admin, flow_plans
+from pgqueue.rules.payload import check_name
 
 if TYPE_CHECKING:
     from typing import Unpack
 
     from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
-    from pgqueue.flow import QueueChanges, TaskLimitChanges
+    from pgqueue.rules.flow_control import QueueChanges, TaskLimitChanges
 
 
 class FlowControl(Part):
@@ -26,11 +25,11 @@ class FlowControl(Part):
     def configure_queue(
         self, queue: str, *, conn: ConnectionArg | None = None, **settings: Unpack[QueueChanges]
     ) -> dict[str, Any]:
-        """Change a queue's settings (:class:`~pgqueue.flow.QueueChanges`; left out: as it
-        is, None: cleared): ``weight`` (fair share of a worker's slots), ``max_depth``
-        (backpressure), ``concurrency_limit`` (running at once, fleet-wide), ``rate_limit``
-        (``"20/s"``), ``fair`` (serve its keys round-robin: one key's backlog cannot hold
-        back another key's jobs). Returns the queue's settings."""
+        """Change a queue's settings (:class:`~pgqueue.rules.flow_control.QueueChanges`;
+        left out: as it is, None: cleared): ``weight`` (fair share of a worker's slots),
+        ``max_depth`` (backpressure), ``concurrency_limit`` (running at once, fleet-wide),
+        ``rate_limit`` (``"20/s"``), ``fair`` (serve its keys round-robin: one key's backlog
+        cannot hold back another key's jobs). Returns the queue's settings."""
         return self._client.run(flow_plans.configure_queue(queue, **settings), conn)
 
     async def configure_queue_async(
@@ -46,7 +45,8 @@ class FlowControl(Part):
     def configure_task(
         self, task: str, *, conn: ConnectionArg | None = None, **limits: Unpack[TaskLimitChanges]
     ) -> dict[str, Any]:
-        """Change a task's limits in the database (:class:`~pgqueue.flow.TaskLimitChanges`:
+        """Change a task's limits in the database
+        (:class:`~pgqueue.rules.flow_control.TaskLimitChanges`:
         ``concurrency_limit``, ``key_limit``, ``rate_limit``, ``key_rate_limit``); the next
         worker start re-applies what the code declares for that task. Returns the task's
         limits."""

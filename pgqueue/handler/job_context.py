@@ -9,19 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from pgqueue import progress as progress_values
 from pgqueue.errors import JobCancelled, JobTransactionError
-from pgqueue.job_transaction import OPEN, JobTransaction, TransactionHost
-from pgqueue.payload import dumps
-
-#: Why a handler is asked to stop. "cancelled": an operator cancelled the job; "lease lost":
-#: the job was reaped or re-claimed, so this worker no longer owns it; "timeout": it ran past the
-#: task's timeout; "shutdown": the worker is stopping and will give the job back.
-CancelReason = str
-
-
-#: How many columns of a claim's row make the job (claim_flow adds two of its own after them).
-CLAIMED_COLUMNS = 14
+from pgqueue.handler.job_transaction import OPEN, JobTransaction, TransactionHost
+from pgqueue.rules import progress as progress_values
+from pgqueue.rules.payload import dumps
+from pgqueue.rules.vocabulary import CancelReason, HistoryState, TransactionState
 
 
 class ClaimedJob(NamedTuple):
@@ -45,7 +37,7 @@ class ClaimedJob(NamedTuple):
     meta: dict[str, Any] | None = None
     tags: list[str] | None = None
     #: The trace context (W3C traceparent) of its latest failed attempt, when that attempt
-    #: was traced (see pgqueue.tracing): the new attempt's span links to it.
+    #: was traced (see pgqueue.rules.tracing): the new attempt's span links to it.
     last_trace: str | None = None
     #: When this worker sent the claim (``time.monotonic()``): the database set the lease to
     #: expire ``lease`` seconds after it ran the claim, so the lease holds at least until
@@ -54,7 +46,15 @@ class ClaimedJob(NamedTuple):
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...], leased_at: float = 0.0) -> ClaimedJob:
-        return tuple.__new__(cls, (*row[:CLAIMED_COLUMNS], leased_at))
+        """The job of a claim's row, its columns in :data:`CLAIMED_COLUMNS`' order (the worker's
+        store puts them in that order by name, see ``pgqueue.worker.store.rows_named``)."""
+        return tuple.__new__(cls, (*row[:_CLAIMED], leased_at))
+
+
+#: The columns of a claim's row that make the job, by name: every field but ``leased_at`` (the
+#: worker's own clock). ``claim_jobs`` and ``claim_flow`` name their columns so.
+CLAIMED_COLUMNS: tuple[str, ...] = ClaimedJob._fields[:-1]
+_CLAIMED = len(CLAIMED_COLUMNS)
 
 
 class _TransactionFields:
@@ -63,16 +63,16 @@ class _TransactionFields:
     made per claimed job)."""
 
     #: The worker's side of the block (found when the block opens; see
-    #: :func:`pgqueue.job_transaction.current_host`).
+    #: :func:`pgqueue.handler.job_transaction.current_host`).
     transactions: TransactionHost | None = None
     #: Where the job's :meth:`JobContext.transaction` stands (None: no block yet, or it rolled
     #: back; "open", "completing", "committed", "lost", "unknown": see
-    #: pgqueue.job_transaction). The worker reads it: a committed job is complete, whatever
+    #: pgqueue.handler.job_transaction). The worker reads it: a committed job is complete, whatever
     #: the handler does next.
-    transaction_state: str | None = None
+    transaction_state: TransactionState | None = None
     #: Once the transaction committed: "succeeded", or "cancelled" (cancel requested while it
     #: ran: recorded as cancelled, as an ack would).
-    completed_as: str | None = None
+    completed_as: HistoryState | None = None
     #: The value :meth:`JobContext.set_result` gave, as the JSON the completion records.
     result_json: str | None = None
 
@@ -177,7 +177,7 @@ class JobContext(_TransactionFields):
         self.report_progress(progress_values.encode(value))
 
     def report_progress(self, text: str) -> None:
-        """Progress already encoded as JSON (:func:`pgqueue.progress.encode`): to the hook,
+        """Progress already encoded as JSON (:func:`pgqueue.rules.progress.encode`): to the hook,
         else kept for the next heartbeat."""
         hook = self.progress_hook
         if hook is not None:
@@ -232,7 +232,7 @@ class JobContext(_TransactionFields):
             limit = self.transactions.max_result_bytes
             self.result_json = dumps(value, limit=limit, what="result")
 
-    def set_transaction_state(self, state: str | None) -> None:
+    def set_transaction_state(self, state: TransactionState | None) -> None:
         """Record where :meth:`transaction` stands (and tell the worker, from a child)."""
         self.transaction_state = state
         if self.transactions is not None:

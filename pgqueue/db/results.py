@@ -7,12 +7,12 @@ Which succeeded jobs leave a row behind (the hot path stays one DELETE per ack b
   (JSON), kept for at least that long;
 * every workflow member (chain, group, chord, DAG, ``depends_on``): same, with the workflow's
   result TTL (1 day unless given), because dependents receive and inspect those results;
-* every succeeded job, without its result, when ``pgqueue.retention.record_succeeded`` is on.
+* every succeeded job, without its result, when ``pgqueue.db.retention.record_succeeded`` is on.
 
 The worker serialises a return value only for jobs that keep it (the claim tells it), with the
 same validation as arguments; a value that cannot be stored fails the job permanently with a
 clear error instead of crashing anything. The stored result is plain JSON; a reader that
-registered the task gets it back as its return annotation names (:mod:`pgqueue.codec`).
+registered the task gets it back as its return annotation names (:mod:`pgqueue.rules.codec`).
 
 ``pgq.result(job_id, timeout=...)`` LISTENs on ``pgqueue_results`` (the history and dead-letter
 triggers notify the ids of jobs that finished, a few hundred ids per NOTIFY), reads the job's
@@ -41,6 +41,7 @@ from pgqueue.errors import (
     ResultTimeoutError,
     ResultUnavailableError,
 )
+from pgqueue.rules.vocabulary import JobState, Place
 
 #: Re-read the job this often even without a notification (insurance, not the mechanism).
 RECHECK_SECONDS = 10.0
@@ -58,7 +59,7 @@ def wait_for_result(
 
     Run on its own autocommit connection: it LISTENs before the first read, so an outcome
     committed in between is never missed. (``result_async`` waits through a listener shared by
-    the calls of one event loop instead: :mod:`pgqueue.results_listener`.)
+    the calls of one event loop instead: :mod:`pgqueue.db.results_listener`.)
     """
     deadline = Deadline(job_id, timeout)
     yield Query("listen_results")
@@ -76,7 +77,7 @@ def wait_for_result(
 def read_outcome(job_id: int, decode: DecodeResult | None = None) -> Plan[tuple[bool, Any]]:
     """One look at the job: (True, result) once it succeeded, (False, None) while it is live;
     raises for every other ending (see :func:`outcome`). ``decode`` types the result."""
-    row = yield from fetch_first("job_outcome", {"job_id": job_id}, row=class_row(Outcome))
+    row = yield from fetch_first("job_outcome", {"job_id": job_id}, row=class_row(JobOutcomeRow))
     finished, value = outcome(job_id, row)
     if finished and decode is not None and row is not None and row.task is not None:
         value = decode(row.task, value)
@@ -106,11 +107,11 @@ def mentions(payload: str, job_id: int) -> bool:
     return str(job_id) in payload.split(",")
 
 
-class Outcome(NamedTuple):
+class JobOutcomeRow(NamedTuple):
     """A row of ``job_outcome``: where the job is and how it ended there."""
 
-    place: str  # live, history, dead, or gone (handed out, yet in no table)
-    state: str | None
+    place: Place  # live, history, dead, or gone (handed out, yet in no table)
+    state: JobState | None
     keeps: bool  # it keeps its result
     result: Any
     error: str | None  # the last error's message
@@ -119,7 +120,7 @@ class Outcome(NamedTuple):
     task: str | None  # None when gone
 
 
-def outcome(job_id: int, row: Outcome | None) -> tuple[bool, Any]:
+def outcome(job_id: int, row: JobOutcomeRow | None) -> tuple[bool, Any]:
     """(True, result) for a job that succeeded; (False, None) while it is live; raises for
     every other case, saying which."""
     if row is None:

@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pgqueue.codec import TaskCodec, to_plain
-from pgqueue.config import MAX_NAME_LENGTH
 from pgqueue.errors import InvalidJobError
+from pgqueue.rules.codec import TaskCodec, to_plain
+from pgqueue.rules.config import MAX_NAME_LENGTH
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def _check_keys(value: Any, what: str) -> None:
 
 # One encoder for every job: json.dumps with options builds a new JSONEncoder per call, which
 # costs as much as encoding a small payload (bulk enqueue encodes one per job). Values JSON has
-# no type for (datetime, UUID, Decimal, dataclasses, ...) go in as pgqueue.codec stores them;
+# no type for (datetime, UUID, Decimal, dataclasses, ...) go in as pgqueue.rules.codec stores them;
 # the hook is called only for those, so plain JSON encodes at the C encoder's speed.
 _ENCODER = json.JSONEncoder(
     allow_nan=False, ensure_ascii=False, separators=(",", ":"), default=to_plain

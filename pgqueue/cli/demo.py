@@ -2,7 +2,7 @@
 
 The tasks below are the demo's own (queue ``demo``): quick ones, slow ones, a flaky API call
 that succeeds after retries, and one poison job that always fails and ends in the dead letters.
-``pgq work pgqueue.demo:pgq --queue demo`` runs them; :func:`run` drives the whole show.
+``pgq work pgqueue.cli.demo:pgq --queue demo`` runs them; :func:`run` drives the whole show.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rich.table import Table
 
 from pgqueue.client import PgQueue
 from pgqueue.db.migrate import upgrade
-from pgqueue.retry import ExponentialBackoff
+from pgqueue.rules.retry import ExponentialBackoff
 
 QUEUE = "demo"
 pgq = PgQueue()
@@ -51,7 +51,7 @@ def send_report(customer_id: int) -> None:
     backoff=ExponentialBackoff(base=0.2, cap=2.0),
 )
 def call_flaky_api(order_id: int) -> None:
-    from pgqueue.job_context import current_job
+    from pgqueue.handler.job_context import current_job
 
     # Fails on its first attempts about half the time; always succeeds by the third.
     if current_job().attempt < 3 and random.random() < 0.5:
@@ -86,7 +86,7 @@ SELECT e->>'attempt', e->>'error', e->>'message' FROM pgqueue.dead_letters,
 -- the workers that ran the demo
 SELECT host, pid, jobs_succeeded, jobs_retried, jobs_dead, started_at, stopped_at
   FROM pgqueue.workers ORDER BY started_at DESC;
--- enqueue from SQL, then run `pgq work pgqueue.demo:pgq --queue demo --burst`
+-- enqueue from SQL, then run `pgq work pgqueue.cli.demo:pgq --queue demo --burst`
 SELECT pgqueue.enqueue('demo.send_report', '{"customer_id": 7}', queue => 'demo');"""
 
 
@@ -160,7 +160,7 @@ def _start_workers(
         "-m",
         "pgqueue.cli",
         "work",
-        "pgqueue.demo:pgq",
+        "pgqueue.cli.demo:pgq",
         "--queue",
         QUEUE,
         "--concurrency",

@@ -20,15 +20,15 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
-from pgqueue.codec import to_plain
 from pgqueue.errors import InvalidJobError
+from pgqueue.rules.codec import to_plain
 
 #: When a job holds its key: from enqueue until it finishes, or until a worker first claims it.
 UNIQUE_AMONG = ("live", "pending")
 #: What enqueueing a key again does to a holder that has not started.
 ON_CONFLICT = ("keep", "replace", "replace_args")
 
-# Values JSON has no type for count as they are stored (pgqueue.codec: a datetime as its ISO
+# Values JSON has no type for count as they are stored (pgqueue.rules.codec: a datetime as its ISO
 # string, a set sorted), so the key is the same whichever process computes it.
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=to_plain

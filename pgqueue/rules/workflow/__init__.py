@@ -9,7 +9,7 @@ parent that ends dead or cancelled cancels everything below it (and enqueues the
 (``migrations/sql/functions/settle_finished/``, created by migration 0004).
 """
 
-from pgqueue.workflow.builders import DAG, Chain, Group, Node, Workflow, chain, chord, group
-from pgqueue.workflow.run import WorkflowRun
+from pgqueue.rules.workflow.builders import DAG, Chain, Group, Node, Workflow, chain, chord, group
+from pgqueue.rules.workflow.run import WorkflowRun
 
 __all__ = ["DAG", "Chain", "Group", "Node", "Workflow", "WorkflowRun", "chain", "chord", "group"]

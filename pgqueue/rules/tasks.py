@@ -2,7 +2,7 @@
 
 ``@pgq.task(...)`` wraps a function in a :class:`Task`. Calling the task runs the function
 directly; ``task.enqueue(...)`` writes a job. Keyword arguments of ``enqueue`` whose names are
-options (:class:`~pgqueue.options.JobOptions`: ``queue``, ``priority``, ``run_at``, ``delay``,
+options (:class:`~pgqueue.rules.options.JobOptions`: ``queue``, ``priority``, ``run_at``, ``delay``,
 ``idempotency_key``, ..., and ``conn``) are taken as options; everything else goes to the
 task. When the task's own parameters use one of those names, ``task.options(...).enqueue(...)``
 passes every keyword to the task.
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from pgqueue.dedupe import check_argument_names
 from pgqueue.errors import ConfigurationError, InvalidJobError
-from pgqueue.job_specs import JobId, JobSpec, spec_template, with_args
-from pgqueue.options import (
+from pgqueue.rules.dedupe import check_argument_names
+from pgqueue.rules.job_specs import JobId, JobSpec, spec_template, with_args
+from pgqueue.rules.options import (
     DEFAULTS,
     JOB_DEFAULT_NAMES,
     OPTION_NAMES,
@@ -34,15 +34,15 @@ from pgqueue.options import (
     check_options,
     check_task_options,
 )
-from pgqueue.payload import ArgBinder, check_name, free_parameter, signature_of
-from pgqueue.retry import RetryPolicy
+from pgqueue.rules.payload import ArgBinder, check_name, free_parameter, signature_of
+from pgqueue.rules.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from pgqueue.client import PgQueue
     from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
-    from pgqueue.flow import CircuitBreaker, RateLimit
+    from pgqueue.rules.app import App
+    from pgqueue.rules.flow_control import CircuitBreaker, RateLimit
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,7 +54,7 @@ _NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
 
 class EnqueueOptions(JobOptions, total=False):
     """The keyword arguments of ``task.options(...)``: a call's options
-    (:class:`~pgqueue.options.JobOptions`) and the caller's connection."""
+    (:class:`~pgqueue.rules.options.JobOptions`) and the caller's connection."""
 
     conn: ConnectionArg | AsyncConnectionArg | None
 
@@ -64,7 +64,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: PgQueue,
+        app: App,
         func: Callable[P, R],
         *,
         name: str | None = None,

@@ -40,14 +40,13 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first
-from pgqueue.durations import parse_duration
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
-from pgqueue.options import MAX_JOB_ID, check_meta, check_tags
+from pgqueue.rules.durations import parse_duration
+from pgqueue.rules.options import MAX_JOB_ID, check_meta, check_tags
+from pgqueue.rules.vocabulary import HISTORY_STATES, JOB_STATES, LIVE_STATES, PLACE_TABLES
 
-LIVE_STATES = ("waiting", "scheduled", "ready", "running")
-HISTORY_STATES = ("succeeded", "cancelled")
-STATES = (*LIVE_STATES, *HISTORY_STATES, "dead")
-PLACES = ("live", "history", "dead")
+STATES = JOB_STATES
+PLACES = tuple(PLACE_TABLES)
 
 
 class SearchRow(NamedTuple):
@@ -281,7 +280,9 @@ def search(
         raise InvalidJobError("where must be a JobFilter")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
         raise InvalidJobError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
-    positions = decode_cursor(after) if after is not None else dict.fromkeys(PLACES)
+    positions: dict[str, Position] = (
+        decode_cursor(after) if after is not None else dict.fromkeys(PLACES)
+    )
     if timeout is not None and not 0 < timeout <= 86_400:
         raise InvalidJobError(f"timeout must be between 0 and 86400 seconds, got {timeout}")
     return _search(where, limit, positions, timeout)

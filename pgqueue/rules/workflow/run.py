@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.workflow.builders import Compiled, Node
+from pgqueue.rules.workflow.builders import Compiled, Node
 
 if TYPE_CHECKING:
-    from pgqueue.client import PgQueue
+    from pgqueue.rules.app import App
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class WorkflowRun:
     the workflow was built; ``run[node]`` (a DAG node or its name) is one node's job id.
     """
 
-    app: PgQueue = field(repr=False)
+    app: App = field(repr=False)
     id: int
     job_ids: list[int]
     output_ids: list[int]
@@ -28,9 +28,7 @@ class WorkflowRun:
     names: dict[str, int] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(
-        cls, app: PgQueue, workflow_id: int, job_ids: list[int], compiled: Compiled
-    ) -> WorkflowRun:
+    def of(cls, app: App, workflow_id: int, job_ids: list[int], compiled: Compiled) -> WorkflowRun:
         """The run of a workflow just written: its id, its jobs' ids (in build order) and which of
         them give the workflow's result."""
         return cls(

@@ -22,9 +22,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 #: Longest queue or task name accepted; long enough for dotted module paths, short enough
 #: to keep the claim index small.
 MAX_NAME_LENGTH = 200
-DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_PRIORITY = 0
 
 
 class GivenDsn(str):
