@@ -1,29 +1,73 @@
 # Two entry points (see README): `make demo` runs the demo on an embedded PostgreSQL,
 # `make test` runs lint, type checks, the whole test suite and the package check (the built wheel
-# installed into a fresh venv, `make package-check`). Both create .venv themselves;
-# `make test` also installs the Debian packages its tests need (scripts/install-system-deps).
-PYTHON ?= python3
+# installed into a fresh venv, `make package-check`), and prints how long each step took. Both
+# create .venv themselves; `make test` also installs the Debian packages its tests need
+# (scripts/install-system-deps).
+#
+# .venv's Python: 3.12 (pyenv's, found by scripts/find-python), the oldest that every test's
+# dependencies run on (Django 6 needs 3.12). Without a 3.12, python3, and make says so.
+# `make test PYTHON=python3.13` picks another; a .venv made by another Python than this one is
+# made anew (see venv-python below).
+ifneq ($(origin PYTHON),command line)
+PYTHON := $(shell bash scripts/find-python 3.12 2>/dev/null || { \
+	echo "make: no Python 3.12 (scripts/find-python 3.12): .venv uses python3, and the tests" \
+		"that need 3.12 will fail" >&2; echo python3; })
+endif
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The other supported Pythons, each in its own .venv-X.Y with pyenv's interpreter
-# (scripts/find-python); `make test-versions` runs VERSION_TESTS on each of them, a few minutes
-# apiece, where `make test` runs everything on $(PYTHON).
-EXTRA_PYTHONS ?= 3.12 3.13
+# (scripts/find-python); `make test-versions` runs VERSION_TESTS on each of them, where
+# `make test` runs everything on $(PYTHON).
+EXTRA_PYTHONS ?= 3.11 3.13
 VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/test_worker_basic.py
+# The suite runs in parallel (pytest-xdist): PYTEST_WORKERS processes, each with an embedded
+# PostgreSQL of its own (tests/conftest.py). More processes than cores pays: most tests wait on
+# real worker processes, sleeps and the server. Against one server of yours
+# (PGQUEUE_TEST_DSN) it runs serially: the tests make roles and fixed-name databases that
+# parallel sessions on one server would share. PYTEST_WORKERS=0 runs serially anyway.
+PYTEST_WORKERS ?= $(if $(PGQUEUE_TEST_DSN),0,4)
+# --dist loadfile: each test module on one xdist worker, so a module-scoped fixture (a worker
+# process started for the module, module_dsn) is made once, and the chaos scenarios (one module,
+# each scenario a fleet near the machine's capacity) run one after another.
+XDIST_ARGS = -n $(PYTEST_WORKERS) $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile)
+TEST_STEPS := lint typecheck pytest docs package-check
 
 .PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs schema \
-	docs bench compare clean
+	docs bench compare chaos clean venv-python venvs
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml | venv-python
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+# Every venv `make test` and `make test-versions` use, made side by side (`make -j3 venvs`, as
+# .ci/run does: mostly waiting on pip, so in parallel they take little longer than one).
+venvs: $(BIN)/.installed $(patsubst %,.venv-%/.installed,$(EXTRA_PYTHONS))
+
 demo: $(BIN)/.installed
 	$(BIN)/pgq demo
 
-test: lint typecheck pytest docs package-check
+# A .venv made by another Python than $(PYTHON) (say, one left from when 3.11 was the default)
+# is removed, so that the rule above makes it anew rather than go on using the old one.
+venv-python:
+	@want="$$($(PYTHON) -c 'import sys; print(sys.version)')" || exit 1; \
+	have="$$($(BIN)/python -c 'import sys; print(sys.version)' 2>/dev/null)"; \
+	if [ -e $(VENV) ] && [ "$$want" != "$$have" ]; then \
+		echo "$(VENV) is Python $${have%% *}, not $${want%% *} ($(PYTHON)): making it anew"; \
+		rm -rf $(VENV); \
+	fi
+
+# Each step in turn, stopping at the first that fails, then how long each took.
+test:
+	@start=$$(date +%s); times=""; \
+	for step in $(TEST_STEPS); do \
+		began=$$(date +%s); \
+		$(MAKE) --no-print-directory PYTHON="$(PYTHON)" $$step || { \
+			echo "make test: $$step failed after $$(( $$(date +%s) - start )) s"; exit 1; }; \
+		times="$$times $$step $$(( $$(date +%s) - began )) s,"; \
+	done; \
+	echo "make test: passed in $$(( $$(date +%s) - start )) s ($${times# })" | sed 's/,)$$/)/'
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -32,8 +76,9 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
+# --durations: the slowest tests listed at the end, to keep an eye on CI's time.
 pytest: $(BIN)/.installed system-deps
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(XDIST_ARGS) --durations=15 $(PYTEST_ARGS)
 
 # PostgreSQL 15 with pg_cron, PgBouncer, Chromium: a no-op once they are installed.
 system-deps:
@@ -42,8 +87,8 @@ system-deps:
 test-versions: $(addprefix test-python-,$(EXTRA_PYTHONS))
 
 test-python-%: .venv-%/.installed
-	PATH="$(CURDIR)/.venv-$*/bin:$$PATH" .venv-$*/bin/pytest -x -q -p no:cacheprovider \
-		$(VERSION_TESTS)
+	PATH="$(CURDIR)/.venv-$*/bin:$$PATH" .venv-$*/bin/pytest -q -p no:cacheprovider \
+		-x $(XDIST_ARGS) $(VERSION_TESTS)
 
 # Kept between runs (make would delete a stamp only a pattern rule names).
 .PRECIOUS: .venv-%/.installed
@@ -66,6 +111,11 @@ cli-docs: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.enqueue
+
+# The fault-injection scenarios at full size (tens of minutes; the suite runs them small), each
+# on a private server: CHAOS_ARGS="--only sigkill,burst" for some of them.
+chaos: $(BIN)/.installed
+	$(BIN)/python -m benchmarks.chaos $(CHAOS_ARGS)
 
 # Side by side with the peers (installs them into benchmarks/.peers-venv on first use).
 compare: $(BIN)/.installed

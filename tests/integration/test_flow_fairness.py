@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from pgqueue import PgQueue
-from tests.conftest import TEMPLATE, PgServer
+from tests.conftest import PgServer
 from tests.helpers import scalar, spawn_fleet, stop_workers, wait_for
 from tests.integration import fair_app
 from tests.integration.test_flow_limits import RunningSampler
@@ -33,7 +33,7 @@ SLOTS = 4  # per worker process; two processes
 @pytest.fixture(scope="module")
 def fleet_dsn(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     name = f"pgqueue_test_fairness_{os.getpid()}"
-    dsn = pg_server.create_database(name, template=TEMPLATE)
+    dsn = pg_server.create_database(name, template=pg_server.template)
     with pytest.MonkeyPatch.context() as env:
         # fair_app's client (the tasks' own enqueue) and its handlers' ledger use this database.
         env.setenv("PGQUEUE_DSN", dsn)
