@@ -1,4 +1,4 @@
-"""``pgq cron``: cron schedules (``pgqueue.rules.schedules``): the periodic jobs workers enqueue.
+"""``pgq cron``: cron schedules (``pgqueue.schedules``): the periodic jobs workers enqueue.
 
 ``list``/``pause``/``resume``/``delete``. (pg_cron, the PostgreSQL extension, has its own
 group: ``pgq pg-cron``, pgqueue/cli/pg_cron_cmds.py; ``pgq cron install-reaper`` and

@@ -39,7 +39,7 @@ def show(
     fmt: FormatOption = OutputFormat.table,
     as_json: JsonFormatOption = False,
 ) -> None:
-    """The settings every worker's ack and pruner use (the pgqueue.db.retention row)."""
+    """The settings every worker's ack and pruner use (the pgqueue.retention row)."""
     out = chosen(fmt, as_json)
     with open_queue(dsn) as pgq:
         settings = pgq.retention.settings()

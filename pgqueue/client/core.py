@@ -246,7 +246,7 @@ class PgQueue:
         """Register a task that runs on a cron schedule: ``@pgq.periodic("*/5 * * * *")``.
 
         The schedule (named ``name``, default the task's name) is a row in
-        ``pgqueue.rules.schedules``, written by every worker at start-up; each tick is enqueued
+        ``pgqueue.schedules``, written by every worker at start-up; each tick is enqueued
         exactly once however many workers run. The options
         (:class:`~pgqueue.rules.schedules.PeriodicOptions`) are the schedule's timing (``tz``;
         ``missed``, the policy for ticks missed while no worker ran: ``"skip"`` or

@@ -7,7 +7,7 @@ Which succeeded jobs leave a row behind (the hot path stays one DELETE per ack b
   (JSON), kept for at least that long;
 * every workflow member (chain, group, chord, DAG, ``depends_on``): same, with the workflow's
   result TTL (1 day unless given), because dependents receive and inspect those results;
-* every succeeded job, without its result, when ``pgqueue.db.retention.record_succeeded`` is on.
+* every succeeded job, without its result, when ``pgqueue.retention.record_succeeded`` is on.
 
 The worker serialises a return value only for jobs that keep it (the claim tells it), with the
 same validation as arguments; a value that cannot be stored fails the job permanently with a

@@ -1,4 +1,4 @@
-"""The scheduler: enqueues due cron ticks (``pgqueue.rules.schedules``), exactly once per tick.
+"""The scheduler: enqueues due cron ticks (``pgqueue.schedules``), exactly once per tick.
 
 Every worker may run it. For each due schedule it computes the ticks with croniter (from the
 database's clock) and runs one statement that moves the schedule's ``next_tick`` forward with a

@@ -45,7 +45,7 @@ def jobs(app_dsn, conn):
     attempts), a job that succeeded at its second attempt, plain successes (history recorded:
     record_succeeded on), a cancelled job, a scheduled one, a ready one in a queue no worker
     serves, and a chain whose middle step waits."""
-    conn.execute("UPDATE pgqueue.db.retention SET record_succeeded = true")
+    conn.execute("UPDATE pgqueue.retention SET record_succeeded = true")
     pgq = worker_app.pgq
     made: dict[str, Any] = {
         "dead": pgq.enqueue("always_fails", conn=conn),

@@ -179,7 +179,7 @@ def test_cron_ticks_due_are_enqueued_and_run(pgq, dsn):
     pgq.cron.schedule("nightly", "* * * * *", nightly.name, {})
     assert drain(pgq).runs == []  # not due yet
     with psycopg.connect(dsn) as conn:  # the clock reaches the tick
-        conn.execute("UPDATE pgqueue.rules.schedules SET next_tick = date_trunc('minute', now())")
+        conn.execute("UPDATE pgqueue.schedules SET next_tick = date_trunc('minute', now())")
     summary = drain(pgq)
     assert summary.cron_ticks == 1 and ran == ["tick"]
 
@@ -404,7 +404,7 @@ def test_periodic_schedules_and_task_limits_are_declared_as_a_worker_declares_th
 
     assert drain(pgq).runs == []  # writes the schedule; its first tick is not due yet
     with psycopg.connect(dsn) as conn:
-        conn.execute("UPDATE pgqueue.rules.schedules SET next_tick = date_trunc('minute', now())")
+        conn.execute("UPDATE pgqueue.schedules SET next_tick = date_trunc('minute', now())")
         assert conn.execute("SELECT concurrency_limit FROM pgqueue.task_limits").fetchall() == [
             (1,)
         ]

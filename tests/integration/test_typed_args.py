@@ -182,11 +182,11 @@ def test_sql_producers_write_plain_json_and_handlers_get_types(app_dsn, app, wor
 
 def test_cron_ticks_hand_on_typed_arguments(app_dsn, app, worker):
     app.cron.schedule("typed-tick", "* * * * *", tick, {"day": date(2026, 12, 6)})
-    assert scalar(app_dsn, "SELECT args FROM pgqueue.rules.schedules") == {"day": "2026-12-06"}
+    assert scalar(app_dsn, "SELECT args FROM pgqueue.schedules") == {"day": "2026-12-06"}
     # Due now rather than at the next minute: the tick of this minute (within the grace).
     scalar(
         app_dsn,
-        "UPDATE pgqueue.rules.schedules SET next_tick = date_trunc('minute', now()) RETURNING 1",
+        "UPDATE pgqueue.schedules SET next_tick = date_trunc('minute', now()) RETURNING 1",
     )
     wait_for(lambda: notes(app_dsn), timeout=60, message="the tick to run")
     assert list(notes(app_dsn).values()) == [{"day": "date", "colour": "Colour"}]
