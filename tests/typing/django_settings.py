@@ -11,5 +11,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "pgqueue.contrib.django",
+    # The apps of the Django tests' project (tests/integration/django_tasks).
+    "tests.integration.django_tasks.shop",
+    "tests.integration.django_tasks.billing",
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "typing"}}

@@ -34,7 +34,9 @@ _STATUS = {
 }
 
 
-def read_result(backend: PgQueueBackend, connection: Any, result_id: object) -> TaskResult | None:
+def read_result(
+    backend: PgQueueBackend, connection: Any, result_id: object
+) -> TaskResult[..., Any] | None:
     """The result of the job ``result_id`` read on Django's ``connection``; None when there is
     no such job (an id that is no number too), or it is no Django task's."""
     try:
@@ -67,7 +69,7 @@ def read_result(backend: PgQueueBackend, connection: Any, result_id: object) -> 
     if current_ran and detail.get("worker_id"):
         worker_ids.append(str(detail["worker_id"]))
     args = detail.get("args") or {}
-    result = TaskResult(
+    result: TaskResult[..., Any] = TaskResult(
         task=task,
         id=str(job_id),
         status=_STATUS[state],
@@ -88,7 +90,7 @@ def read_result(backend: PgQueueBackend, connection: Any, result_id: object) -> 
 
 def django_task(
     module_path: str, queue: str, priority: int, alias: str, marks: Mapping[str, Any]
-) -> Task | None:
+) -> Task[..., Any] | None:
     """The Django task a job runs, as it was enqueued (queue, priority, run_after, backend);
     None when ``module_path`` names no Django task (any more)."""
     try:

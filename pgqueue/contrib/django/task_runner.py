@@ -54,7 +54,7 @@ def run_django_task(ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) ->
     backend = task.get_backend()
     now = timezone.now()
     errors, worker_ids = _earlier_attempts(backend, ctx)
-    result = TaskResult(
+    result: TaskResult[..., Any] = TaskResult(
         task=task,
         id=str(ctx.id),
         status=TaskResultStatus.RUNNING,
@@ -110,7 +110,7 @@ def _retryable(backend: Any, name: str, exc: BaseException) -> bool:
     return job_task is not None and bool(job_task.retry_policy.retryable(exc))
 
 
-def _finish(result: TaskResult, status: TaskResultStatus) -> None:
+def _finish(result: TaskResult[..., Any], status: TaskResultStatus) -> None:
     object.__setattr__(result, "status", status)
     if status != TaskResultStatus.READY:
         object.__setattr__(result, "finished_at", timezone.now())

@@ -28,23 +28,44 @@ back with the caller's transaction**. Its id (a string) is the ``TaskResult``'s;
   1, Django's own semantics (a failure is final); with more, a failed attempt reads ``READY``
   until its retry and each attempt's error is in ``TaskResult.errors``.
 
-Per task, ``@task(pgqueue_options={...})`` (the backend's :class:`PgQueueTask`) adds pgqueue's
-options over ``TASK_OPTIONS``. Django's priority (-100..100, higher first) is pgqueue's
-priority negated (lower first).
+Per task, pgqueue's :func:`task` (Django's ``@task`` with one more keyword, typed) takes
+``pgqueue_options={...}``: pgqueue's options over ``TASK_OPTIONS``, kept by the task (a
+:class:`PgQueueTask`, the backend's ``task_class``). Django's priority (-100..100, higher
+first) is pgqueue's priority negated (lower first).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from django.db import connections, transaction
+from django.tasks import task_backends
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import Task, TaskResult, TaskResultStatus
+from django.tasks.base import (
+    DEFAULT_TASK_BACKEND_ALIAS,
+    DEFAULT_TASK_PRIORITY,
+    DEFAULT_TASK_QUEUE_NAME,
+    Task,
+    TaskContext,
+    TaskResult,
+    TaskResultStatus,
+)
+from django.tasks.base import task as django_task
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
@@ -57,7 +78,7 @@ from pgqueue.errors import ConfigurationError, InvalidJobError
 from pgqueue.rules.payload import check_name
 from pgqueue.rules.tasks import Task as JobTask
 
-__all__ = ["PgQueueBackend", "PgQueueTask"]
+__all__ = ["PgQueueBackend", "PgQueueTask", "task"]
 
 #: How long a finished task's result stays readable unless OPTIONS say otherwise.
 DEFAULT_RESULT_TTL = timedelta(days=1)
@@ -75,13 +96,25 @@ _NOT_OPTIONS = {
 }
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+if TYPE_CHECKING:
+    _GenericTask = Task
+else:
+    # django-stubs makes Task generic (Task[P, R]); Django's class is not subscriptable at run
+    # time, so PgQueueTask[P, R] needs a base that is.
+    class _GenericTask(Task, Generic[_P, _R]):
+        __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PgQueueTask(Task):
+class PgQueueTask(_GenericTask[_P, _R]):
     """Django's ``Task`` with pgqueue's options for its jobs: ``@task(pgqueue_options={...})``
     (``max_attempts``, ``backoff``, ``timeout``, ``retry_on``, ``concurrency_limit``,
     ``rate_limit``, ``meta``, ``tags``, ...: those of ``@pgq.task``), over the backend's
-    ``TASK_OPTIONS``. The backend's ``task_class``: ``@task`` makes one when the task's backend
-    is a :class:`PgQueueBackend`."""
+    ``TASK_OPTIONS``. The backend's ``task_class``: Django's ``@task`` and pgqueue's
+    :func:`task` make one when the task's backend is a :class:`PgQueueBackend`."""
 
     pgqueue_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
@@ -126,7 +159,7 @@ class PgQueueBackend(BaseTaskBackend):
 
     # -- validation: Django's rules, then pgqueue's ----------------------------------------
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
         try:
             check_name(task.queue_name, "queue name")
@@ -134,7 +167,7 @@ class PgQueueBackend(BaseTaskBackend):
             raise InvalidTask(str(exc)) from None
         self.job_task(task)
 
-    def job_task(self, task: Task) -> JobTask[..., Any]:
+    def job_task(self, task: Task[..., Any]) -> JobTask[..., Any]:
         """The pgqueue task that runs ``task``'s jobs (named by its ``module_path``),
         registered on the project's queue the first time the task is seen: when its module is
         imported (by the worker's discovery too), or at its first enqueue."""
@@ -147,7 +180,7 @@ class PgQueueBackend(BaseTaskBackend):
                 return existing
             return self._register(task, name)
 
-    def _register(self, task: Task, name: str) -> JobTask[..., Any]:
+    def _register(self, task: Task[..., Any], name: str) -> JobTask[..., Any]:
         """Register the handler of ``task`` with this backend's options and the task's."""
         options = self.options_of(task)
         for word in sorted(_NOT_OPTIONS.keys() & options.keys()):
@@ -162,18 +195,20 @@ class PgQueueBackend(BaseTaskBackend):
         except (ConfigurationError, InvalidJobError, TypeError) as exc:
             raise InvalidTask(f"task {name!r}: {exc}") from None
 
-    def options_of(self, task: Task) -> dict[str, Any]:
+    def options_of(self, task: Task[..., Any]) -> dict[str, Any]:
         """pgqueue's options for ``task``'s jobs: the task's ``pgqueue_options`` over this
         backend's ``TASK_OPTIONS``."""
         return {**self.task_options, **getattr(task, "pgqueue_options", {})}
 
     # -- enqueue -------------------------------------------------------------------------
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue(
+        self, task: Task[_P, _R], args: list[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[_P, _R]:
         """Write the job on the task's Django connection, in the caller's transaction."""
         self.validate_task(task)
         job_task = self.job_task(task)
-        result = TaskResult(
+        result: TaskResult[_P, _R] = TaskResult(
             task=task,
             id="0",  # replaced below, once the job has its id
             status=TaskResultStatus.READY,
@@ -216,13 +251,101 @@ class PgQueueBackend(BaseTaskBackend):
 
     # -- results ---------------------------------------------------------------------------
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The task's result now (read on the task's Django connection: inside the caller's
         transaction it sees the jobs that transaction enqueued)."""
         result = read_result(self, connections[self.database], result_id)
         if result is None:
             raise TaskResultDoesNotExist(result_id)
         return result
+
+
+# -- the decorator with pgqueue's keyword ---------------------------------------------------
+# Django's @task hands keywords it does not know to the backend's task_class, so
+# @django.tasks.task(pgqueue_options=...) runs; django-stubs' overloads of task() have no such
+# keyword, so it does not type-check. This task() is Django's with that keyword, typed.
+
+
+@overload
+def task(
+    function: Callable[Concatenate[TaskContext[Any, Any], _P], _R],
+    *,
+    priority: int = ...,
+    queue_name: str = ...,
+    backend: str = ...,
+    takes_context: Literal[True],
+    pgqueue_options: Mapping[str, Any] | None = ...,
+) -> PgQueueTask[_P, _R]: ...
+@overload
+def task(
+    function: Callable[_P, _R],
+    *,
+    priority: int = ...,
+    queue_name: str = ...,
+    backend: str = ...,
+    takes_context: Literal[False] = ...,
+    pgqueue_options: Mapping[str, Any] | None = ...,
+) -> PgQueueTask[_P, _R]: ...
+@overload
+def task(
+    *,
+    priority: int = ...,
+    queue_name: str = ...,
+    backend: str = ...,
+    takes_context: Literal[True],
+    pgqueue_options: Mapping[str, Any] | None = ...,
+) -> Callable[[Callable[Concatenate[TaskContext[Any, Any], _P], _R]], PgQueueTask[_P, _R]]: ...
+@overload
+def task(
+    *,
+    priority: int = ...,
+    queue_name: str = ...,
+    backend: str = ...,
+    takes_context: Literal[False] = ...,
+    pgqueue_options: Mapping[str, Any] | None = ...,
+) -> Callable[[Callable[_P, _R]], PgQueueTask[_P, _R]]: ...
+def task(
+    function: Callable[..., Any] | None = None,
+    *,
+    priority: int = DEFAULT_TASK_PRIORITY,
+    queue_name: str = DEFAULT_TASK_QUEUE_NAME,
+    backend: str = DEFAULT_TASK_BACKEND_ALIAS,
+    takes_context: bool = False,
+    pgqueue_options: Mapping[str, Any] | None = None,
+) -> PgQueueTask[Any, Any] | Callable[[Callable[..., Any]], PgQueueTask[Any, Any]]:
+    """Django's ``@task`` (``django.tasks.task``, same keywords and checks) for a task of a
+    :class:`PgQueueBackend`, with ``pgqueue_options``: pgqueue's options for its jobs (those of
+    ``@pgq.task``), over the backend's ``TASK_OPTIONS``. Raises ``InvalidTask`` when the
+    ``backend`` is not a :class:`PgQueueBackend`.
+
+    .. code-block:: python
+
+        from pgqueue.contrib.django.tasks import task
+
+        @task(queue_name="reports", pgqueue_options={"timeout": timedelta(minutes=5)})
+        def monthly_report(month: str) -> None: ...
+    """
+
+    def wrapper(func: Callable[..., Any]) -> PgQueueTask[Any, Any]:
+        task_class = task_backends[backend].task_class
+        if not issubclass(task_class, PgQueueTask):
+            raise InvalidTask(
+                f"pgqueue's @task makes tasks of a PgQueueBackend: TASKS[{backend!r}] makes "
+                f"{task_class.__name__}s (use django.tasks.task)"
+            )
+        # Django's decorator, checks and all, given the keyword its stubs do not know of; what
+        # it returns is made by task_class, a PgQueueTask (checked above).
+        untyped = cast("Callable[..., PgQueueTask[Any, Any]]", django_task)
+        return untyped(
+            func,
+            priority=priority,
+            queue_name=queue_name,
+            backend=backend,
+            takes_context=takes_context,
+            pgqueue_options=dict(pgqueue_options or {}),
+        )
+
+    return wrapper if function is None else wrapper(function)
 
 
 def _ttl(value: object, alias: str) -> timedelta | None:

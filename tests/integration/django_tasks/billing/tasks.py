@@ -1,6 +1,8 @@
 """Django's task framework in the other app (and a pgqueue task of its own on the same
 queue). The tasks mirror those of Django's own backend tests."""
 
+from __future__ import annotations
+
 import time
 from typing import Any
 
@@ -8,6 +10,7 @@ from django.tasks import TaskContext, task
 from django.tasks.signals import task_finished, task_started
 
 from pgqueue.contrib.django import queue
+from pgqueue.contrib.django.tasks import task as pgqueue_task
 from tests.integration.django_tasks.billing.models import Event
 from tests.integration.django_tasks.shop.models import Order
 
@@ -66,12 +69,12 @@ def complex_return_value() -> Any:
 
 
 @task(takes_context=True)
-def get_task_id(context: TaskContext) -> str:
+def get_task_id(context: TaskContext[[], str]) -> str:
     return context.task_result.id
 
 
 @task(takes_context=True)
-def check_context(context: TaskContext, attempt: int) -> None:
+def check_context(context: TaskContext[[int], None], attempt: int) -> None:
     assert isinstance(context, TaskContext)
     assert context.attempt == attempt
 
@@ -87,13 +90,13 @@ def sleep_for(seconds: float) -> None:
 
 
 @task(backend="retrying", takes_context=True)
-def fails_once(context: TaskContext) -> int:
+def fails_once(context: TaskContext[[], int]) -> int:
     if context.attempt == 1:
         raise RuntimeError("first attempt fails")
     return context.attempt
 
 
-@task(pgqueue_options={"max_attempts": 2, "meta": {"team": "billing"}})
+@pgqueue_task(pgqueue_options={"max_attempts": 2, "meta": {"team": "billing"}})
 def with_pgqueue_options() -> None:
     return None
 

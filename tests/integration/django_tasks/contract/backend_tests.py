@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
+from django.tasks import Task, TaskResultStatus, default_task_backend, task, task_backends
 from django.tasks.exceptions import (
     InvalidTask,
     InvalidTaskBackend,
@@ -21,6 +21,7 @@ from django.test import TestCase, TransactionTestCase, override_settings
 from django.utils import timezone
 
 from pgqueue.contrib.django.tasks import PgQueueBackend, PgQueueTask
+from pgqueue.contrib.django.tasks import task as pgqueue_task
 from tests.integration.django_tasks.billing import tasks as test_tasks
 from tests.integration.django_tasks.shop.tasks import send_receipt
 
@@ -39,6 +40,10 @@ def job_row(job_id: str) -> tuple[Any, ...] | None:
         if row is None
         else tuple(json.loads(v) if i in (3, 6) else v for i, v in enumerate(row))
     )
+
+
+#: A sync task and an async one.
+BOTH_KINDS: list[Task[..., Any]] = [test_tasks.noop_task, test_tasks.noop_task_async]
 
 
 class BackendTestCase(TestCase):
@@ -71,7 +76,7 @@ class BackendTestCase(TestCase):
         self.assertEqual(result.attempts, 0)
 
     def test_enqueue_task(self) -> None:
-        for t in [test_tasks.noop_task, test_tasks.noop_task_async]:
+        for t in BOTH_KINDS:
             with self.subTest(t):
                 result = t.enqueue(1, two=3)
                 self.assert_ready(result, t, [1], {"two": 3})
@@ -81,7 +86,7 @@ class BackendTestCase(TestCase):
                 self.assertEqual(args, {"args": [1], "kwargs": {"two": 3}})
 
     async def test_enqueue_task_async(self) -> None:
-        for t in [test_tasks.noop_task, test_tasks.noop_task_async]:
+        for t in BOTH_KINDS:
             with self.subTest(t):
                 result = await t.aenqueue()
                 self.assert_ready(result, t, [], {})
@@ -104,6 +109,7 @@ class BackendTestCase(TestCase):
         ):
             self.assertEqual(got.id, result.id)
             self.assert_ready(got, test_tasks.noop_task, [1], {"two": 3})
+            assert result.enqueued_at is not None and got.enqueued_at is not None
             self.assertGreaterEqual(result.enqueued_at, got.enqueued_at)
 
     async def test_get_result_async(self) -> None:
@@ -119,6 +125,7 @@ class BackendTestCase(TestCase):
         before = result.enqueued_at
         result.refresh()
         self.assertEqual(result.status, TaskResultStatus.READY)
+        assert result.enqueued_at is not None and before is not None
         self.assertLessEqual(result.enqueued_at, before)
 
     async def test_refresh_result_async(self) -> None:
@@ -218,7 +225,8 @@ class ValidationTestCase(TestCase):
                     InvalidTask, "priority must be a whole number between -100 and 100."
                 ),
             ):
-                test_tasks.noop_task.using(priority=priority)
+                # 1.5 is wrong on purpose: Django checks the priority at run time.
+                test_tasks.noop_task.using(priority=priority)  # type: ignore[arg-type]
 
     def test_run_after_must_be_aware(self) -> None:
         with self.assertRaisesMessage(InvalidTask, "run_after must be an aware datetime."):
@@ -249,7 +257,8 @@ class ValidationTestCase(TestCase):
         with self.assertRaisesMessage(
             InvalidTask, "Task takes context but does not have a first argument of 'context'."
         ):
-            task(takes_context=True)(no_context)
+            # Wrong on purpose (no context argument): Django refuses it at run time.
+            task(takes_context=True)(no_context)  # type: ignore[arg-type]
 
     def test_module_level_function(self) -> None:
         with self.assertRaisesMessage(
@@ -262,14 +271,39 @@ class ValidationTestCase(TestCase):
 
         clash.__qualname__ = "clash"
         with self.assertRaisesMessage(InvalidTask, "'queue' is Django's to say"):
-            task(pgqueue_options={"queue": "other"})(clash)
+            pgqueue_task(pgqueue_options={"queue": "other"})(clash)
 
     def test_bad_pgqueue_options(self) -> None:
         def bad() -> None: ...
 
         bad.__qualname__ = "bad_options"
         with self.assertRaisesMessage(InvalidTask, "max_attempts"):
-            task(pgqueue_options={"max_attempts": 0})(bad)
+            pgqueue_task(pgqueue_options={"max_attempts": 0})(bad)
+
+    def test_pgqueues_decorator_makes_a_pgqueue_task(self) -> None:
+        def typed(month: str) -> int:
+            return len(month)
+
+        typed.__qualname__ = "typed_task"
+        made = pgqueue_task(queue_name="queue-1", pgqueue_options={"max_attempts": 4})(typed)
+        self.assertIsInstance(made, PgQueueTask)
+        self.assertEqual((made.queue_name, made.pgqueue_options), ("queue-1", {"max_attempts": 4}))
+        self.assertEqual(made.call("2026-01"), 7)
+
+    @override_settings(
+        TASKS={
+            "default": {"BACKEND": "pgqueue.contrib.django.tasks.PgQueueBackend"},
+            "dummy": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"},
+        }
+    )
+    def test_pgqueues_decorator_refuses_another_backend(self) -> None:
+        def elsewhere() -> None: ...
+
+        elsewhere.__qualname__ = "elsewhere"
+        with self.assertRaisesMessage(
+            InvalidTask, "pgqueue's @task makes tasks of a PgQueueBackend: TASKS['dummy']"
+        ):
+            pgqueue_task(backend="dummy")(elsewhere)
 
     def test_unknown_backend_options(self) -> None:
         with (

@@ -9,11 +9,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from django.db import connection
 from django.tasks import TaskResult
 from psycopg.conninfo import make_conninfo
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 MANAGE = Path(__file__).resolve().parents[1] / "manage.py"
 
@@ -56,7 +59,7 @@ def stop_worker(process: subprocess.Popen[str]) -> str:
     return out
 
 
-def wait_finished(result: TaskResult, timeout: float = 30) -> Any:
+def wait_finished(result: TaskResult[_P, _R], timeout: float = 30) -> TaskResult[_P, _R]:
     """Refresh ``result`` until its task finished (or fail after ``timeout`` seconds)."""
     deadline = time.monotonic() + timeout
     while not result.is_finished:

@@ -1,6 +1,7 @@
 from pgqueue import Item
 from pgqueue.contrib.django import queue
 from pgqueue.contrib.django.models import DeadLetter
+from pgqueue.contrib.django.tasks import task
 from shop.models import Order
 
 pgq = queue()
@@ -21,3 +22,9 @@ def index(items: list[Item[int]]) -> None:
 
 def dead_tasks() -> list[str]:
     return list(DeadLetter.objects.values_list("task", flat=True))
+
+
+# Django's task framework (TASKS on PgQueueBackend), with pgqueue's options for its jobs.
+@task(queue_name="reports", pgqueue_options={"timeout": 300, "max_attempts": 3})
+def monthly_report(month: str) -> int:
+    return Order.objects.filter(email__endswith=month).count()

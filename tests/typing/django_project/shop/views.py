@@ -2,7 +2,7 @@ from django.db import connection, transaction
 from django.http import HttpRequest, JsonResponse
 
 from shop.models import Order
-from shop.tasks import send_confirmation
+from shop.tasks import monthly_report, send_confirmation
 
 
 def create_order(request: HttpRequest) -> JsonResponse:
@@ -10,3 +10,9 @@ def create_order(request: HttpRequest) -> JsonResponse:
         order = Order.objects.create(email=request.POST["email"])
         job: int = send_confirmation.enqueue(order.id, conn=connection)
     return JsonResponse({"order": order.id, "job": job})
+
+
+def start_report(request: HttpRequest) -> JsonResponse:
+    result = monthly_report.using(priority=10).enqueue(request.POST["month"])
+    count: int | None = result.return_value if result.is_finished else None
+    return JsonResponse({"task": result.id, "count": count})
