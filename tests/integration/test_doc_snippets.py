@@ -58,7 +58,9 @@ NOT_RUN = re.compile(r"^<!-- not run: (?P<reason>\S.*?) -->$")
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)(?P<attrs>.*)$")
 TITLE = re.compile(r'title="(?P<title>[^"]+)"')
 MAX_NOT_RUN = 16
-BLOCK_TIMEOUT = 120
+# A guard against a block that never ends, not a speed target: a block of many `pgq` commands
+# takes a minute on a machine the parallel suite keeps busy.
+BLOCK_TIMEOUT = 300
 
 
 @dataclass
