@@ -46,7 +46,9 @@ def running_row(dsn: str, job_id: int) -> tuple[object, object] | None:
 @pytest.mark.parametrize("task", ["progress.async_steps", "progress.sync_steps"])
 def test_progress_shows_while_the_job_runs(worker, module_dsn, task):
     with PgQueue(module_dsn) as pgq:
-        job = pgq.enqueue(task, {"steps": [0.25, {"done": 40, "of": 100}], "hold": 8.0})
+        # Held until cancelled below (a minute at most): `pgq jobs show` starting slowly on a busy
+        # machine must still find it running.
+        job = pgq.enqueue(task, {"steps": [0.25, {"done": 40, "of": 100}], "hold": 60.0})
         wait_for(lambda: pgq.progress(job) == {"done": 40, "of": 100}, timeout=30,
                  message="the progress to be written")  # fmt: skip
         row = running_row(module_dsn, job)
