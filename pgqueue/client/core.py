@@ -12,7 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import replace
 from functools import cached_property, partial
@@ -674,6 +682,17 @@ class PgQueue:
 
     # -- a job's results, progress and cancellation ----------------------------------------
 
+    @overload
+    def result(
+        self, job_id: JobId[Coroutine[Any, Any, T]], *, timeout: float | None = None
+    ) -> T: ...
+
+    @overload
+    def result(self, job_id: JobId[T], *, timeout: float | None = None) -> T: ...
+
+    @overload
+    def result(self, job_id: int, *, timeout: float | None = None) -> Any: ...
+
     def result(self, job_id: int, *, timeout: float | None = None) -> Any:
         """Wait for a job's result (its handler's return value, stored as JSON), typed by the
         task's return annotation when this process registered the task (:mod:`pgqueue.rules.codec`:
@@ -685,10 +704,24 @@ class PgQueue:
         ``result_ttl``; also once such a job succeeded and left the queue) or the result
         expired, :class:`~pgqueue.ResultTimeoutError` after ``timeout`` seconds (None: wait for
         ever), :class:`~pgqueue.JobNotFoundError` for an id pgqueue never handed out.
+
+        For a type checker, the result of a ``JobId[R]`` (what ``task.enqueue(...)`` returns) is
+        an ``R`` (what the coroutine returns, for an ``async def`` task); of a bare id, ``Any``.
         """
         # Its own connection: the plan LISTENs on it, which a pooled connection must not keep.
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             return self.run(wait_for_result(int(job_id), timeout, self._decode_result), conn)
+
+    @overload
+    async def result_async(
+        self, job_id: JobId[Coroutine[Any, Any, T]], *, timeout: float | None = None
+    ) -> T: ...
+
+    @overload
+    async def result_async(self, job_id: JobId[T], *, timeout: float | None = None) -> T: ...
+
+    @overload
+    async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any: ...
 
     async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any:
         """The async twin of :meth:`result`. The calls on one event loop share one LISTEN

@@ -7,13 +7,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, overload
+
+import psycopg
 
 from pgqueue.errors import JobCancelled, JobTransactionError
 from pgqueue.handler.job_transaction import OPEN, JobTransaction, TransactionHost
 from pgqueue.rules import progress as progress_values
 from pgqueue.rules.payload import dumps
 from pgqueue.rules.vocabulary import CancelReason, HistoryState, TransactionState
+
+# The application's connection a transaction block was given (``conn=``), any kind pgqueue takes.
+ConnT = TypeVar("ConnT")
 
 
 class ClaimedJob(NamedTuple):
@@ -200,7 +205,15 @@ class JobContext(_TransactionFields):
             if self._progress is None:
                 self._progress = text
 
-    def transaction(self, conn: object = None) -> JobTransaction:
+    @overload
+    def transaction(
+        self, conn: None = None
+    ) -> JobTransaction[psycopg.Connection[Any], psycopg.AsyncConnection[Any]]: ...
+
+    @overload
+    def transaction(self, conn: ConnT) -> JobTransaction[ConnT, ConnT]: ...
+
+    def transaction(self, conn: object = None) -> JobTransaction[Any, Any]:
         """The job's database work and its completion in one transaction: ``with
         ctx.transaction() as conn:`` in a sync handler, ``async with`` in an async one.
 
@@ -216,7 +229,9 @@ class JobContext(_TransactionFields):
         ``conn=`` pgqueue accepts: psycopg, a SQLAlchemy ``Session``/``Connection`` or their
         async forms, Django's connection), so ORM models are saved in the same transaction;
         it must not be in a transaction already. The block's value is ``conn`` itself, or
-        else a psycopg connection of the worker's."""
+        else a psycopg connection of the worker's; a type checker knows it as the type of
+        ``conn``, or psycopg's ``Connection`` (``with``) / ``AsyncConnection`` (``async
+        with``)."""
         return JobTransaction(self, conn)
 
     def set_result(self, value: Any) -> None:

@@ -48,7 +48,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
 
 import psycopg
 from psycopg.rows import class_row
@@ -62,6 +62,11 @@ if TYPE_CHECKING:
     from pgqueue.handler.job_context import ClaimedJob, JobContext
 
 log = logging.getLogger("pgqueue.transaction")
+
+# What the block's ``with`` and ``async with`` give (for a type checker): ``conn`` itself when
+# given, else the worker's psycopg Connection / AsyncConnection.
+SyncConnT = TypeVar("SyncConnT")
+AsyncConnT = TypeVar("AsyncConnT")
 
 #: The block is open: the handler writes in its transaction (the lease is still heartbeated).
 OPEN: Final[TransactionState] = "open"
@@ -286,10 +291,12 @@ async def _settle_async(host: TransactionHost, completed: Completed) -> str:
         await asyncio.sleep(verdict)
 
 
-class JobTransaction:
+class JobTransaction(Generic[SyncConnT, AsyncConnT]):
     """``ctx.transaction(conn=None)``: ``with`` in a sync handler, ``async with`` in an async
     one; the block's value is the connection to write with (``conn`` itself when given, else a
-    psycopg connection of the worker's). See :mod:`pgqueue.handler.job_transaction`."""
+    psycopg connection of the worker's). See :mod:`pgqueue.handler.job_transaction`.
+
+    Typed by what ``with`` (``SyncConnT``) and ``async with`` (``AsyncConnT``) give."""
 
     def __init__(self, ctx: JobContext, conn: object = None) -> None:
         self._ctx = ctx
@@ -374,7 +381,7 @@ class JobTransaction:
 
     # -- sync ------------------------------------------------------------------------------
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> SyncConnT:
         host = self._begin(asynchronous=False)
         try:
             conn = self._conn
@@ -387,7 +394,8 @@ class JobTransaction:
             self._ctx.set_transaction_state(None)
             self._release()
             raise
-        return self._target(owned)
+        target: SyncConnT = self._target(owned)
+        return target
 
     def __exit__(
         self,
@@ -446,7 +454,7 @@ class JobTransaction:
 
     # -- async -----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> AsyncConnT:
         host = self._begin(asynchronous=True)
         try:
             conn = self._conn
@@ -459,7 +467,8 @@ class JobTransaction:
             self._ctx.set_transaction_state(None)
             await self._release_async()
             raise
-        return self._target(owned)
+        target: AsyncConnT = self._target(owned)
+        return target
 
     async def __aexit__(
         self,

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Generic, Self
+
+from typing_extensions import TypeVar
 
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.dedupe import derived_key
@@ -25,9 +27,19 @@ from pgqueue.rules.options import (
 )
 from pgqueue.rules.payload import check_name, dumps
 
+# What the job's task function returns, when the JobId came from a task's enqueue (a type checker's
+# knowledge only); Any for a job enqueued by task name. A default, so a bare ``JobId`` in a
+# user's annotation stays valid under ``mypy --strict``.
+ResultT_co = TypeVar("ResultT_co", covariant=True, default=Any)
 
-class JobId(int):
+
+class JobId(int, Generic[ResultT_co]):
     """A job id (an ``int``) that also tells what this call did.
+
+    For a type checker, ``JobId[R]`` is the id of a job of a task whose function returns ``R``
+    (a coroutine, for an ``async def``): ``task.enqueue(...)`` returns one, and
+    ``pgq.result(job_id)`` is then typed ``R`` (what the coroutine returns). A bare ``JobId``
+    is ``JobId[Any]`` (a job enqueued by task name).
 
     ``created`` is False when an idempotency key matched an existing job and its id was
     returned; ``replaced`` is True when that job had not started and this call replaced its
@@ -39,7 +51,7 @@ class JobId(int):
     created: bool = True
     replaced: bool = False
 
-    def __new__(cls, value: int, created: bool = True, replaced: bool = False) -> JobId:
+    def __new__(cls, value: int, created: bool = True, replaced: bool = False) -> Self:
         self = super().__new__(cls, value)
         if not created:
             self.created = False

@@ -11,6 +11,8 @@ Typing: ``Task`` is generic in the function's parameters (a ``ParamSpec``) and r
 ``task.options(...).enqueue(...)`` is the enqueue a type checker checks against the function's
 own signature; ``task.enqueue(...)`` and ``task.s(...)`` take ``Any``: a ``ParamSpec`` cannot
 be combined with extra keyword options (``enqueue``), and ``s`` accepts partial arguments.
+Every enqueue of a task returns a ``JobId[R]``, ``R`` the function's return type (a coroutine
+for an ``async def``), so ``pgq.result(job_id)`` is typed by it (what the coroutine returns).
 """
 
 from __future__ import annotations
@@ -156,12 +158,12 @@ class Task(Generic[P, R]):
             )
         return self.options(**options).s(*args, **task_kwargs)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> JobId:
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobId[R]:
         """Enqueue a job and return its id (see the module docstring for the options)."""
         options, task_kwargs = _split(kwargs)
         return self.options(**options).enqueue(*args, **task_kwargs)
 
-    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobId:
+    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobId[R]:
         """The async twin of :meth:`enqueue`; ``conn`` is a ``psycopg.AsyncConnection``."""
         options, task_kwargs = _split(kwargs)
         return await self.options(**options).enqueue_async(*args, **task_kwargs)
@@ -180,11 +182,11 @@ class TaskCall(Generic[P, R]):
         # Any, not P: a job description may leave arguments for its workflow parents to fill.
         return JobCall(self.task, self.task.binder.pack(args, kwargs, partial=True), self.options)
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobId[R]:
         call = self.s(*args, **kwargs)
         return self.task.app.enqueue_spec(call.spec(), conn=self.conn)
 
-    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobId[R]:
         call = self.s(*args, **kwargs)
         return await self.task.app.enqueue_spec_async(call.spec(), conn=self.conn)
 

@@ -8,11 +8,15 @@ Never imported or run: tests/unit/test_typing.py type-checks it as a separate pr
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
 import psycopg
+from sqlalchemy import create_engine, text
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
 
 import pgqueue
 from pgqueue import (
@@ -30,6 +34,8 @@ from pgqueue import (
 )
 
 pgq = PgQueue("postgresql://app@localhost/app")
+engine = create_engine("postgresql+psycopg://app@localhost/app")
+async_engine = create_async_engine("postgresql+psycopg://app@localhost/app")
 
 
 @pgq.task
@@ -156,3 +162,47 @@ def batches(dsn: str) -> list[JobId]:
     audit_events.options().enqueue({"action": "login"})
     many = pgq.enqueue_many([thumbnails_batch.s(image_id=i) for i in range(3)])
     return [first, second, third, *many]
+
+
+def typed_results() -> int:
+    # A task's enqueue returns a JobId that knows the task's return type; result() returns it.
+    job: JobId[int] = add.enqueue(1, 2)
+    total: int = pgq.result(job, timeout=30)
+    typed = add.options(priority=1).enqueue(1, 2)
+    again: int = pgq.result(typed)
+    # By task name or a bare id: the result is Any, as before.
+    by_name: JobId = pgq.enqueue("add", {"a": 1, "b": 2})
+    anything: Any = pgq.result(by_name)
+    return total + again + int(anything) + int(pgq.result(7))
+
+
+async def typed_results_async() -> int:
+    # An async task's JobId knows its coroutine; the result is what the coroutine returns.
+    first: JobId[Coroutine[Any, Any, dict[str, int]]] = await resize.enqueue_async(1)
+    info: dict[str, int] = await pgq.result_async(first, timeout=30)
+    second = await resize.options(priority=1).enqueue_async(2, width=10)
+    again: dict[str, int] = await pgq.result_async(second)
+    return info["width"] + again["width"]
+
+
+@pgq.task(pass_context=True)
+def book(ctx: JobContext, order_id: int) -> None:
+    # No conn=: the block gets a psycopg connection of the worker's.
+    with ctx.transaction() as conn:
+        worker_conn: psycopg.Connection[Any] = conn
+        worker_conn.execute("UPDATE orders SET booked = true WHERE id = %s", [order_id])
+    # conn=: the block gets what was passed, with its own type.
+    with Session(engine) as session, ctx.transaction(conn=session) as db:
+        same: Session = db
+        same.execute(text("UPDATE orders SET booked = true"))
+
+
+@pgq.task
+async def book_async(order_id: int) -> None:
+    ctx = current_job()
+    async with ctx.transaction() as conn:
+        worker_conn: psycopg.AsyncConnection[Any] = conn
+        await worker_conn.execute("UPDATE orders SET booked = true WHERE id = %s", [order_id])
+    async with AsyncSession(async_engine) as session, ctx.transaction(conn=session) as db:
+        same: AsyncSession = db
+        await same.execute(text("UPDATE orders SET booked = true"))

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import TypedDict
 
 import psycopg
+from sqlalchemy.orm import Session
 
-from pgqueue import Item, PgQueue
+from pgqueue import Item, PgQueue, current_job
 
 pgq = PgQueue()
 
@@ -75,3 +76,23 @@ def not_a_batch(n: int) -> None: ...
 async def wrong_async() -> None:
     await greet.options().enqueue_async("Ann", loud="yes")  # error: arg-type
     await greet.options().enqueue_async(name=1)  # error: arg-type
+
+
+def wrong_results(session: Session) -> None:
+    job = add.enqueue(1, 2)
+    text: str = pgq.result(job)  # error: assignment
+    print(text)
+    with current_job().transaction() as conn:
+        conn.execute_sql("SELECT 1")  # error: attr-defined
+    with current_job().transaction(conn=session) as db:
+        db.cursor()  # error: attr-defined
+
+
+async def wrong_async_results() -> None:
+    job = await greet.enqueue_async("Ann")
+    # Through a name: mypy solves an awaited overload from the assignment's type alone.
+    greeting = await pgq.result_async(job)
+    number: int = greeting  # error: assignment
+    print(number)
+    async with current_job().transaction() as conn:
+        conn.commit_later()  # error: attr-defined
