@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any, get_args, get_origin, is_typeddict
+from typing import Annotated, Any, get_args, get_origin, get_overloads, is_typeddict
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "docs" / "reference" / name for name in ("api.md", "django.md", "alembic.md")]
@@ -201,10 +201,12 @@ def render_member(name: str, short: str, member: Any, level: int) -> list[str]:
         out += ["A property.", ""]
         doc = markdown(member.__doc__)
     else:
-        shown = signature(short, member, drop_self=True)
+        prefix = "async def " if inspect.iscoroutinefunction(member) else "def "
+        # An overloaded method shows its overloads: they are its precise types.
+        forms = get_overloads(member) or [member]
+        shown = [text for form in forms if (text := signature(short, form, drop_self=True))]
         if shown:
-            prefix = "async def " if inspect.iscoroutinefunction(member) else "def "
-            out += [code(prefix + shown), ""]
+            out += [code("\n".join(prefix + text for text in shown)), ""]
         doc = markdown(member.__doc__)
     return out + ([doc, ""] if doc else [])
 
