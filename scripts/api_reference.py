@@ -18,7 +18,7 @@ import importlib
 import inspect
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any, get_args, get_origin, get_overloads, is_typeddict
@@ -232,8 +232,9 @@ def render_module(
     return out
 
 
-def render(text: str) -> str:
-    """The page with every generated region rewritten."""
+def render(text: str, keep: Callable[[str], bool] = lambda name: False) -> str:
+    """The page with every generated region rewritten, but those whose name ``keep`` says to
+    leave as they are (a module this Python cannot import: ``django.tasks`` needs Django 6)."""
     lines = text.split("\n")
     out: list[str] = []
     section = 1  # the level of the prose heading a region is under
@@ -248,10 +249,15 @@ def render(text: str) -> str:
         i += 1
         if not match:
             continue
+        start = i
         while i < len(lines) and lines[i] != END:
             i += 1
         if i == len(lines):
             raise ValueError(f"{match['name']}: its region has no end marker ({END})")
+        if keep(match["name"]):
+            out += [*lines[start:i], END]
+            i += 1
+            continue
         members = match["members"].split(",") if match["members"] else None
         level = min(section + 1, 6)
         body = render_object(match["name"], resolve(match["name"]), level, members)

@@ -4,16 +4,32 @@ the repository: ``make api-docs`` writes them from the docstrings, and they are 
 from __future__ import annotations
 
 import difflib
+import importlib
 
+import django
 import pytest
 
 from scripts import api_reference
 
 
+def _needs_django_6(name: str) -> bool:
+    """Django's task framework (``django.tasks``) came with Django 6, which needs Python 3.12:
+    on Django 5.2 (Python 3.11) the backend's region is held as written, the rest compared."""
+    return name.startswith("pgqueue.contrib.django.tasks") and django.VERSION < (6,)
+
+
+def test_only_the_tasks_backend_needs_django_6():
+    if django.VERSION >= (6,):
+        importlib.import_module("pgqueue.contrib.django.tasks")
+    else:
+        with pytest.raises(ImportError, match=r"django\.tasks"):
+            importlib.import_module("pgqueue.contrib.django.tasks")
+
+
 @pytest.mark.parametrize("page", api_reference.PAGES, ids=lambda page: page.name)
 def test_reference_page_is_current(page):
     actual = page.read_text()
-    expected = api_reference.render(actual)
+    expected = api_reference.render(actual, keep=_needs_django_6)
     if actual != expected:
         diff = "".join(
             list(
