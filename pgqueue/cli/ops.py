@@ -3,7 +3,7 @@ arguments and calls :mod:`pgqueue.db.views` or :mod:`pgqueue.db.ops`."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
@@ -51,9 +51,8 @@ def status(
     those that stopped in the last hour."""
 
     def read(pgq: PgQueue) -> dict[str, Any]:
-        workers = views.workers(pgq, include_stopped=True)
-        since = datetime.now(UTC) - RECENTLY_STOPPED
-        stopped = [w for w in workers if w["status"] == "stopped" and w["stopped_at"] >= since]
+        workers = views.workers(pgq, stopped_within=RECENTLY_STOPPED)
+        stopped = [w for w in workers if w["status"] == "stopped"]
         return {
             "queues": views.queue_stats(pgq),
             "workers": {

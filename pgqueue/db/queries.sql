@@ -922,10 +922,11 @@ SELECT id, queue, task, attempt, max_attempts, worker_id, host, pid, started_at,
  LIMIT %(limit)s
 
 -- name: list_workers
+-- Stopped workers: all of them, or those stopped within an interval (by the database's clock).
 SELECT id, host, pid, queues, concurrency, version, started_at, last_seen, stopped_at, status,
        jobs_held, jobs_succeeded, jobs_retried, jobs_dead, jobs_cancelled, leases_lost
   FROM pgqueue.worker_status
- WHERE %(all)s OR status <> 'stopped'
+ WHERE %(all)s OR status <> 'stopped' OR stopped_at >= now() - %(stopped_within)s::interval
  ORDER BY started_at, id
 
 -- name: list_recent_failures

@@ -307,9 +307,13 @@ def running_jobs(pgq: Runner, limit: int = 100) -> list[dict[str, Any]]:
     return pgq.run(_dicts("list_running_jobs", RunningJob, {"limit": limit}))
 
 
-def workers(pgq: Runner, *, include_stopped: bool = False) -> list[dict[str, Any]]:
-    """``pgqueue.worker_status``: worker processes (running and lost; stopped ones on request)."""
-    return pgq.run(_dicts("list_workers", WorkerStatus, {"all": include_stopped}))
+def workers(
+    pgq: Runner, *, include_stopped: bool = False, stopped_within: timedelta | None = None
+) -> list[dict[str, Any]]:
+    """``pgqueue.worker_status``: worker processes (running and lost; stopped ones on request:
+    all of them, or those stopped within ``stopped_within`` by the database's clock)."""
+    params = {"all": include_stopped, "stopped_within": stopped_within}
+    return pgq.run(_dicts("list_workers", WorkerStatus, params))
 
 
 def recent_failures(pgq: Runner) -> list[dict[str, Any]]:
