@@ -89,7 +89,11 @@ class _Raw:
 def signature(
     name: str, value: Any, *, drop_self: bool = False, constructor: bool = False
 ) -> str | None:
-    """``name(params) -> result``, one parameter a line when it would be long."""
+    """``name(params) -> result``, one parameter a line when it would be long; None for a type
+    alias (``JobHook = Callable[...]``: Python 3.13 gives it a ``(*args, **kwargs)`` signature,
+    3.12 none)."""
+    if get_origin(value) is not None:
+        return None
     try:
         sig = inspect.signature(value)
     except (TypeError, ValueError):
