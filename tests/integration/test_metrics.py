@@ -27,8 +27,11 @@ def value(samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def test_worker_metrics_move_with_the_work(app_dsn, tmp_path):
-    pgq = worker_app.pgq  # knows the tasks' settings (always_fails: 3 attempts)
+def test_worker_metrics_move_with_the_work(app_dsn, conn, tmp_path):
+    # worker_app.pgq knows the tasks' settings (always_fails: 3 attempts). It is shared by the
+    # tests of this process, so its jobs go through this test's connection, not its pool (opened
+    # on whichever test's database used it first).
+    pgq = worker_app.pgq
     log = tmp_path / "worker.log"
     worker = spawn_worker(app_dsn, "--metrics-port", "0", "--metrics-host", "127.0.0.1", log=log)
     try:
@@ -44,12 +47,12 @@ def test_worker_metrics_move_with_the_work(app_dsn, tmp_path):
         assert value(before, "pgqueue_jobs_succeeded_total", queue="default", task="noop") == 0
 
         # Jobs in a queue no worker serves: the depth gauges see them.
-        pgq.enqueue("noop", queue="nobody", delay=0)
-        pgq.enqueue("noop", queue="nobody")
-        pgq.enqueue("noop", queue="nobody", delay=3600)
+        pgq.enqueue("noop", queue="nobody", delay=0, conn=conn)
+        pgq.enqueue("noop", queue="nobody", conn=conn)
+        pgq.enqueue("noop", queue="nobody", delay=3600, conn=conn)
         for n in range(3):
-            pgq.enqueue("noop", {"n": n})
-        pgq.enqueue("always_fails")  # 3 attempts: 2 retried, then dead
+            pgq.enqueue("noop", {"n": n}, conn=conn)
+        pgq.enqueue("always_fails", conn=conn)  # 3 attempts: 2 retried, then dead
 
         def finished():
             s = scrape(port)
