@@ -62,8 +62,16 @@ def read_result(
     started = detail.get("started_at")
     attempt_starts = [e.get("started_at") for e in errors if e.get("started_at")]
     current_ran = state in ("running", "succeeded") or (state == "cancelled" and bool(started))
-    last_attempted = _time(started) if current_ran else _time(_last(attempt_starts))
-    first_started = _time(attempt_starts[0]) if attempt_starts else last_attempted
+    enqueued = _time(detail.get("created_at"))
+    # Both times are PostgreSQL's now(), the start of their transactions: a worker's claim
+    # transaction may have begun (idle, waiting for the NOTIFY) before the enqueue's did, so a
+    # start can read a few milliseconds before the enqueue. No attempt starts before its job.
+    last_attempted = _not_before(
+        _time(started) if current_ran else _time(_last(attempt_starts)), enqueued
+    )
+    first_started = (
+        _not_before(_time(attempt_starts[0]), enqueued) if attempt_starts else last_attempted
+    )
     finished = {"history": detail.get("finished_at"), "dead": detail.get("dead_at")}.get(place)
     worker_ids = [str(e["worker_id"]) for e in errors if e.get("worker_id")]
     if current_ran and detail.get("worker_id"):
@@ -73,7 +81,7 @@ def read_result(
         task=task,
         id=str(job_id),
         status=_STATUS[state],
-        enqueued_at=_time(detail.get("created_at")),
+        enqueued_at=enqueued,
         started_at=first_started,
         finished_at=_time(finished),
         last_attempted_at=last_attempted,
@@ -133,3 +141,10 @@ def _time(value: object) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
     return datetime.fromisoformat(str(value))
+
+
+def _not_before(moment: datetime | None, earliest: datetime | None) -> datetime | None:
+    """``moment``, or ``earliest`` where it reads before it."""
+    if moment is None or earliest is None:
+        return moment
+    return max(moment, earliest)
