@@ -1,9 +1,11 @@
-"""Named SQL queries, loaded from ``queries.sql``.
+"""Named SQL queries, loaded from the files in ``pgqueue/db/queries/``.
 
-Every DML statement the runtime runs lives in that one file under a ``-- name: <name>`` header,
-so the SQL can be read, reviewed and EXPLAINed as a whole. SQL that several statements share is
-written once, as a ``-- fragment: <name>`` they include with ``{{name}}``. Parameters use psycopg's
-``%(name)s`` placeholders; values are always bound, never formatted into the text.
+Every DML statement the runtime runs lives in one of those files, one per domain (``enqueue.sql``,
+``claim.sql``, ``complete.sql``, ...), under a ``-- name: <name>`` header, so the SQL can be read,
+reviewed and EXPLAINed by itself. Names are unique across the files. SQL that several statements
+of one file share is written once, as a ``-- fragment: <name>`` they include with ``{{name}}``.
+Parameters use psycopg's ``%(name)s`` placeholders; values are always bound, never formatted into
+the text.
 """
 
 from __future__ import annotations
@@ -58,10 +60,24 @@ def parse(text: str) -> dict[str, str]:
     return queries
 
 
+QUERY_DIR = "queries"
+
+
 @cache
 def all_queries() -> dict[str, str]:
-    text = resources.files("pgqueue.db").joinpath("queries.sql").read_text(encoding="utf-8")
-    return parse(text)
+    """Every named query of every file in ``pgqueue/db/queries/`` (a name defined in two files
+    is an error)."""
+    merged: dict[str, str] = {}
+    where: dict[str, str] = {}
+    folder = resources.files("pgqueue.db").joinpath(QUERY_DIR)
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, sql in parse(entry.read_text(encoding="utf-8")).items():
+            if name in merged:
+                raise ValueError(f"query {name!r} is defined in {where[name]} and {entry.name}")
+            merged[name], where[name] = sql, entry.name
+    return merged
 
 
 def query(name: str) -> str:
@@ -69,4 +85,4 @@ def query(name: str) -> str:
     try:
         return all_queries()[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in pgqueue/db/queries.sql") from None
+        raise KeyError(f"no query named {name!r} in pgqueue/db/queries/*.sql") from None

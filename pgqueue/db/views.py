@@ -1,6 +1,6 @@
 """Read-only views of the queue for operators, shared by the CLI, the dashboard and metrics.
 
-Each function runs one named query (from ``pgqueue/db/queries.sql``) over a documented view or
+Each function runs one named query (from ``pgqueue/db/queries/``) over a documented view or
 table and returns plain dicts, so ``--json`` output, the dashboard's API and ``psql`` agree.
 """
 

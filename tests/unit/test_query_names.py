@@ -1,4 +1,4 @@
-"""Every query in ``pgqueue/db/queries.sql`` is used, and every query name the code uses is there.
+"""Every query in ``pgqueue/db/queries/`` is used, and every query name the code uses is there.
 
 Found from the source, not by running it: each call that takes a query name (``query(...)``,
 ``Query(...)``, ``CopyIn(...)``, the worker's ``WorkerStore.fetch(...)``, and any function that
@@ -207,7 +207,7 @@ def test_every_name_used_is_defined(resolved):
 
 def test_every_query_is_used(resolved):
     unused = sorted(set(all_queries()) - set(resolved.used))
-    assert not unused, f"queries.sql defines queries nothing runs: {unused}"
+    assert not unused, f"the query files define queries nothing runs: {unused}"
 
 
 def test_the_workers_names_are_checked_too(resolved):

@@ -1,6 +1,6 @@
 """pgqueue's words (``pgqueue/rules/vocabulary.py``) are the database's: each list of values is
 held against the CHECK constraint, view or query of ``migrations/schema.sql`` and
-``pgqueue/db/queries.sql`` that spells it in SQL."""
+``pgqueue/db/queries/`` that spells it in SQL."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from pgqueue.rules.vocabulary import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = (ROOT / "migrations" / "schema.sql").read_text()
-QUERIES = (ROOT / "pgqueue" / "db" / "queries.sql").read_text()
+QUERIES = "\n".join(
+    p.read_text() for p in sorted((ROOT / "pgqueue" / "db" / "queries").glob("*.sql"))
+)
 
 
 def checked_values(constraint: str) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 with scripted rows, so the services' logic is tested on its own (the integration suite runs
 the same services against PostgreSQL).
 
-Every name is checked against ``pgqueue/db/queries.sql`` as it is sent: a fake cannot answer
+Every name is checked against ``pgqueue/db/queries/`` as it is sent: a fake cannot answer
 a query the real store would not know.
 """
 
@@ -66,7 +66,7 @@ class FakeStore:
         *,
         transaction: int | None = None,
     ) -> list[Row]:
-        query(name)  # KeyError for a name queries.sql does not define
+        query(name)  # KeyError for a name no query file defines
         self.statements.append(Statement(name, dict(params or {}), transaction))
         await asyncio.sleep(0)  # a round trip lets the loop run, as the real one does
         pending = self.queued.get(name)

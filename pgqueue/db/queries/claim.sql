@@ -1,0 +1,94 @@
+-- Claim: ready jobs to a worker, under flow control.
+-- Loaded by pgqueue/db/queries.py; each statement starts with a "-- name: <name>" line.
+-- Parameters are psycopg placeholders, always bound.
+
+-- name: claim_jobs
+-- Claim up to %(limit)s jobs for this worker in one statement: per queue, walk the ready index
+-- in (priority, run_at) order and the scheduled index for due jobs, skipping rows other workers
+-- hold (SKIP LOCKED). The MATERIALIZED fence makes the row locks happen exactly once, before
+-- the UPDATE. Each claim bumps lease_token: the fencing token every later write must present.
+-- When flow control applies to these queues or tasks (weights, limits, keyed jobs, a breaker
+-- not closed), a one-time filter skips the walk: the worker learns it from next_due and claims
+-- with claim_flow instead.
+-- %(after_*)s hold, per queue, the key of the last job this worker's previous full claim took
+-- (NULL: from the top). While a long backlog drains, the walk starts after that key instead of
+-- stepping again over the index entries of every job claimed since the last VACUUM (B-tree keeps
+-- them until then). Jobs that sort before the key (a higher priority enqueued since, a row a
+-- concurrent statement had locked) are found by the next walk from the top: the worker walks
+-- from the top at least every CLAIM_RESCAN seconds and after every claim that came back short.
+WITH candidates AS MATERIALIZED (
+    SELECT c.id
+      FROM unnest(%(queues)s::text[], %(after_priority)s::smallint[],
+                  %(after_run_at)s::timestamptz[], %(after_id)s::bigint[])
+           AS q(name, priority, run_at, id)
+      -- paused queues are not claimed from
+     CROSS JOIN LATERAL (SELECT NOT EXISTS (
+               SELECT 1 FROM pgqueue.queues AS qs WHERE qs.name = q.name AND qs.paused)
+           AS active) AS qa
+     CROSS JOIN LATERAL (
+           -- (FOR UPDATE is not allowed directly in a UNION branch, only in a subquery.)
+           SELECT r.* FROM (
+               SELECT j.id, j.priority, j.run_at
+                 FROM pgqueue.jobs AS j
+                WHERE qa.active AND j.queue = q.name AND j.state = 'ready'
+                  AND (j.priority, j.run_at, j.id)
+                      > (coalesce(q.priority, -32768), coalesce(q.run_at, '-infinity'),
+                         coalesce(q.id, -9223372036854775808))
+                  AND j.task = ANY(%(tasks)s::text[])
+                ORDER BY j.priority, j.run_at, j.id
+                LIMIT %(limit)s
+                  FOR UPDATE SKIP LOCKED) AS r
+           UNION ALL
+           SELECT s.* FROM (
+               SELECT j.id, j.priority, j.run_at
+                 FROM pgqueue.jobs AS j
+                WHERE qa.active AND j.queue = q.name AND j.state = 'scheduled'
+                  AND j.run_at <= now()
+                  AND j.task = ANY(%(tasks)s::text[])
+                ORDER BY j.run_at, j.id
+                LIMIT %(limit)s
+                  FOR UPDATE SKIP LOCKED) AS s
+     ) AS c
+     WHERE NOT pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[])
+     ORDER BY c.priority, c.run_at, c.id
+     LIMIT %(limit)s
+)
+UPDATE pgqueue.jobs AS j
+   SET state = 'running',
+       -- Neither can overflow, whatever a hand-edited row holds: one bad row must not make
+       -- every claim of its queue fail. Tokens are only compared for equality, so wrapping
+       -- around after 2^32 claims of one job is safe.
+       attempts = least(j.attempts, 2147483646) + 1,
+       lease_token = CASE WHEN j.lease_token = 2147483647 THEN -2147483648
+                          ELSE j.lease_token + 1 END,
+       lease_expires_at = now() + %(lease)s::interval,
+       worker_id = %(worker_id)s,
+       started_at = now()
+  FROM candidates AS c
+ WHERE j.id = c.id
+RETURNING j.id, j.queue, j.task, j.args, j.attempts AS attempt, j.max_attempts, j.lease_token,
+          j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL AS wants_result, j.meta,
+          j.tags, j.errors -> -1 ->> 'trace' AS last_trace
+
+-- name: claim_flow
+-- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
+-- held work back (throttled: seconds until the next token, or 0), or, with throttled = -1,
+-- that flow control no longer applies (claim with claim_jobs again). wake_on_exit: the job took
+-- the last free place under a concurrency limit (see ack_jobs_waking).
+SELECT c.id, c.queue, c.task, c.args, c.attempts AS attempt, c.max_attempts, c.lease_token,
+       c.priority, c.created_at, c.run_at, c.wants_result, c.meta, c.tags, c.last_trace,
+       c.throttled, c.wake_on_exit
+  FROM pgqueue.claim(%(queues)s::text[], %(tasks)s::text[], %(limit)s, %(lease)s::interval,
+                     %(worker_id)s::uuid, %(running)s::integer[]) AS c
+
+-- name: next_due
+-- When the worker is idle: seconds until the earliest scheduled job in its queues is due (by the
+-- database clock), so it can sleep exactly that long; and whether flow control applies to its
+-- queues and tasks (then claim_jobs claims nothing: use claim_flow).
+SELECT extract(epoch FROM min(n.run_at) - now()),
+       pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[])
+  FROM unnest(%(queues)s::text[]) AS q(name)
+ CROSS JOIN LATERAL (
+       SELECT j.run_at FROM pgqueue.jobs AS j
+        WHERE j.queue = q.name AND j.state = 'scheduled'
+        ORDER BY j.run_at LIMIT 1) AS n
