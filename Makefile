@@ -35,10 +35,18 @@ TEST_STEPS := lint typecheck pytest docs package-check
 .PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs api-docs schema \
 	docs bench compare chaos clean venv-python venvs
 
-$(BIN)/.installed: pyproject.toml | venv-python
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+# The venvs are made by uv (from PyPI, installed once into .uv/): a dev install takes it seconds
+# where pip took one to three minutes, which was the largest fixed cost of a CI run. --seed puts
+# pip in each venv too (the benchmarks install their peers with it).
+UV := .uv/bin/uv
+$(UV):
+	$(PYTHON) -m venv .uv
+	.uv/bin/pip install --quiet uv
+	touch $@
+
+$(BIN)/.installed: pyproject.toml $(UV) | venv-python
+	test -x $(BIN)/python || $(UV) venv --quiet --seed --python $(PYTHON) $(VENV)
+	$(UV) pip install --quiet --python $(BIN)/python -e '.[dev]'
 	touch $@
 
 # Every venv `make test` and `make test-versions` use, made side by side (`make -j3 venvs`, as
@@ -92,10 +100,10 @@ test-python-%: .venv-%/.installed
 
 # Kept between runs (make would delete a stamp only a pattern rule names).
 .PRECIOUS: .venv-%/.installed
-.venv-%/.installed: pyproject.toml
-	python="$$(bash scripts/find-python $*)" && "$$python" -m venv .venv-$*
-	.venv-$*/bin/pip install --quiet --upgrade pip
-	.venv-$*/bin/pip install --quiet -e '.[dev]'
+.venv-%/.installed: pyproject.toml $(UV)
+	test -x .venv-$*/bin/python || { python="$$(bash scripts/find-python $*)" && \
+		$(UV) venv --quiet --seed --python "$$python" .venv-$*; }
+	$(UV) pip install --quiet --python .venv-$*/bin/python -e '.[dev]'
 	touch $@
 
 # The sdist and wheel as users get them (scripts/wheel_smoke.py, under a minute once pip's cache
@@ -137,4 +145,4 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .venv-*/ .mypy_cache .ruff_cache .pytest_cache site
+	rm -rf $(VENV) .venv-*/ .uv .mypy_cache .ruff_cache .pytest_cache site
