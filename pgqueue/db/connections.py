@@ -20,6 +20,9 @@ transaction (the job completes if and only if it commits), so :func:`own_transac
 :func:`own_transaction_async` begin it with the framework's own call (``session.begin()``,
 Django's ``atomic()``), and commit or roll it back when the block ends; a connection already in
 a transaction is refused, since committing it would commit what the block did not write.
+
+Each sync function here that has an async twin is generated from it (``make sync-twins``: the
+``# sync-twin:`` marks); edit the async one.
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ it runs again). Never twice.
 The state of the block is kept on the :class:`~pgqueue.JobContext` (``transaction_state``), where
 the worker reads it: a job whose transaction committed is reported as written, never acked
 again, and not taken for a lost lease when a heartbeat finds its row gone.
+
+The sync block (``__enter__`` / ``__exit__``), its settling and its fresh connection are
+generated from their async twins (``make sync-twins``: the ``# sync-twin:`` marks); edit those.
 """
 
 from __future__ import annotations
