@@ -77,9 +77,18 @@ test:
 	done; \
 	echo "make test: passed in $$(( $$(date +%s) - start )) s ($${times# })" | sed 's/,)$$/)/'
 
+# The sync twins generated from their async sources (scripts/async_to_sync.py) are up to date,
+# then ruff.
 lint: $(BIN)/.installed
+	$(BIN)/python -m scripts.async_to_sync --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The sync twins written anew from their async sources (the `# sync-twin:` marks in pgqueue/;
+# docs/development.md): run after editing an async source; `make lint` fails while one is stale.
+.PHONY: sync-twins
+sync-twins: $(BIN)/.installed
+	$(BIN)/python -m scripts.async_to_sync
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
