@@ -799,7 +799,7 @@ BEGIN
     INSERT INTO pgqueue.events AS e (name, payload, keep_until)
     VALUES (event_name, event_payload,
             now() + coalesce(keep,
-                             (SELECT pg_catalog.greatest(r.history_retention, interval '1 day')
+                             (SELECT greatest(r.history_retention, interval '1 day')
                                 FROM pgqueue.retention AS r),
                              interval '7 days'))
     ON CONFLICT ON CONSTRAINT events_pkey DO NOTHING;
@@ -1345,8 +1345,8 @@ BEGIN
        SET state = 'scheduled',
            run_at = CASE WHEN settled IS NOT NULL THEN now()
                          WHEN locked THEN wake
-                         ELSE pg_catalog.least(wake, now() + interval '1 second') END,
-           attempts = pg_catalog.greatest(j.attempts - 1, 0), lease_expires_at = NULL,
+                         ELSE least(wake, now() + interval '1 second') END,
+           attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
            worker_id = NULL
      WHERE j.id = park_for_event.job_id;
     RETURN QUERY SELECT coalesce(settled, 'parked'), settled_payload;

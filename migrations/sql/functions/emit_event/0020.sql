@@ -25,7 +25,7 @@ BEGIN
     INSERT INTO pgqueue.events AS e (name, payload, keep_until)
     VALUES (event_name, event_payload,
             now() + coalesce(keep,
-                             (SELECT pg_catalog.greatest(r.history_retention, interval '1 day')
+                             (SELECT greatest(r.history_retention, interval '1 day')
                                 FROM pgqueue.retention AS r),
                              interval '7 days'))
     ON CONFLICT ON CONSTRAINT events_pkey DO NOTHING;

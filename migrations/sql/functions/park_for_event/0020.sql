@@ -68,8 +68,8 @@ BEGIN
        SET state = 'scheduled',
            run_at = CASE WHEN settled IS NOT NULL THEN now()
                          WHEN locked THEN wake
-                         ELSE pg_catalog.least(wake, now() + interval '1 second') END,
-           attempts = pg_catalog.greatest(j.attempts - 1, 0), lease_expires_at = NULL,
+                         ELSE least(wake, now() + interval '1 second') END,
+           attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
            worker_id = NULL
      WHERE j.id = park_for_event.job_id;
     RETURN QUERY SELECT coalesce(settled, 'parked'), settled_payload;
