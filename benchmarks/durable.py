@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 from typing import Any
 
 from benchmarks import statements
@@ -91,7 +92,7 @@ def main() -> None:
         counting = statements.available(admin)
         base = _statements(admin, dsn, database, options.jobs, 0) if counting else None
         for steps in STEPS:
-            timed = median_of(options.runs, lambda s=steps: _run(dsn, options.jobs, s))
+            timed = median_of(options.runs, partial(_run, dsn, options.jobs, steps))
             per_step = (timed[0] - plain[0]) / steps
             line = (
                 f"{steps:>2} steps: {timed[0] * 1e3:.3f} ms/job, "

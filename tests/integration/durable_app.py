@@ -123,6 +123,28 @@ def transfer(fail_inside: bool) -> None:
         raise RuntimeError("failed after the step committed")
 
 
+@pgq.task(queue="durable", max_attempts=4, backoff=QUICK, result_ttl=3600)
+async def transfer_async(fail_inside: bool) -> None:
+    """``transfer`` in an async handler: the step gets an async connection."""
+    ctx = current_job()
+
+    async def book(conn: psycopg.AsyncConnection[Any]) -> int:
+        cur = await conn.execute(
+            "INSERT INTO durable_effects (job_id, attempt, note) VALUES (%s, %s, 'booked')"
+            " RETURNING id",
+            (ctx.id, ctx.attempt),
+        )
+        row = await cur.fetchone()
+        if fail_inside and ctx.attempt == 1:
+            raise RuntimeError("failed after writing, inside the step")
+        assert row is not None
+        return int(row[0])
+
+    await ctx.step_async("book", book, transaction=True)
+    if ctx.attempt <= 2:
+        raise RuntimeError("failed after the step committed")
+
+
 @pgq.task(queue="durable", max_attempts=1)
 def duplicate() -> None:
     ctx = current_job()

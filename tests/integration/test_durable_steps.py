@@ -51,6 +51,21 @@ def worker(durable_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         stop_workers([proc])
 
 
+@pytest.fixture(scope="module")
+def process_worker(durable_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``pgq work --pool process``: sync handlers (and their steps) in child processes."""
+    log = tmp_path_factory.mktemp("durable") / "process-worker.log"
+    proc = spawn_worker(
+        durable_dsn, "--pool", "process", "--queue", "durable_proc", "--concurrency", "2",
+        "--lease", "5s", app=APP, log=log,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "worker started" in log.read_text(), timeout=60, message="the worker")
+        yield log
+    finally:
+        stop_workers([proc])
+
+
 @pytest.fixture
 def client(durable_dsn: str) -> Iterator[PgQueue]:
     queue = PgQueue(durable_dsn)
@@ -110,11 +125,12 @@ def test_completed_steps_are_not_run_again_on_a_retry(worker, client, durable_ds
     assert receipt == {"number": 70, "at": "2026-12-06T09:30:00+00:00"}
 
 
+@pytest.mark.parametrize("task", [durable_app.transfer, durable_app.transfer_async])
 @pytest.mark.parametrize("fail_inside", [False, True])
 def test_a_transactional_step_writes_its_effects_exactly_once(
-    worker, client, durable_dsn, fail_inside
+    worker, client, durable_dsn, fail_inside, task
 ):
-    job = durable_app.transfer.enqueue(fail_inside=fail_inside)
+    job = task.enqueue(fail_inside=fail_inside)
     assert wait_done(durable_dsn, job) == "succeeded"
     effects = scalar(
         durable_dsn,
@@ -203,3 +219,15 @@ def test_jobs_show_lists_the_steps(worker, client, durable_dsn):
     table = runner.invoke(app, ["jobs", "show", str(job), "--dsn", durable_dsn])
     assert table.exit_code == 0, table.output
     assert "steps (3)" in table.output and "reserve" in table.output
+
+
+def test_steps_in_the_children_of_a_process_pool(process_worker, client, durable_dsn):
+    order = durable_app.order.enqueue(amount=3, queue="durable_proc")
+    transfer = durable_app.transfer.enqueue(fail_inside=True, queue="durable_proc")
+    assert wait_done(durable_dsn, order) == "succeeded"
+    assert wait_done(durable_dsn, transfer) == "succeeded"
+    assert calls(durable_dsn, order) == [("charge", 1), ("reserve", 1), ("ship", 2)]
+    effects = scalar(
+        durable_dsn, "SELECT array_agg(attempt) FROM durable_effects WHERE job_id = %s", (transfer,)
+    )
+    assert effects == [2]
