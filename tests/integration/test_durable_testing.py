@@ -239,3 +239,27 @@ def test_retention_prunes_checkpoints_with_their_job_and_events_after_keep_until
     remaining = scalar(dsn, "SELECT array_agg(job_id) FROM pgqueue.job_steps")
     assert remaining == [live] and int(done) != int(live)
     assert scalar(dsn, "SELECT array_agg(name) FROM pgqueue.events") == ["fresh"]
+
+
+def test_a_step_whose_result_cannot_be_stored_fails_naming_the_step(pgq, dsn):
+    @pgq.task(max_attempts=1)
+    def unstorable() -> None:
+        current_job().step("load", object)
+
+    @pgq.task(max_attempts=1)
+    def bad_retry() -> None:
+        current_job().step("load", lambda: 1, retry="often")
+
+    job = unstorable.enqueue()
+    other = bad_retry.enqueue()
+    summary = drain(pgq, raise_on_failure=False)
+    errors = {run.id: run.exception for run in summary.runs}
+    assert isinstance(errors[job], InvalidJobError)
+    assert "the result of step 'load' is not JSON-serialisable" in str(errors[job])
+    # Recorded as failed, with its error: the step runs again on a later attempt.
+    assert scalar(
+        dsn, "SELECT state || ' ' || (error->>'error') FROM pgqueue.job_steps WHERE job_id = %s",
+        (job,),
+    ) == "failed InvalidJobError"  # fmt: skip
+    assert isinstance(errors[other], InvalidJobError)
+    assert "retry= takes a number of tries or a StepRetry" in str(errors[other])
