@@ -248,7 +248,7 @@ def test_a_step_whose_result_cannot_be_stored_fails_naming_the_step(pgq, dsn):
 
     @pgq.task(max_attempts=1)
     def bad_retry() -> None:
-        current_job().step("load", lambda: 1, retry="often")
+        current_job().step("load", lambda: 1, retry="often")  # type: ignore[arg-type]
 
     job = unstorable.enqueue()
     other = bad_retry.enqueue()
