@@ -58,10 +58,12 @@ from pgqueue.db import plan as plans
 from pgqueue.db.durable import Checkpoint
 from pgqueue.errors import (
     DuplicateStepError,
+    Fail,
     InvalidJobError,
     JobCancelled,
     LeaseLost,
     NondeterministicStepError,
+    Retry,
     StepError,
 )
 from pgqueue.handler.job_transaction import TransactionHost, current_host
@@ -199,6 +201,9 @@ def _codec_of(fn: Callable[..., Any]) -> TaskCodec:
         return _codec.__wrapped__(target)
 
 
+_NOT_RETRIED = (StepError, LeaseLost, JobCancelled, InvalidJobError, Retry, Fail)
+
+
 class Step:
     """One step being run: its place, name and codec, and the statements it writes (the sync
     and the async driver share every decision here)."""
@@ -261,8 +266,10 @@ class Step:
         self, retry: StepRetry | None, error: BaseException, tries: int
     ) -> float | None:
         """Seconds before trying the step again, or None: the step failed."""
-        if isinstance(error, StepError | LeaseLost | JobCancelled | InvalidJobError):
-            return None  # not the step's failure: a misuse, a lost job, a result not storable
+        if isinstance(error, _NOT_RETRIED):
+            # Not a failure to try again in place: a misuse, a lost job, a result that cannot
+            # be stored, or the handler's own word on the job (Retry later, Fail for good).
+            return None
         if retry is None or tries >= retry.attempts or not retry.policy.retryable(error):
             return None
         return max(0.0, retry.policy.delay(tries, error))

@@ -14,6 +14,7 @@ from pgqueue import (
     ConstantBackoff,
     DuplicateStepError,
     EventTimeout,
+    Fail,
     InvalidJobError,
     JobContext,
     PgQueue,
@@ -263,3 +264,20 @@ def test_a_step_whose_result_cannot_be_stored_fails_naming_the_step(pgq, dsn):
     ) == "failed InvalidJobError"  # fmt: skip
     assert isinstance(errors[other], InvalidJobError)
     assert "retry= takes a number of tries or a StepRetry" in str(errors[other])
+
+
+def test_a_step_retried_in_place_never_retries_fail(pgq):
+    tried: list[int] = []
+
+    def refuse() -> None:
+        tried.append(1)
+        raise Fail("the card was declined")
+
+    @pgq.task(max_attempts=3)
+    def declined() -> None:
+        current_job().step("charge", refuse, retry=5)
+
+    declined.enqueue()
+    summary = drain(pgq, raise_on_failure=False)
+    assert [run.outcome for run in summary.runs] == ["dead"]  # Fail: dead at once
+    assert tried == [1]
