@@ -248,7 +248,7 @@ class JobContext(_TransactionFields):
         /,
         *args: Any,
         retry: int | StepRetry | None = None,
-        transaction: bool = False,
+        transaction: object = False,
         repeat: bool = False,
         **kwargs: Any,
     ) -> R:
@@ -262,7 +262,9 @@ class JobContext(_TransactionFields):
         ``retry``: try a failing step again in place (a count or a
         :class:`~pgqueue.StepRetry`) before the attempt fails and the job's policy decides.
         ``transaction=True``: ``fn(conn, *args, **kwargs)`` writes on ``conn`` in a transaction
-        that also commits the checkpoint: its effects happen exactly once. Raises
+        that also commits the checkpoint: its effects happen exactly once;
+        ``transaction=conn`` (the application's connection, any ``conn=`` pgqueue takes) runs
+        that transaction on ``conn`` and passes ``conn`` to ``fn``. Raises
         :class:`~pgqueue.LeaseLost` when this worker no longer holds the job (nothing is
         checkpointed). For sync handlers; ``await`` :meth:`step_async` in async ones. The
         keyword names above are the step's: pass a function taking them with
@@ -279,7 +281,7 @@ class JobContext(_TransactionFields):
         /,
         *args: Any,
         retry: int | StepRetry | None = None,
-        transaction: bool = False,
+        transaction: object = False,
         repeat: bool = False,
         **kwargs: Any,
     ) -> Any:

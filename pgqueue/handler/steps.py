@@ -314,7 +314,7 @@ def run_step(
     kwargs: dict[str, Any],
     *,
     retry: int | StepRetry | None,
-    transaction: bool,
+    transaction: object,
     repeat: bool,
 ) -> Any:
     """``ctx.step()`` in a sync handler (see the module docstring)."""
@@ -355,25 +355,29 @@ def _attempt(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    transaction: bool,
+    transaction: object,
     tries: int,
     started: float,
 ) -> str:
     host = step.host
-    if not transaction:
+    if transaction is False or transaction is None:
         text = step.encode(fn(*args, **kwargs))
         with host.connection() as conn:
             written = plans.run(step.checkpoint(text, tries, time.monotonic() - started), conn)
         if not written:
             raise step.lost()
         return text
-    with host.connection() as source, host.own(source) as owned:
-        text = step.encode(fn(owned.driver, *args, **kwargs))
+    with contextlib.ExitStack() as stack:
+        own = transaction is True  # else the application's connection (ctx.transaction(conn))
+        source = stack.enter_context(host.connection()) if own else transaction
+        owned = stack.enter_context(host.own(source))
+        text = step.encode(fn(owned.driver if own else transaction, *args, **kwargs))
         if owned.flush is not None:
-            owned.flush()
+            owned.flush()  # the ORM's pending writes first: the job's row lock is last
         # The transaction's last statement: its row lock is held only until the COMMIT.
-        written = plans.run(step.checkpoint(text, tries, time.monotonic() - started), owned.driver)
-        if not written:
+        elapsed = time.monotonic() - started
+        checkpoint = step.checkpoint(text, tries, elapsed)
+        if not plans.run(checkpoint, owned.driver, foreign=not own):
             raise step.lost()  # rolls the step's writes back
     return text
 
@@ -410,7 +414,7 @@ async def run_step_async(
     kwargs: dict[str, Any],
     *,
     retry: int | StepRetry | None,
-    transaction: bool,
+    transaction: object,
     repeat: bool,
 ) -> Any:
     """``await ctx.step_async()`` in an async handler; ``fn`` may be sync or async (a sync one
@@ -455,12 +459,12 @@ async def _attempt_async(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    transaction: bool,
+    transaction: object,
     tries: int,
     started: float,
 ) -> str:
     host = step.host
-    if not transaction:
+    if transaction is False or transaction is None:
         text = step.encode(await _call(fn, *args, **kwargs))
         async with host.connection_async() as conn:
             elapsed = time.monotonic() - started
@@ -468,13 +472,16 @@ async def _attempt_async(
         if not written:
             raise step.lost()
         return text
-    async with host.connection_async() as source, host.own_async(source) as owned:
-        text = step.encode(await _call(fn, owned.driver, *args, **kwargs))
+    async with contextlib.AsyncExitStack() as stack:
+        own = transaction is True
+        source = await stack.enter_async_context(host.connection_async()) if own else transaction
+        owned = await stack.enter_async_context(host.own_async(source))
+        text = step.encode(await _call(fn, owned.driver if own else transaction, *args, **kwargs))
         if owned.flush is not None:
             await owned.flush()
         elapsed = time.monotonic() - started
-        written = await plans.run_async(step.checkpoint(text, tries, elapsed), owned.driver)
-        if not written:
+        checkpoint = step.checkpoint(text, tries, elapsed)
+        if not await plans.run_async(checkpoint, owned.driver, foreign=not own):
             raise step.lost()
     return text
 

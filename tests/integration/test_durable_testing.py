@@ -281,3 +281,24 @@ def test_a_step_retried_in_place_never_retries_fail(pgq):
     summary = drain(pgq, raise_on_failure=False)
     assert [run.outcome for run in summary.runs] == ["dead"]  # Fail: dead at once
     assert tried == [1]
+
+
+def test_a_transactional_step_on_the_applications_connection(pgq, dsn):
+    with psycopg.connect(dsn) as app_conn:
+
+        def save(conn: psycopg.Connection[Any], n: int) -> int:
+            assert conn is app_conn
+            conn.execute("INSERT INTO ledger (event, note) VALUES ('app', %s)", (str(n),))
+            return n
+
+        @pgq.task(max_attempts=2, backoff=ConstantBackoff(0))
+        def on_app_conn() -> None:
+            ctx = current_job()
+            ctx.step("save", save, 7, transaction=app_conn)
+            if ctx.attempt == 1:
+                raise RuntimeError("fails once after the step")
+
+        job = on_app_conn.enqueue()
+        assert [run.outcome for run in drain(pgq).runs] == ["retried", "succeeded"]
+    assert scalar(dsn, "SELECT array_agg(note) FROM ledger WHERE event = 'app'") == ["7"]
+    assert scalar(dsn, "SELECT result FROM pgqueue.job_steps WHERE job_id = %s", (job,)) == 7
