@@ -25,6 +25,7 @@ from pgqueue.cli.common import (
 )
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
+from pgqueue.cli.events_cmds import events_app
 from pgqueue.cli.flow_cmds import breaker_app, queue_app, task_app
 from pgqueue.cli.output import (
     FormatOption,
@@ -64,6 +65,7 @@ add_deprecated_spellings(cron_app)
 app.add_typer(pg_cron_app, name="pg-cron")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(retention_app, name="retention")
+app.add_typer(events_app, name="events")
 app.add_typer(queue_app, name="queue")
 app.add_typer(task_app, name="task")
 app.add_typer(breaker_app, name="breaker")

@@ -23,12 +23,14 @@ from collections.abc import (
 )
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import replace
+from datetime import timedelta
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from pgqueue.client import events
 from pgqueue.client.names import TaskNames, check_arguments, registered_in_process
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
@@ -768,6 +770,35 @@ class PgQueue:
     ) -> CancelResult:
         """The async twin of :meth:`cancel`."""
         return await self.run_async(cancel_job(job_id), conn)
+
+    def emit_event(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        conn: ConnectionArg | None = None,
+        keep: float | timedelta | None = None,
+    ) -> bool:
+        """Emit the event ``name`` with a JSON ``payload``, in ``conn``'s transaction (a
+        rolled-back emit wakes nobody); the first emit of a name wins (True), later ones
+        return False. ``keep``: how long it is kept for jobs that wait later (default: the
+        history retention, at least a day). See :mod:`pgqueue.client.events`."""
+        return events.emit_event(
+            self, name, payload, conn=conn, keep=keep, limit=self.max_payload_bytes
+        )
+
+    async def emit_event_async(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        conn: AsyncConnectionArg | None = None,
+        keep: float | timedelta | None = None,
+    ) -> bool:
+        """The async twin of :meth:`emit_event`."""
+        return await events.emit_event_async(
+            self, name, payload, conn=conn, keep=keep, limit=self.max_payload_bytes
+        )
 
 
 def _stamped(compiled: Compiled, sending: tracing.Sending) -> Compiled:
