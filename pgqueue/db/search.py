@@ -21,8 +21,10 @@ what page 1 does.
 
 Filters are parameters of three fixed named queries (``search_live_jobs``,
 ``search_job_history``, ``search_dead_letters``), each optional as ``%(x)s IS NULL OR ...``,
-executed unprepared so each is planned with its values. Adding a filter (tags, metadata) is one
-:class:`JobFilter` field, one parameter and one condition per query, as ``args`` is.
+executed unprepared so each is planned with its values. The conditions are written once, in the
+``search_filter`` fragment the three queries include (each names its table's columns the same
+way). Adding a filter (tags, metadata) is one :class:`JobFilter` field (its metadata is its
+``pgq jobs search`` option), one parameter and one condition in the fragment, as ``args`` is.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
@@ -43,7 +45,13 @@ from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
 from pgqueue.rules.durations import parse_duration
 from pgqueue.rules.options import MAX_JOB_ID, check_meta, check_tags
-from pgqueue.rules.vocabulary import HISTORY_STATES, JOB_STATES, LIVE_STATES, PLACE_TABLES
+from pgqueue.rules.vocabulary import (
+    HISTORY_STATES,
+    JOB_STATES,
+    LIVE_STATES,
+    PLACE_TABLES,
+    DeadState,
+)
 
 STATES = JOB_STATES
 PLACES = tuple(PLACE_TABLES)
@@ -99,6 +107,12 @@ _QUERIES = {
     "live": "search_live_jobs",
     "history": "search_job_history",
     "dead": "search_dead_letters",
+}
+#: The states a job can have in each place (the search_filter fragment's ``s.state``).
+_PLACE_STATES: dict[str, tuple[str, ...]] = {
+    "live": LIVE_STATES,
+    "history": HISTORY_STATES,
+    "dead": get_args(DeadState),
 }
 _CURSOR_PREFIX = "v1."
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -179,8 +193,7 @@ class JobFilter:
     def params(self, place: str) -> dict[str, Any]:
         states = None
         if self.states is not None:
-            of_place = LIVE_STATES if place == "live" else HISTORY_STATES
-            states = [s for s in self.states if s in of_place]
+            states = [s for s in self.states if s in _PLACE_STATES[place]]
         return {
             "id": self.id,
             "task": self.task,
