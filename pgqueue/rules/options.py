@@ -40,7 +40,6 @@ from typing import (
 )
 
 from pgqueue.errors import ConfigurationError, InvalidJobError
-from pgqueue.rules import config
 from pgqueue.rules.dedupe import ON_CONFLICT, UNIQUE_AMONG, check_choice, check_unique_by
 from pgqueue.rules.flags import Flag
 from pgqueue.rules.flow_control import CircuitBreaker, RateLimit, check_limit
@@ -317,7 +316,7 @@ class JobBasics(TypedDict, total=False):
     """Lower runs first, -32768 to 32767 (default 0)."""
     max_attempts: Annotated[
         int | None,
-        Check(_max_attempts, default=config.DEFAULT_MAX_ATTEMPTS),
+        Check(_max_attempts, default=5),
         Flag("Attempts before dead-lettering (default {default})."),
     ]
     """Attempts before the job is dead-lettered (default 5)."""
