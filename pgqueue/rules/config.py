@@ -1,4 +1,4 @@
-"""Settings shared by the library, the CLI and the tests: defaults, and the DSN configured.
+"""Settings shared by the library, the CLI and the tests: limits, and the DSN configured.
 
 DSN resolution is the same everywhere: an explicit ``dsn`` argument (``--dsn`` on the CLI), else
 ``PGQUEUE_DSN``, else ``DATABASE_URL``, else the embedded PostgreSQL server that pgqueue starts on
