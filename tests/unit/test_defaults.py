@@ -60,7 +60,7 @@ def test_the_jobs_columns_default_to_the_job_options_defaults() -> None:
 
 
 def test_pgqueue_enqueue_defaults_to_the_job_options_defaults() -> None:
-    spec = {f.name: f.default for f in fields(JobSpec)}
+    spec: dict[str, Any] = {f.name: f.default for f in fields(JobSpec)}
     assert parameter_defaults("enqueue") == {
         "queue": DEFAULTS["queue"],
         "priority": DEFAULTS["priority"],
@@ -71,7 +71,7 @@ def test_pgqueue_enqueue_defaults_to_the_job_options_defaults() -> None:
 
 
 def test_the_schedules_columns_default_to_a_schedules_defaults() -> None:
-    schedule = {f.name: f.default for f in fields(Schedule)}
+    schedule: dict[str, Any] = {f.name: f.default for f in fields(Schedule)}
     columns = column_defaults("schedules")
     assert {
         name: columns[name]
