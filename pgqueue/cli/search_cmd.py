@@ -1,8 +1,11 @@
 """``pgq jobs search``: find jobs wherever they are (live, history, dead letters), page by page.
 
-Parses the filters (states, times, ``--args key=value``; :mod:`pgqueue.db.search` has the
-parsers the dashboard shares) into :func:`pgqueue.views.search_jobs`
-arguments; bad input is a one-line usage error naming the option.
+Its filter options are made from :class:`~pgqueue.db.search.JobFilter`'s fields, each of which
+declares its option (a :class:`~pgqueue.rules.flags.Flag` in its metadata); this module knows
+what each kind of filter is on the command line (states, times, ``--args key=value``;
+:mod:`pgqueue.db.search` has the parsers the dashboard shares) and turns what the command
+receives into :func:`pgqueue.db.views.search_jobs` arguments; bad input is a one-line usage
+error naming the option.
 """
 
 from __future__ import annotations
