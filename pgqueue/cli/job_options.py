@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any, get_type_hints
 
 import typer
@@ -34,13 +35,14 @@ SHOWN_FIRST = ("queue", "delay", "run_at", "priority", "max_attempts", "idempote
                "depends_on", "result_ttl", "meta", "tags")  # fmt: skip
 
 
-def declared() -> list[Declared]:
+@cache
+def declared() -> tuple[Declared, ...]:
     """Every job option with its flag, in the order of the declarations."""
     hints = get_type_hints(JobOptions, include_extras=True)
-    return [
+    return tuple(
         Declared(name, hints[name], flag, DEFAULTS.get(name))
         for name, flag in flags_of(JobOptions).items()
-    ]
+    )
 
 
 def with_job_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from datetime import datetime
+from functools import cache
 from typing import Annotated, Any, get_type_hints
 
 import typer
@@ -84,15 +85,22 @@ KINDS = {
 }
 
 
-def declared() -> list[Declared]:
+@cache
+def declared() -> tuple[Declared, ...]:
     """Every search filter with its flag (all of them have one), in the declaration's order."""
     hints = get_type_hints(search.JobFilter)
-    return [Declared(f.name, hints[f.name], f.metadata["flag"]) for f in fields(search.JobFilter)]
+    return tuple(
+        Declared(f.name, hints[f.name], f.metadata["flag"]) for f in fields(search.JobFilter)
+    )
+
+
+#: The filters' options, as keyword parameters (made once: at import, for every command).
+FILTER_PARAMETERS = parameters(declared(), KINDS)
 
 
 def filter_option(name: str) -> Any:
     """The option of one filter, for a command that takes it alone (``pgq jobs list``)."""
-    return next(p for p in parameters(declared(), KINDS) if p.name == name).annotation
+    return next(p for p in FILTER_PARAMETERS if p.name == name).annotation
 
 
 def filters(received: dict[str, Any]) -> dict[str, Any]:
@@ -183,4 +191,4 @@ def jobs_search(
         typer.echo(f"next page: --after {page.cursor}", err=out is OutputFormat.plain)
 
 
-with_options(jobs_search, parameters(declared(), KINDS), after=0)
+with_options(jobs_search, FILTER_PARAMETERS, after=0)
