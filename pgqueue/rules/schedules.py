@@ -29,7 +29,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.rules.options import MAX_META_BYTES, JobBasics, TaskOptions, check_meta, check_tags
+from pgqueue.rules.config import DEFAULT_MAX_PAYLOAD_BYTES
+from pgqueue.rules.options import (
+    DEFAULTS,
+    MAX_META_BYTES,
+    JobBasics,
+    TaskOptions,
+    check_meta,
+    check_tags,
+)
 from pgqueue.rules.payload import check_name, dumps
 
 MISSED_POLICIES = ("skip", "catch_up")
@@ -85,9 +93,10 @@ class Schedule:
     task: str
     args: Mapping[str, Any] = field(default_factory=dict)
     tz: str = "UTC"
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = 5
+    # The job options' defaults (a schedule of a registered task has the task's).
+    queue: str = DEFAULTS["queue"]
+    priority: int = DEFAULTS["priority"]
+    max_attempts: int = DEFAULTS["max_attempts"]
     missed: str = "skip"
     grace: float = 60.0
     max_catch_up: int = 100
@@ -121,7 +130,7 @@ class Schedule:
             "cron": self.cron,
             "timezone": self.tz,
             "task": self.task,
-            "args": dumps(dict(self.args), limit=1024 * 1024),
+            "args": dumps(dict(self.args), limit=DEFAULT_MAX_PAYLOAD_BYTES),
             "queue": self.queue,
             "priority": self.priority,
             "max_attempts": self.max_attempts,
