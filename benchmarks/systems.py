@@ -249,12 +249,32 @@ _PEER_SQL = {
         "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
         " AND coalesce(scheduled_at, now()) <= now()",
     ),
+    # Oban keeps finished jobs as 'completed' (its pruner deletes them after a day).
+    "oban": (
+        "SELECT EXISTS (SELECT 1 FROM oban_jobs WHERE state IN "
+        "('available', 'scheduled', 'executing', 'retryable'))",
+        "SELECT count(*) FROM oban_jobs WHERE state = 'available'",
+        "TRUNCATE oban_jobs",
+        "SELECT count(*) FROM oban_jobs WHERE state IN ('available', 'executing')"
+        " AND scheduled_at <= now()",
+    ),
+    # Chancy writes a finished job's state back in batches (every second by default).
+    "chancy": (
+        "SELECT EXISTS (SELECT 1 FROM chancy_jobs WHERE state IN "
+        "('pending', 'running', 'retrying'))",
+        "SELECT count(*) FROM chancy_jobs WHERE state = 'pending'",
+        "TRUNCATE chancy_jobs CASCADE",
+        "SELECT count(*) FROM chancy_jobs WHERE state IN ('pending', 'running')"
+        " AND scheduled_at <= now()",
+    ),
 }
 
 
-def _python_peer(key: str, label: str, description: str, options: list[str]) -> System:
+def _python_peer(
+    key: str, label: str, description: str, options: list[str], family: str = "postgres"
+) -> System:
     pending, waiting, reset, backlog = _PEER_SQL[key]
-    prefix = _python_prefix(peers_env.python(), f"{key}_driver")
+    prefix = _python_prefix(peers_env.python(family), f"{key}_driver")
     return System(
         key,
         label,
@@ -289,6 +309,29 @@ def procrastinate() -> System:
         "psycopg pool, async task, worker concurrency 10, LISTEN/NOTIFY, "
         "delete_jobs=successful; `batch_defer_async` for bulk",
         [],
+    )
+
+
+def oban() -> System:
+    return _python_peer(
+        "oban",
+        "Oban-py",
+        "Oban-py 0.7 (`oban`), psycopg pool 1..10 (its default), one queue with limit 64, "
+        "`async def process`, default 5 ms producer debounce, stager/pruner/lifeline on; "
+        "`enqueue_many` for bulk",
+        [],
+        family="oban",
+    )
+
+
+def chancy() -> System:
+    return _python_peer(
+        "chancy",
+        "Chancy",
+        "Chancy 0.26, `AsyncExecutor` queue with concurrency 64, `eager_polling`, "
+        "polling_interval 1 s + LISTEN/NOTIFY, default plugins; `push_many` for bulk",
+        [],
+        family="chancy",
     )
 
 
@@ -399,6 +442,8 @@ ALL = (
     "pgqueue_def",
     "pgqueuer",
     "procrastinate",
+    "oban",
+    "chancy",
     "graphile",
     "celery_prefork",
     "celery_threads",
@@ -414,6 +459,8 @@ def build(keys: list[str], concurrency: int) -> list[System]:
         "pgqueue_def": lambda: pgqueue(concurrency, sync=True),
         "pgqueuer": pgqueuer,
         "procrastinate": procrastinate,
+        "oban": oban,
+        "chancy": chancy,
         "graphile": graphile,
         "celery_prefork": lambda: celery("prefork", 1),
         "celery_threads": lambda: celery("threads", 2),
