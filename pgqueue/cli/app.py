@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import typer
-from rich.markup import escape
 
 from pgqueue._version import __version__
 from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
@@ -18,6 +17,7 @@ from pgqueue.cli.common import (
     JsonOption,
     ReadDsnOption,
     duration,
+    escape,
     example,
     friendly_errors,
     in_range,

@@ -29,7 +29,7 @@ from pgqueue.cli.output import (
     print_fields,
     print_rows,
 )
-from pgqueue.db import search, views
+from pgqueue.db import search
 from pgqueue.errors import PgQueueError
 from pgqueue.rules.job_specs import MAX_ROWS
 
@@ -57,6 +57,8 @@ def jobs_list(
     as_json: JsonFormatOption = False,
 ) -> None:
     """List live jobs (waiting and running), oldest first."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
     contains = search.parse_args_filter(meta or ())
     rows = with_reader(
@@ -85,6 +87,8 @@ def jobs_show(
 ) -> None:
     """Everything about one job (live, dead-lettered or finished): its errors, its workflow
     neighbours and the actions its state allows."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
     job = with_reader(dsn, read_dsn, lambda pgq: views.job_detail(pgq, job_id))
     if job is None:

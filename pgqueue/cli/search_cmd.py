@@ -29,7 +29,7 @@ from pgqueue.cli.output import (
     dump_json,
     print_rows,
 )
-from pgqueue.db import search, views
+from pgqueue.db import search
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.options import check_tags
 
@@ -153,6 +153,8 @@ def jobs_search(
     as_json: JsonFormatOption = False,
 ) -> None:
     """Search jobs wherever they are (live, finished, dead), newest first, a page at a time."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
     times = {
         name: _time(name, value)
