@@ -7,6 +7,7 @@ outside the timed sections, and the peers run from their own environments.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -72,6 +73,8 @@ class System:
     compare_with: str = "pgqueue"
     #: Options of the driver's ``work`` command giving the number of job slots.
     slots_options: tuple[str, ...] = ("--concurrency",)
+    #: The directory its worker runs in (another checkout: the code found there is measured).
+    root: Path = ROOT
 
     def driver(self, dsn: str, *args: str) -> list[str]:
         return [*self.prefix, "--dsn", url(dsn), *args]
@@ -206,6 +209,18 @@ RAW = System(
     description=(
         "psycopg, no library: 1-row INSERT per transaction; 100-row INSERTs; claim 100 "
         "FOR UPDATE SKIP LOCKED + DELETE in one transaction, LISTEN when idle"
+    ),
+)
+
+
+RAW_LEASED = dataclasses.replace(
+    RAW,
+    key="raw_leased",
+    label="raw SQL, leased",
+    work_options=["--leased"],
+    description=(
+        "the raw ceiling's table, drained by a leased loop: one transaction claims 100 "
+        "(SKIP LOCKED) and sets their lease, the jobs run, a second transaction deletes them"
     ),
 )
 
@@ -438,6 +453,7 @@ def arq() -> System:
 
 ALL = (
     "raw",
+    "raw_leased",
     "pgqueue",
     "pgqueue_def",
     "pgqueuer",
@@ -455,6 +471,7 @@ ALL = (
 def build(keys: list[str], concurrency: int) -> list[System]:
     makers = {
         "raw": lambda: RAW,
+        "raw_leased": lambda: RAW_LEASED,
         "pgqueue": lambda: pgqueue(concurrency),
         "pgqueue_def": lambda: pgqueue(concurrency, sync=True),
         "pgqueuer": pgqueuer,
