@@ -252,7 +252,7 @@ class Workers:
                 self.procs.append(
                     subprocess.Popen(
                         system.work_command(dsn, slots),
-                        cwd=ROOT,
+                        cwd=system.root,
                         env=env,
                         stdout=out,
                         stderr=subprocess.STDOUT,
