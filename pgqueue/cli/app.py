@@ -7,7 +7,6 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from pgqueue._version import __version__
 from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
@@ -15,6 +14,7 @@ from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
     ReadDsnOption,
+    escape,
     example,
     friendly_errors,
     in_range,

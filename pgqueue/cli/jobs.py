@@ -30,7 +30,7 @@ from pgqueue.cli.output import (
     print_rows,
 )
 from pgqueue.client import PgQueue
-from pgqueue.db import durable, search, views
+from pgqueue.db import durable, search
 from pgqueue.errors import PgQueueError
 from pgqueue.rules.job_specs import MAX_ROWS
 
@@ -58,6 +58,8 @@ def jobs_list(
     as_json: JsonFormatOption = False,
 ) -> None:
     """List live jobs (waiting and running), oldest first."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
     contains = search.parse_args_filter(meta or ())
     rows = with_reader(
@@ -153,6 +155,8 @@ STEP_COLUMNS = (
 
 def _detail(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
     """The job (views.job_detail) with its durable steps (``steps``; empty for a plain job)."""
+    from pgqueue.db import views
+
     job = views.job_detail(pgq, job_id)
     if job is not None:
         job["steps"] = pgq.run(durable.job_steps(job_id))

@@ -7,13 +7,13 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
     ReadDsnOption,
+    escape,
     example,
     in_range,
     open_queue,
@@ -31,7 +31,7 @@ from pgqueue.cli.output import (
     timestamp,
 )
 from pgqueue.client import PgQueue
-from pgqueue.db import ops, views
+from pgqueue.db import ops
 
 # `pgq status` lists the workers that stopped this recently (the last few of them).
 RECENTLY_STOPPED = timedelta(hours=1)
@@ -49,6 +49,7 @@ def status(
 ) -> None:
     """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive, and
     those that stopped in the last hour."""
+    from pgqueue.db import views
 
     def read(pgq: PgQueue) -> dict[str, Any]:
         workers = views.workers(pgq, stopped_within=RECENTLY_STOPPED)
@@ -113,6 +114,8 @@ def workers(
     as_json: JsonFormatOption = False,
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
     rows = with_reader(dsn, read_dsn, lambda pgq: views.workers(pgq, include_stopped=all_))
     hidden = {

@@ -34,7 +34,7 @@ from pgqueue.cli.output import (
     dump_json,
     print_rows,
 )
-from pgqueue.db import search, views
+from pgqueue.db import search
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.flags import plain_type
 from pgqueue.rules.options import check_tags
@@ -151,6 +151,8 @@ def jobs_search(
     **received: Any,
 ) -> None:
     """Search jobs wherever they are (live, finished, dead), newest first, a page at a time."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
     chosen_filters = filters(received)
     page = with_reader(

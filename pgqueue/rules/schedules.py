@@ -26,8 +26,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from pgqueue.errors import ConfigurationError
 from pgqueue.rules.config import DEFAULT_MAX_PAYLOAD_BYTES
 from pgqueue.rules.options import (
@@ -45,6 +43,8 @@ _COUNT_LIMIT = 10_000  # ticks counted one by one before a skip is only estimate
 
 
 def check_cron(expression: str) -> str:
+    from croniter import croniter  # with dateutil, 13 modules: loaded by cron schedules only
+
     if not isinstance(expression, str) or not croniter.is_valid(expression):
         raise ConfigurationError(
             f"invalid cron expression {expression!r}: five fields (minute hour day month "
@@ -144,6 +144,8 @@ class Schedule:
 
 def next_tick(cron: str, tz: str, after: datetime) -> datetime:
     """The first tick strictly after ``after`` (UTC)."""
+    from croniter import croniter
+
     local = after.astimezone(check_timezone(tz))
     tick = croniter(cron, local).get_next(datetime)
     return tick.astimezone(UTC)
@@ -169,6 +171,8 @@ def plan_ticks(
     max_catch_up: int,
 ) -> TickPlan:
     """The ticks from ``due`` (the schedule's next_tick, at or before ``now``) up to ``now``."""
+    from croniter import croniter
+
     zone = check_timezone(tz)
     following = next_tick(cron, tz, now)
     # Walk forward from `due` (itself a tick), keeping at most what the policy can use.
