@@ -111,7 +111,9 @@ def test_metrics_show_the_snapshot_age_and_the_dead_tuples_it_keeps(dsn, pgq, co
             time.sleep(1.1)
             dead_jobs(pgq, conn)
 
-            def kept() -> dict | None:  # the statistics reach the view within a second or so
+            def kept() -> (
+                dict[tuple[str, tuple[tuple[str, str], ...]], float] | None
+            ):  # the statistics reach the view within a second or so
                 s = scrape(server.port)
                 return s if s.get(("pgqueue_dead_tuples", (("table", "jobs"),)), 0) >= 50 else None
 
