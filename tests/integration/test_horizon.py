@@ -93,7 +93,10 @@ def test_a_bad_threshold_is_one_line():
     assert "--snapshot-warn" in result.output and "Traceback" not in result.output
 
 
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     return {
@@ -111,9 +114,7 @@ def test_metrics_show_the_snapshot_age_and_the_dead_tuples_it_keeps(dsn, pgq, co
             time.sleep(1.1)
             dead_jobs(pgq, conn)
 
-            def kept() -> (
-                dict[tuple[str, tuple[tuple[str, str], ...]], float] | None
-            ):  # the statistics reach the view within a second or so
+            def kept() -> Samples | None:  # the statistics reach the view within a second or so
                 s = scrape(server.port)
                 return s if s.get(("pgqueue_dead_tuples", (("table", "jobs"),)), 0) >= 50 else None
 
