@@ -20,7 +20,7 @@
 * Views ``job_step_status`` (a job's steps) and ``event_status`` (events, and names waited on).
 
 Revision ID: 0020
-Revises: 0017
+Revises: 0019
 Create Date: 2026-12-06
 """
 
@@ -31,7 +31,7 @@ from alembic import op
 from pgqueue.db.migrate import sql_script
 
 revision: str = "0020"
-down_revision: str | None = "0017"
+down_revision: str | None = "0019"
 branch_labels: str | None = None
 depends_on: str | None = None
 
