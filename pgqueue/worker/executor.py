@@ -330,15 +330,17 @@ class Executor:
             self.submit(outcome)
 
     def finish_batch(self, run: BatchRun, settled: Settled) -> None:
-        """A batch's call is over: its slot frees (a waiting job or batch starts), and each
-        job's outcome goes to the completer."""
+        self.vacate_batch(run)
+        self.record_batch(run, settled)
+
+    def vacate_batch(self, run: BatchRun) -> None:
+        """A batch's call is over: its slot frees (a waiting job or batch starts)."""
         for job in run.jobs:
             self.running.pop((job.id, job.lease_token), None)
         self._batched -= len(run.jobs) - 1
         self.refill()
-        self._record_batch(run, settled)
 
-    def _record_batch(self, run: BatchRun, settled: Settled) -> None:
+    def record_batch(self, run: BatchRun, settled: Settled) -> None:
         """Each job's outcome to the completer (one write for all of them); the call's
         duration is each job's, and one sample of the moving average."""
         duration = time.monotonic() - run.started

@@ -84,7 +84,13 @@ class Host(Protocol):
         """vacate, refill, record."""
 
     def finish_batch(self, run: BatchRun, settled: Settled) -> None:
-        """A batch's call is over: its slot frees, each job's outcome is recorded."""
+        """vacate_batch, record_batch."""
+
+    def vacate_batch(self, run: BatchRun) -> None:
+        """A batch's call is over: its jobs leave ``running``, its slot frees (and refills)."""
+
+    def record_batch(self, run: BatchRun, settled: Settled) -> None:
+        """Each job of a batch's outcome to the completer."""
 
     def stop_job(self, job_id: int, reason: CancelReason, token: int | None = None) -> bool: ...
 
@@ -171,7 +177,9 @@ class _OnTheLoop:
                 settled = await self._call_batch(run)
         except Exception:  # pragma: no cover - every handler error becomes an outcome
             log.exception("executor bug while running a batch task=%s", run.task.name)
-        self.host.finish_batch(run, settled)
+        finally:
+            self.host.vacate_batch(run)
+        self.host.record_batch(run, settled)
 
     async def _call(
         self, running: Running, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]
