@@ -205,31 +205,46 @@ class _OnTheLoop:
 class LoopRuntime(_OnTheLoop):
     """``async def`` handlers, on the worker's event loop."""
 
-    async def _call(
-        self, running: Running, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]
-    ) -> Outcome | None:
-        host, ctx = self.host, running.ctx
-        func = _handler(host, task, running)
-        token = set_current(ctx)
-        # A timeout is one more reason to stop the handler, set before it is cancelled so the
-        # handler (and the verdict) can tell why.
-        timer = (
-            None
-            if task.timeout is None
-            else asyncio.get_running_loop().call_later(
-                task.timeout, host.stop_job, ctx.id, "timeout", ctx.job.lease_token
-            )
-        )
+    async def _run(self, running: Running) -> None:
+        # The hot path of async jobs: the handler is awaited here, in the job's one coroutine
+        # (besides the handler's own), not through _call.
+        host, job, ctx = self.host, running.job, running.ctx
+        outcome: Outcome | None = None
         try:
-            try:
-                value = await func(*args, **kwargs)
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                reset_current(token)
-        except (asyncio.CancelledError, Exception) as exc:
-            return host.verdicts.raised(running, task, exc)
-        return returned_outcome(task, running.job, value, host.worker_id)
+            task = host.tasks[job.task]
+            prepared = arguments(task, job, ctx, host.worker_id)
+            if isinstance(prepared, Outcome):
+                outcome = prepared
+            else:
+                args, kwargs = prepared
+                func = _handler(host, task, running)
+                token = set_current(ctx)
+                # A timeout is one more reason to stop the handler, set before it is cancelled
+                # so the handler (and the verdict) can tell why.
+                timer = (
+                    None
+                    if task.timeout is None
+                    else asyncio.get_running_loop().call_later(
+                        task.timeout, host.stop_job, ctx.id, "timeout", job.lease_token
+                    )
+                )
+                try:
+                    try:
+                        value = await func(*args, **kwargs)
+                    finally:
+                        if timer is not None:
+                            timer.cancel()
+                        reset_current(token)
+                except (asyncio.CancelledError, Exception) as exc:
+                    outcome = host.verdicts.raised(running, task, exc)
+                else:
+                    outcome = returned_outcome(task, job, value, host.worker_id)
+        except Exception:  # pragma: no cover - every handler error becomes an outcome
+            log.exception("executor bug while running job id=%s", job.id)
+        finally:
+            host.vacate(running)
+            host.refill()
+        host.record(running, outcome)
 
     async def _call_batch(self, run: BatchRun) -> Settled:
         task, items, host = run.task, run.items, self.host
