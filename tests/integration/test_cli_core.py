@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -147,11 +148,15 @@ def test_unreachable_database_is_one_clear_line():
     assert "database unreachable" in result.output or "error" in result.output
 
 
-def test_embedded_server_is_started_on_demand_shared_and_stopped(tmp_path: Path):
+def test_embedded_server_is_started_on_demand_shared_and_stopped():
     """No DSN anywhere: `pgq db url` starts the embedded server; a second process finds the same
     one; psql-compatible URL works; `pgq db stop` stops it."""
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    env["PGQUEUE_EMBEDDED_DIR"] = str(tmp_path / "pg")
+    # Not under pytest's basetemp: run as root, the server runs as another user that must
+    # traverse the folders above its data directory, and any pytest session starting on the
+    # machine (a nested one included) makes /tmp/pytest-of-root private again mid-test.
+    base = Path(tempfile.mkdtemp(prefix="pgqueue-embedded-test-"))
+    env["PGQUEUE_EMBEDDED_DIR"] = str(base / "pg")
 
     def pgq(*args: str) -> str:
         done = subprocess.run(
@@ -175,3 +180,4 @@ def test_embedded_server_is_started_on_demand_shared_and_stopped(tmp_path: Path)
     finally:
         assert pgq("db", "stop") in ("embedded server stopped", "embedded server was not running")
     assert pgq("db", "stop") == "embedded server was not running"
+    shutil.rmtree(base, ignore_errors=True)
