@@ -61,15 +61,19 @@ DsnOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def read_dsn_option(help_text: str) -> Any:
+    """The ``--read-dsn`` option (a streaming replica to read from), with what it reads in this
+    command as its help: ``Annotated[str | None, read_dsn_option("...")]``."""
+    return typer.Option("--read-dsn", help=help_text, show_default=False)
+
+
 ReadDsnOption = Annotated[
     str | None,
-    typer.Option(
-        "--read-dsn",
-        help=(
-            "Read from this DSN (a streaming replica), so operators' queries do not load the "
-            "primary; writes still go to --dsn. Default: $PGQUEUE_READ_DSN, else --dsn."
-        ),
-        show_default=False,
+    read_dsn_option(
+        "Read from this DSN (a streaming replica), so operators' queries do not load the "
+        "primary; writes still go to --dsn. Default: $PGQUEUE_READ_DSN, else --dsn."
     ),
 ]
 # Commands that print a result rather than rows (rows: --format, see pgqueue.cli.output).

@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.cli.common import MAX_JOB_ID, DsnOption, friendly_errors, in_range
-from pgqueue.client import PgQueue
+from pgqueue.cli.common import MAX_JOB_ID, DsnOption, in_range, open_queue, with_app
 
 _MESSAGES = {
     "cancelled": "job {id} cancelled",
@@ -24,15 +23,11 @@ def cancel(
 ) -> None:
     """Cancel jobs: waiting ones at once, running ones via their worker."""
     missing = 0
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            for job_id in job_ids:
-                result = pgq.cancel(job_id)
-                missing += result == "not_found"
-                typer.echo(_MESSAGES[result].format(id=job_id))
-        finally:
-            pgq.close()
+    with open_queue(dsn) as pgq:
+        for job_id in job_ids:
+            result = pgq.cancel(job_id)
+            missing += result == "not_found"
+            typer.echo(_MESSAGES[result].format(id=job_id))
     if missing:
         raise typer.Exit(1)
 
@@ -42,12 +37,7 @@ def pause(
     dsn: DsnOption = None,
 ) -> None:
     """Stop workers claiming from QUEUE (enqueue still works; running jobs finish)."""
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            pgq.flow.pause_queue(queue)
-        finally:
-            pgq.close()
+    with_app(dsn, lambda pgq: pgq.flow.pause_queue(queue))
     typer.echo(f"queue {queue!r} paused")
 
 
@@ -56,10 +46,5 @@ def resume(
     dsn: DsnOption = None,
 ) -> None:
     """Let workers claim from QUEUE again."""
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            pgq.flow.resume_queue(queue)
-        finally:
-            pgq.close()
+    with_app(dsn, lambda pgq: pgq.flow.resume_queue(queue))
     typer.echo(f"queue {queue!r} resumed")

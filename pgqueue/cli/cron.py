@@ -7,12 +7,13 @@ group: ``pgq pg-cron``, pgqueue/cli/pg_cron_cmds.py; ``pgq cron install-reaper``
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from pgqueue.cli.common import DsnOption, example, with_app
-from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
+from pgqueue.cli.listing import list_command
+from pgqueue.client import PgQueue
 
 cron_app = typer.Typer(
     help="Cron schedules: list, pause, resume, delete.",
@@ -23,15 +24,10 @@ cron_app = typer.Typer(
 _COLUMNS = ["name", "cron", "timezone", "task", "missed", "paused", "next_tick", "ticks_enqueued"]
 
 
-@cron_app.command("list", epilog=example("pgq cron list --json"))
-def list_schedules(
-    dsn: DsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
-) -> None:
+@list_command(cron_app, columns=_COLUMNS, title="schedules", shown_by="pgq cron list --json")
+def list_schedules(pgq: PgQueue) -> list[dict[str, Any]]:
     """Every schedule: expression, next and last tick, ticks enqueued and skipped."""
-    rows = with_app(dsn, lambda pgq: pgq.cron.schedules())
-    print_rows(rows, _COLUMNS, fmt=chosen(fmt, as_json), title="schedules")
+    return pgq.cron.schedules()
 
 
 def _change(name: str, dsn: str | None, action: str) -> None:

@@ -6,7 +6,14 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from pgqueue.cli.common import DsnOption, err_console, escape, friendly_errors, in_range
+from pgqueue.cli.common import (
+    DsnOption,
+    err_console,
+    escape,
+    friendly_errors,
+    in_range,
+    read_dsn_option,
+)
 from pgqueue.cli.common import read_dsn as reads_from
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
@@ -57,13 +64,9 @@ def dashboard(
     dsn: DsnOption = None,
     read_dsn: Annotated[
         str | None,
-        typer.Option(
-            "--read-dsn",
-            help=(
-                "Read the pages from this DSN (a streaming replica); the actions (replay, "
-                "cancel, retry, pause) still write to --dsn. Default: $PGQUEUE_READ_DSN."
-            ),
-            show_default=False,
+        read_dsn_option(
+            "Read the pages from this DSN (a streaming replica); the actions (replay, "
+            "cancel, retry, pause) still write to --dsn. Default: $PGQUEUE_READ_DSN."
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",

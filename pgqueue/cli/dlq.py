@@ -16,6 +16,7 @@ from pgqueue.cli.common import (
     example,
     friendly_errors,
     in_range,
+    with_app,
 )
 from pgqueue.cli.output import (
     FormatOption,
@@ -25,7 +26,6 @@ from pgqueue.cli.output import (
     console,
     print_rows,
 )
-from pgqueue.client import PgQueue
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.job_specs import MAX_ROWS
 
@@ -86,12 +86,8 @@ def list_(
 ) -> None:
     """List dead letters, newest first."""
     out = chosen(fmt, as_json)
-    with friendly_errors():
-        pgq = PgQueue(dsn)
-        try:
-            rows = pgq.admin.dead_letters(limit=limit, **_filters(task, queue, error, since, until))
-        finally:
-            pgq.close()
+    filters = _filters(task, queue, error, since, until)
+    rows = with_app(dsn, lambda pgq: pgq.admin.dead_letters(limit=limit, **filters))
     if out is OutputFormat.json:
         print_rows(rows, [], fmt=out)
         return
@@ -142,11 +138,12 @@ def replay(
                 "say which dead letters to replay (--id, --task, --queue, "
                 "--error, --since, --until), or pass --all"
             )
-        pgq = PgQueue(dsn)
-        try:
-            count = pgq.admin.replay_dead_letters(batch_size=batch_size, dry_run=dry_run, **filters)
-        finally:
-            pgq.close()
+    count = with_app(
+        dsn,
+        lambda pgq: pgq.admin.replay_dead_letters(
+            batch_size=batch_size, dry_run=dry_run, **filters
+        ),
+    )
     if as_json:
         typer.echo(
             json.dumps(

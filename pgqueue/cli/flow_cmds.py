@@ -10,7 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from pgqueue.cli.common import DsnOption, duration, example, with_app
-from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
+from pgqueue.cli.listing import list_command
+from pgqueue.cli.output import FormatOption, OutputFormat, print_rows
+from pgqueue.client import PgQueue
 from pgqueue.db.flow_plans import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS
 from pgqueue.errors import ConfigurationError
 from pgqueue.rules.flow_control import UNSET, RateLimit
@@ -64,6 +66,14 @@ def _rate(value: str | None, burst: float | None, alone: str = "--burst needs --
     return RateLimit.parse(value, burst)
 
 
+def _shared_limits(
+    concurrency: str | None, rate: str | None, burst: float | None
+) -> dict[str, Any]:
+    """The limits queues and tasks both have (``--concurrency``, ``--rate``, ``--burst``), as
+    ``configure_queue`` and ``configure_task`` take them."""
+    return {"concurrency_limit": _int(concurrency, "concurrency"), "rate_limit": _rate(rate, burst)}
+
+
 @queue_app.command(
     "set", epilog=example("pgq queue set emails --concurrency 10 --rate 20/s --max-depth 100000")
 )
@@ -93,23 +103,17 @@ def queue_set(
             queue,
             weight=_int(weight, "weight"),
             max_depth=_int(max_depth, "max-depth"),
-            concurrency_limit=_int(concurrency, "concurrency"),
-            rate_limit=_rate(rate, burst),
+            **_shared_limits(concurrency, rate, burst),
             fair=UNSET if fair is None else fair,
         ),
     )
     print_rows([row], QUEUE_COLUMNS, fmt=fmt, title="queue")
 
 
-@queue_app.command("list", epilog=example("pgq queue list --json"))
-def queue_list(
-    dsn: DsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
-) -> None:
+@list_command(queue_app, columns=QUEUE_COLUMNS, title="queues", shown_by="pgq queue list --json")
+def queue_list(pgq: PgQueue) -> list[dict[str, Any]]:
     """Every configured queue's settings (depth: `pgq stats` or view pgqueue.queue_depth)."""
-    rows = with_app(dsn, lambda pgq: pgq.flow.queue_settings())
-    print_rows(rows, QUEUE_COLUMNS, fmt=chosen(fmt, as_json), title="queues")
+    return pgq.flow.queue_settings()
 
 
 @task_app.command(
@@ -139,35 +143,29 @@ def task_set(
         dsn,
         lambda pgq: pgq.flow.configure_task(
             task,
-            concurrency_limit=_int(concurrency, "concurrency"),
+            **_shared_limits(concurrency, rate, burst),
             key_limit=_int(key_limit, "key-limit"),
-            rate_limit=_rate(rate, burst),
             key_rate_limit=_rate(key_rate, key_burst, "--key-burst needs --key-rate"),
         ),
     )
     print_rows([row], TASK_COLUMNS, fmt=fmt, title="task")
 
 
-@task_app.command("list", epilog=example("pgq task list --json"))
-def task_list(
-    dsn: DsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
-) -> None:
+@list_command(task_app, columns=TASK_COLUMNS, title="task limits", shown_by="pgq task list --json")
+def task_list(pgq: PgQueue) -> list[dict[str, Any]]:
     """Every task with limits (table pgqueue.task_limits)."""
-    rows = with_app(dsn, lambda pgq: pgq.flow.task_limits())
-    print_rows(rows, TASK_COLUMNS, fmt=chosen(fmt, as_json), title="task limits")
+    return pgq.flow.task_limits()
 
 
-@breaker_app.command("list", epilog=example("pgq breaker list --json"))
-def breaker_list(
-    dsn: DsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
-) -> None:
+@list_command(
+    breaker_app,
+    columns=BREAKER_COLUMNS,
+    title="circuit breakers",
+    shown_by="pgq breaker list --json",
+)
+def breaker_list(pgq: PgQueue) -> list[dict[str, Any]]:
     """Every circuit breaker (view pgqueue.circuit_breaker_status)."""
-    rows = with_app(dsn, lambda pgq: pgq.flow.circuit_breakers())
-    print_rows(rows, BREAKER_COLUMNS, fmt=chosen(fmt, as_json), title="circuit breakers")
+    return pgq.flow.circuit_breakers()
 
 
 @breaker_app.command("reset", epilog=example("pgq breaker reset payments.charge"))

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, duration, friendly_errors, in_range
+from pgqueue.cli.common import DsnOption, duration, friendly_errors, in_range, read_dsn_option
 from pgqueue.cli.work_options import settings_from_options, with_setting_options
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
@@ -232,13 +232,9 @@ def work(
     dsn: DsnOption = None,
     read_dsn: Annotated[
         str | None,
-        typer.Option(
-            "--read-dsn",
-            help=(
-                "Read the metrics' queue depths from this DSN (a streaming replica) instead of "
-                "--dsn. Default: $PGQUEUE_READ_DSN."
-            ),
-            show_default=False,
+        read_dsn_option(
+            "Read the metrics' queue depths from this DSN (a streaming replica) instead of "
+            "--dsn. Default: $PGQUEUE_READ_DSN."
         ),
     ] = None,
     log_level: LogLevel = None,

@@ -238,6 +238,10 @@ def create_app(
 
 _TEXT_FILTERS = ("task", "queue", "error")
 _TIME_FILTERS = ("since", "until", "finished_since", "finished_until")
+# Query parameter -> argument: each may repeat (one value per state or tag).
+_REPEATED_FILTERS = {"state": "state", "tag": "tags"}
+# KEY=VALUE pairs the job's args or metadata must contain.
+_CONTAINS_FILTERS = ("args", "meta")
 
 
 def _search_arguments(params: Any) -> dict[str, Any]:
@@ -254,18 +258,14 @@ def _search_arguments(params: Any) -> dict[str, Any]:
                 arguments[name] = int(params[name])
             except ValueError:
                 raise ValueError(f"{name} must be an integer, got {params[name]!r}") from None
-    states = [s for s in params.getlist("state") if s]
-    if states:
-        arguments["state"] = states
-    contains = search.parse_args_filter(a for a in params.getlist("args") if a)
-    if contains is not None:
-        arguments["args"] = contains
-    tags = [t for t in params.getlist("tag") if t]
-    if tags:
-        arguments["tags"] = tags
-    meta = search.parse_args_filter(m for m in params.getlist("meta") if m)
-    if meta is not None:
-        arguments["meta"] = meta
+    for param, name in _REPEATED_FILTERS.items():
+        values = [value for value in params.getlist(param) if value]
+        if values:
+            arguments[name] = values
+    for name in _CONTAINS_FILTERS:
+        contains = search.parse_args_filter(value for value in params.getlist(name) if value)
+        if contains is not None:
+            arguments[name] = contains
     if params.get("after"):
         arguments["after"] = params["after"]
     return arguments

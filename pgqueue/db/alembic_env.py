@@ -4,7 +4,8 @@ pgqueue's migrations run inside an application's revision."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, TypedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from sqlalchemy.schema import Table
 
@@ -78,27 +79,21 @@ def autogenerate_filters(
 ) -> AutogenerateFilters:
     """``include_name`` and ``include_object`` for ``context.configure(**...)``: pgqueue's, and
     the application's own filters given here (an object is included when every filter agrees)."""
-    app_name, app_object = include_name, include_object
+    return {
+        "include_name": _every(_pgqueue_include_name, include_name),
+        "include_object": _every(_pgqueue_include_object, include_object),
+    }
 
-    def combined_name(
-        name: str | None, type_: NameFilterType, parent_names: NameFilterParentNames
-    ) -> bool:
-        return _pgqueue_include_name(name, type_, parent_names) and (
-            app_name is None or app_name(name, type_, parent_names)
-        )
 
-    def combined_object(
-        obj: SchemaItem,
-        name: str | None,
-        type_: NameFilterType,
-        reflected: bool,
-        compare_to: SchemaItem | None,
-    ) -> bool:
-        return _pgqueue_include_object(obj, name, type_, reflected, compare_to) and (
-            app_object is None or app_object(obj, name, type_, reflected, compare_to)
-        )
+def _every(*hooks: Callable[..., bool] | None) -> Callable[..., bool]:
+    """A filter hook that includes an object when every given hook does (alembic calls its hooks
+    with positional arguments)."""
+    given = [hook for hook in hooks if hook is not None]
 
-    return {"include_name": combined_name, "include_object": combined_object}
+    def hook(*arguments: Any) -> bool:
+        return all(each(*arguments) for each in given)
+
+    return hook
 
 
 def upgrade(op: Operations, revision: str = "head", *, from_revision: str | None = None) -> None:

@@ -131,11 +131,12 @@ WITH input AS (
       FROM locked AS l
      WHERE j.id = l.id AND l.outcome = 'retry'
     RETURNING j.id, j.queue
-), dead AS (
+), removed AS (
+    -- Dead and cancelled jobs both leave the hot table, in one DELETE; each goes on below.
     DELETE FROM pgqueue.jobs AS j
      USING locked AS l
-     WHERE j.id = l.id AND l.outcome = 'dead'
-    RETURNING j.*, l.error AS final_error, l.kind
+     WHERE j.id = l.id AND l.outcome IN ('dead', 'cancelled')
+    RETURNING j.*, l.error AS final_error, l.kind, l.outcome
 ), buried AS (
     INSERT INTO pgqueue.dead_letters (id, queue, task, args, priority, attempts, max_attempts,
                                       lease_token, idempotency_key, created_at, errors,
@@ -148,12 +149,8 @@ WITH input AS (
                                             || (final_error ->> 'error')
                 ELSE 'max attempts reached' END,
            worker_id, meta, tags
-      FROM dead
-), cancelled AS (
-    DELETE FROM pgqueue.jobs AS j
-     USING locked AS l
-     WHERE j.id = l.id AND l.outcome = 'cancelled'
-    RETURNING j.*, l.error AS final_error, l.kind
+      FROM removed
+     WHERE outcome = 'dead'
 ), archived AS (
     INSERT INTO pgqueue.job_history (id, queue, task, args, state, priority, attempts,
                                      max_attempts, created_at, started_at, errors, worker_id,
@@ -162,7 +159,8 @@ WITH input AS (
            started_at, CASE WHEN kind = 'cancelled' THEN errors
                             ELSE errors || jsonb_build_array(final_error) END, worker_id,
            meta, tags
-      FROM cancelled
+      FROM removed
+     WHERE outcome = 'cancelled'
 ), woken AS (
     -- Wake idle workers so they (re)arm their timers for retried jobs; and, for jobs that took
     -- the last free place under a concurrency limit (the wake parameter: their queues, NULL

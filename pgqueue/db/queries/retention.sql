@@ -21,6 +21,16 @@ UPDATE pgqueue.retention AS r
        updated_at = now()
 RETURNING history_retention, record_succeeded, dead_letter_retention, updated_at
 
+-- fragment: pruned_with_nodes
+-- Ends a prune whose CTE "gone" returns the ids it deleted: their workflow nodes go too, and
+-- it reports how many rows went and which workflows lost nodes.
+), nodes AS (
+    DELETE FROM pgqueue.workflow_nodes AS n USING gone AS g WHERE n.job_id = g.id
+    RETURNING n.workflow_id
+)
+SELECT (SELECT count(*) FROM gone) AS deleted,
+       (SELECT array_agg(DISTINCT workflow_id) FROM nodes) AS workflow_ids
+
 -- name: prune_history
 -- One small batch of job_history past its retention: rows without a kept result once the
 -- history retention has passed, rows with one once keep_until has. SKIP LOCKED lets every
@@ -45,12 +55,7 @@ WITH doomed AS MATERIALIZED (
            FOR UPDATE SKIP LOCKED) AS k
 ), gone AS (
     DELETE FROM pgqueue.job_history AS h USING doomed AS d WHERE h.id = d.id RETURNING h.id
-), nodes AS (
-    DELETE FROM pgqueue.workflow_nodes AS n USING gone AS g WHERE n.job_id = g.id
-    RETURNING n.workflow_id
-)
-SELECT (SELECT count(*) FROM gone) AS deleted,
-       (SELECT array_agg(DISTINCT workflow_id) FROM nodes) AS workflow_ids
+{{pruned_with_nodes}}
 
 -- name: prune_dead_letters
 -- One small batch of dead letters older than dead_letter_retention (none when it is NULL).
@@ -63,12 +68,7 @@ WITH doomed AS MATERIALIZED (
        FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM pgqueue.dead_letters AS d USING doomed AS x WHERE d.id = x.id RETURNING d.id
-), nodes AS (
-    DELETE FROM pgqueue.workflow_nodes AS n USING gone AS g WHERE n.job_id = g.id
-    RETURNING n.workflow_id
-)
-SELECT (SELECT count(*) FROM gone) AS deleted,
-       (SELECT array_agg(DISTINCT workflow_id) FROM nodes) AS workflow_ids
+{{pruned_with_nodes}}
 
 -- name: prune_workflows
 -- Workflows whose every member has been pruned.
