@@ -55,6 +55,9 @@ class WorkerMetrics(WorkerObserver):
         self.retried = counter("pgqueue_jobs_retried", "Attempts rescheduled for a retry.")
         self.dead = counter("pgqueue_jobs_dead", "Jobs moved to the dead letters.")
         self.cancelled = counter("pgqueue_jobs_cancelled", "Jobs cancelled while running.")
+        self.parked = counter(
+            "pgqueue_jobs_parked", "Attempts that ended in a durable sleep or wait (parked)."
+        )
         self.stale = counter(
             "pgqueue_stale_writes", "Outcomes ignored because the lease was no longer held."
         )
@@ -88,6 +91,7 @@ class WorkerMetrics(WorkerObserver):
             "dead": self.dead,
             "cancelled": self.cancelled,
             "stale": self.stale,
+            "parked": self.parked,
         }
 
     def job_started(self, job: ClaimedJob) -> None:
@@ -98,7 +102,8 @@ class WorkerMetrics(WorkerObserver):
         self._by_written[written].labels(job.queue, job.task).inc()
         if outcome.kind in ("error", "fail"):
             self.failed.labels(job.queue, job.task).inc()
-        if outcome.kind != "retry":  # a Retry is a deliberate reschedule, not a run to time
+        # A Retry is a deliberate reschedule and a park a run cut short: neither is a run to time.
+        if outcome.kind not in ("retry", "park"):
             self.duration.labels(job.queue, job.task).observe(outcome.duration)
 
     def lease_lost(self, job: ClaimedJob) -> None:
