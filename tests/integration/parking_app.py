@@ -61,4 +61,3 @@ async def waiter(event: str, timeout: float | None = None) -> Any:
         return "timed out"
     mark("woken")
     return payload
-

@@ -115,3 +115,29 @@ SELECT i.id, w.state
  CROSS JOIN LATERAL pgqueue.park_for_event(i.id, i.token, i.seq, i.name, i.event,
                                            make_interval(secs => i.timeout)) AS w
  ORDER BY i.n
+
+-- name: collapse_waits
+-- pgqueue.testing's drain, right after make_scheduled_due (time collapsed): of the jobs it
+-- made due, those parked in a wait for an event not emitted. A wait with a timeout times out
+-- (its next run raises EventTimeout, as once its time had come); one without (parked for a
+-- hundred years) goes back to waiting, scheduled at its wake time. Returns the ids held back.
+WITH last AS (
+    SELECT DISTINCT ON (s.job_id) s.job_id, s.seq, s.state, s.kind, s.wake_at
+      FROM pgqueue.job_steps AS s
+     WHERE s.job_id = ANY(%(ids)s::bigint[])
+     ORDER BY s.job_id, s.seq DESC
+), waits AS (
+    SELECT l.job_id, l.seq, l.wake_at, l.wake_at > now() + interval '99 years' AS forever
+      FROM last AS l
+     WHERE l.kind = 'wait' AND l.state = 'waiting'
+), timed_out AS (
+    UPDATE pgqueue.job_steps AS s
+       SET state = 'timed_out', finished_at = now()
+      FROM waits AS w
+     WHERE s.job_id = w.job_id AND s.seq = w.seq AND NOT w.forever
+)
+UPDATE pgqueue.jobs AS j
+   SET state = 'scheduled', run_at = w.wake_at
+  FROM waits AS w
+ WHERE j.id = w.job_id AND w.forever AND j.state = 'ready'
+RETURNING j.id
