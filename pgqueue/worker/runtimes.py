@@ -257,7 +257,7 @@ class LoopRuntime(_OnTheLoop):
         token = set_current(None)  # current_job() names one job: not in a batch
         try:
             value = await task.func(items)
-        except (asyncio.CancelledError, Exception) as exc:
+        except (asyncio.CancelledError, Exception, JobParked) as exc:
             return settle(task, items, None, exc, host.worker_id)
         finally:
             if timer is not None:

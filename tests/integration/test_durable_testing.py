@@ -16,6 +16,7 @@ from pgqueue import (
     EventTimeout,
     Fail,
     InvalidJobError,
+    Item,
     JobContext,
     PgQueue,
     StepError,
@@ -361,3 +362,17 @@ def test_run_job_sleeps_and_a_wait_without_timeout_stays_parked(pgq, dsn):
     assert summary.runs == []
     pgq.emit_event("never", 7)
     assert [run.outcome for run in drain(pgq).runs] == ["succeeded"]
+
+
+def test_a_batch_handler_that_sleeps_fails_with_a_clear_error(pgq, dsn):
+    @pgq.task(batch_size=5, max_attempts=1)
+    def napping(items: list[Item[dict[str, Any]]]) -> None:
+        current_job().sleep(60)
+
+    napping.enqueue({"n": 1})
+    with pytest.raises(JobsFailed) as failed:
+        drain(pgq)
+    error = failed.value.failures[0].exception
+    assert isinstance(error, LookupError)
+    assert "a batch handler cannot sleep or wait" in str(error)
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs WHERE state = 'scheduled'") == 0
