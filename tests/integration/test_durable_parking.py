@@ -4,9 +4,11 @@ its earlier steps from their checkpoints, and the sleep does not count as an att
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from pgqueue import PgQueue
 from tests.helpers import PGQ, ROOT, ledger, scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import parking_app
+from tests.integration.test_dashboard_browser import browser  # noqa: F401 - a fixture
 from tests.integration.test_durable_steps import finished, wait_done
 
 APP = "tests.integration.parking_app:pgq"
@@ -189,3 +192,58 @@ def test_a_sleep_in_a_process_pool_child(process_worker, client, parking_dsn):
     assert wait_done(parking_dsn, job) == "succeeded"
     assert calls(parking_dsn, job) == ["one", "two", "three"]
     assert attempts(parking_dsn, job) == 1
+
+
+def test_jobs_show_says_what_a_parked_job_waits_for(worker, client, parking_dsn):
+    from typer.testing import CliRunner
+
+    from pgqueue.cli.app import app
+
+    sleeping = parking_app.three_steps.enqueue(pause=3600.0)
+    waiting = parking_app.waiter.enqueue(event="order-4-packed", timeout=7200.0)
+    parked(parking_dsn, sleeping)
+    parked(parking_dsn, waiting)
+    runner = CliRunner()
+
+    def show(job: int, *args: str) -> str:
+        shown = runner.invoke(app, ["jobs", "show", str(job), "--dsn", parking_dsn, *args])
+        assert shown.exit_code == 0, shown.output
+        return shown.output
+
+    as_json = json.loads(show(sleeping, "--json"))["parked"]
+    wake = scalar(parking_dsn, "SELECT run_at FROM pgqueue.jobs WHERE id = %s", (sleeping,))
+    assert as_json["kind"] == "sleep"
+    assert datetime.fromisoformat(as_json["until"]) == wake
+    assert "sleeping until " in show(sleeping)
+    waited = json.loads(show(waiting, "--json"))["parked"]
+    assert (waited["kind"], waited["event"]) == ("wait", "order-4-packed")
+    assert "waiting for event 'order-4-packed' until" in show(waiting)
+    assert client.cancel(sleeping) and client.cancel(waiting)
+
+
+def test_the_dashboards_job_page_lists_the_steps_and_the_sleep(
+    worker,
+    client,
+    parking_dsn,
+    browser,  # noqa: F811 - the fixture imported above
+):
+    from selenium.webdriver.common.by import By
+
+    from tests.dashboard_helpers import dashboard
+    from tests.integration.test_dashboard_browser import job_page
+
+    job = parking_app.three_steps.enqueue(pause=3600.0)
+    parked(parking_dsn, job)
+    try:
+        with dashboard(parking_dsn) as board:
+            browser.get(board.url + f"/#/jobs/{job}")
+            wait_for(lambda: job_page(browser, job), message="the job page")
+            assert browser.find_element(By.ID, "job-parked").text.startswith("sleeping until ")
+            rows = browser.find_elements(By.CSS_SELECTOR, "#job-step-rows tbody tr")
+            cells = [[c.text for c in r.find_elements(By.TAG_NAME, "td")][:4] for r in rows]
+            assert cells == [
+                ["1", "one", "step", "succeeded"],
+                ["2", "sleep#1", "sleep", "waiting"],
+            ]
+    finally:
+        client.cancel(job)
