@@ -157,3 +157,16 @@ def job_detail(pgq: Runner, job_id: int) -> dict[str, Any] | None:
         job["steps"] = pgq.run(job_steps(job_id))
         job["parked"] = parked_on(job.get("state"), job["steps"])
     return job
+
+
+class ParkedJobs(NamedTuple):
+    """Parked jobs of one queue (``parked_jobs``): sleeping, and waiting for an event."""
+
+    queue: str
+    sleeping: int
+    waiting: int
+
+
+def parked_jobs() -> Plan[list[ParkedJobs]]:
+    """Parked jobs per queue (the metrics' gauges); queues with none are left out."""
+    return (yield from fetch_all("parked_jobs", row=class_row(ParkedJobs)))

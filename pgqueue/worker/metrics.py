@@ -5,7 +5,8 @@ Queue depth and oldest-ready age come from ONE query over the hot table per scra
 (``queue_depths``), run on a small connection of the exporter's own (not the worker's pool),
 and reused for a second when scrapes come in faster than that. The xmin horizon's age and
 pgqueue's tables' dead tuples and sizes (views ``pgqueue.horizon`` and ``pgqueue.table_health``)
-come from a second read on that kind of connection, reused for five seconds. Every worker
+come from a second read on that kind of connection, reused for five seconds, and so do the
+durable jobs parked (sleeping, waiting for an event: ``parked_jobs``). Every worker
 exports the same database gauges: aggregate them with ``max by (queue, state)`` / ``max``.
 """
 
@@ -22,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pgqueue.db.durable import ParkedJobs, parked_jobs
 from pgqueue.db.horizon import Horizon, horizon_plan
 from pgqueue.db.plan import run
 from pgqueue.db.queries import query
@@ -285,6 +287,40 @@ class HorizonCollector(Collector):
         self.reader.close()
 
 
+class ParkedCollector(Collector):
+    """Durable jobs parked, per queue: sleeping, and waiting for an event (one ``parked_jobs``
+    query per scrape, cached for ``max_age``). They hold no worker, lease or slot; the gauge
+    says how many will come back."""
+
+    def __init__(self, dsn: str, max_age: float = 5.0, timeout: float = 5.0) -> None:
+        self.reader: _ScrapeReader[list[ParkedJobs]] = _ScrapeReader(
+            dsn, lambda conn: run(parked_jobs(), conn), max_age, timeout
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("pgqueue_parked_up", "1 if the last parked jobs query succeeded.")
+        try:
+            rows = self.reader.read("parked jobs")
+        except psycopg.Error:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        family = GaugeMetricFamily(
+            "pgqueue_parked_jobs",
+            "Durable jobs parked by queue: sleeping, or waiting for an event.",
+            labels=["queue", "state"],
+        )
+        for row in rows:
+            family.add_metric([row.queue, "sleeping"], row.sleeping)
+            family.add_metric([row.queue, "waiting"], row.waiting)
+        yield family
+
+    def close(self) -> None:
+        self.reader.close()
+
+
 class MetricsServer:
     """Serves a worker's metrics over HTTP (``/metrics``) from a background thread."""
 
@@ -292,8 +328,10 @@ class MetricsServer:
         self.metrics = WorkerMetrics()
         self.depths = QueueDepthCollector(dsn)
         self.horizon = HorizonCollector(dsn)
+        self.parked = ParkedCollector(dsn)
         self.metrics.registry.register(self.depths)
         self.metrics.registry.register(self.horizon)
+        self.metrics.registry.register(self.parked)
         try:
             self.server, self.thread = start_http_server(port, host, registry=self.metrics.registry)
         except OSError as exc:
@@ -306,3 +344,4 @@ class MetricsServer:
         self.server.server_close()
         self.depths.close()
         self.horizon.close()
+        self.parked.close()

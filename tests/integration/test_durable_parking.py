@@ -247,3 +247,29 @@ def test_the_dashboards_job_page_lists_the_steps_and_the_sleep(
             ]
     finally:
         client.cancel(job)
+
+
+def test_metrics_count_sleeping_and_waiting_jobs(worker, client, parking_dsn):
+    from pgqueue.worker.metrics import ParkedCollector
+
+    sleeping = parking_app.three_steps.enqueue(pause=3600.0)
+    waiting = parking_app.waiter.enqueue(event="order-5-packed")
+    parked(parking_dsn, sleeping)
+    parked(parking_dsn, waiting)
+    collector = ParkedCollector(parking_dsn, max_age=0)
+    try:
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in collector.collect()
+            for s in family.samples
+        }
+    finally:
+        collector.close()
+    assert samples[("pgqueue_parked_up", ())] == 1
+    by_state = {
+        dict(labels)["state"]: value
+        for (name, labels), value in samples.items()
+        if name == "pgqueue_parked_jobs" and dict(labels)["queue"] == "parking"
+    }
+    assert by_state == {"sleeping": 1, "waiting": 1}
+    assert client.cancel(sleeping) and client.cancel(waiting)

@@ -141,3 +141,23 @@ UPDATE pgqueue.jobs AS j
   FROM waits AS w
  WHERE j.id = w.job_id AND w.forever AND j.state = 'ready'
 RETURNING j.id
+
+-- name: parked_jobs
+-- The metrics' gauges: parked jobs per queue, sleeping or waiting for an event. A job is
+-- parked while it is scheduled and its last step is a sleep or wait still 'waiting' (a sleep
+-- parked for this very wake time: a sleep that woke and then retried is not asleep). One
+-- primary-key lookup per scheduled job, through jobs_scheduled_idx; read once per scrape.
+SELECT j.queue,
+       count(*) FILTER (WHERE s.kind = 'sleep') AS sleeping,
+       count(*) FILTER (WHERE s.kind = 'wait') AS waiting
+  FROM pgqueue.jobs AS j
+ CROSS JOIN LATERAL (
+        SELECT s.kind, s.state, s.wake_at
+          FROM pgqueue.job_steps AS s
+         WHERE s.job_id = j.id
+         ORDER BY s.seq DESC
+         LIMIT 1) AS s
+ WHERE j.state = 'scheduled' AND s.state = 'waiting'
+   AND (s.kind = 'wait' OR s.wake_at = j.run_at)
+ GROUP BY j.queue
+ ORDER BY j.queue
