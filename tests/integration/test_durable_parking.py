@@ -122,6 +122,15 @@ def test_a_sleep_frees_the_slot_and_resumes_without_rerunning_steps(
     assert calls(parking_dsn, job) == ["one", "two", "three"]
     assert attempts(parking_dsn, job) == 1
     assert client.result(job) == 1  # the run that woke is still the first attempt
+    # It resumed at its wake time by the database's clock, not before.
+    woke = scalar(
+        parking_dsn,
+        "SELECT bool_and(two.finished_at >= nap.wake_at) FROM pgqueue.job_steps AS nap"
+        " JOIN pgqueue.job_steps AS two ON two.job_id = nap.job_id AND two.name = 'two'"
+        " WHERE nap.job_id = %s AND nap.kind = 'sleep'",
+        (job,),
+    )
+    assert woke is True
 
 
 def test_a_wait_is_woken_by_an_emit(worker, client, parking_dsn):
