@@ -8,7 +8,9 @@ differ only by what their handler does: nothing (plain), or 1, 3 and 10 ``ctx.st
 a function that returns a small dict. Per checkpoint: (time of a job with K steps - time of a
 plain job) / K, and the statements each kind sends, counted by ``pg_stat_statements`` (the
 run's first step reads the job's checkpoints: ``load_steps``, one query per run; each step that
-runs writes one fenced statement: ``write_step``). Prints medians of ``--runs`` (min, max).
+runs writes one fenced statement: ``write_step``). Then a durable sleep: a job whose handler
+sleeps once (``ctx.sleep(0)``: parked by ``park_sleeps``, claimed again, replayed) against a
+plain job, time and statements per job. Prints medians of ``--runs`` (min, max).
 """
 
 from __future__ import annotations
@@ -42,23 +44,33 @@ def _app(dsn: str) -> PgQueue:
         for i in range(count):
             ctx.step(f"s{i}", compute, i)
 
+    @pgq.task(name="bench.nap", queue="durable_bench")
+    def nap() -> None:
+        current_job().sleep(0)
+
     return pgq
 
 
+#: ``_run``'s ``steps`` for a job that sleeps once instead.
+NAP = -1
+
+
 def _run(dsn: str, jobs: int, steps: int) -> float:
-    """Seconds per job for ``jobs`` jobs of ``steps`` steps (0: plain)."""
+    """Seconds per job for ``jobs`` jobs of ``steps`` steps (0: plain; NAP: one sleep)."""
     pgq = _app(dsn)
     try:
-        task = pgq.get_task("bench.plain" if steps == 0 else "bench.steps")
-        args: dict[str, Any] = {} if steps == 0 else {"count": steps}
+        name = {0: "bench.plain", NAP: "bench.nap"}.get(steps, "bench.steps")
+        task = pgq.get_task(name)
+        args: dict[str, Any] = {} if steps <= 0 else {"count": steps}
         pgq.enqueue_many([task.s(**args)])
         drain(pgq)  # warm the pool and the prepared statements
         pgq.enqueue_many([task.s(**args) for _ in range(jobs)])
         started = time.perf_counter()
-        summary = drain(pgq, max_jobs=jobs + 1)
+        summary = drain(pgq, max_jobs=2 * jobs + 1)
         elapsed = time.perf_counter() - started
-        assert all(run.outcome == "succeeded" for run in summary.runs)
-        return elapsed / max(1, len(summary.runs))
+        done = [run for run in summary.runs if run.outcome == "succeeded"]
+        assert len(done) == jobs and all(r.outcome in ("succeeded", "parked") for r in summary.runs)
+        return elapsed / jobs
     finally:
         pgq.close()
 
@@ -107,6 +119,15 @@ def main() -> None:
                     f"{extra:.2f} more per step"
                 )
             print(line)
+        napped = median_of(options.runs, partial(_run, dsn, options.jobs, NAP))
+        line = (
+            f"a sleep: {napped[0] * 1e3:.3f} ms/job (park, claim again, resume), "
+            f"{(napped[0] - plain[0]) * 1e3:.3f} ms over a plain job"
+        )
+        if base is not None:
+            counted = _statements(admin, dsn, database, options.jobs, NAP)
+            line += f"; statements/job {counted['per_job']:.2f} (plain {base['per_job']:.2f})"
+        print(line)
 
 
 if __name__ == "__main__":

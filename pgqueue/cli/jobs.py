@@ -100,8 +100,10 @@ def jobs_show(
     fields = [
         (key, cell(_time(key, value)))
         for key, value in job.items()
-        if key not in ("errors", "workflow", "actions", "steps")
+        if key not in ("errors", "workflow", "actions", "steps", "parked")
     ]
+    if job["parked"] is not None:
+        fields.append(("parked", _parked(job["parked"])))
     fields += [("errors", str(len(errors))), ("actions", ", ".join(job["actions"]) or "none")]
     print_fields(fields, fmt=out, title=f"job {job_id}")
     if out is OutputFormat.plain:
@@ -154,13 +156,16 @@ STEP_COLUMNS = (
 
 
 def _detail(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
-    """The job (views.job_detail) with its durable steps (``steps``; empty for a plain job)."""
-    from pgqueue.db import views
+    """The job (views.job_detail) with its durable steps and what it is parked on."""
+    return durable.job_detail(pgq, job_id)
 
-    job = views.job_detail(pgq, job_id)
-    if job is not None:
-        job["steps"] = pgq.run(durable.job_steps(job_id))
-    return job
+
+def _parked(parked: dict[str, Any]) -> str:
+    """A parked job's line: "sleeping until <time>", "waiting for event 'x' until <time>"."""
+    until = cell(parked["until"])
+    if parked["kind"] == "sleep":
+        return f"sleeping until {until}"
+    return f"waiting for event {parked['event']!r} until {until}"
 
 
 def _time(field: str, value: object) -> object:

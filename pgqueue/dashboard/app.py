@@ -47,7 +47,7 @@ from pgqueue.dashboard.security import (
     csrf_refusal,
     new_csrf_token,
 )
-from pgqueue.db import horizon, ops, search, views
+from pgqueue.db import durable, horizon, ops, search, views
 from pgqueue.errors import PgQueueError, SearchTimeoutError
 from pgqueue.rules.vocabulary import JOB_STATES
 
@@ -142,7 +142,7 @@ def create_app(
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         try:
-            detail = await run_in_threadpool(views.job_detail, reads, job_id)
+            detail = await run_in_threadpool(durable.job_detail, reads, job_id)
         except PgQueueError as exc:
             return PlainTextResponse(str(exc), status_code=400, headers=NO_STORE)
         if detail is None:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from psycopg.rows import class_row, dict_row
 
-from pgqueue.db.plan import Plan, fetch_all, fetch_first, fetch_value, fetch_values
+from pgqueue.db.plan import Plan, Runner, fetch_all, fetch_first, fetch_value, fetch_values
 
 #: What a step's row says it is (``job_steps.state``).
 SUCCEEDED = "succeeded"
@@ -130,3 +130,43 @@ def park_for_event(
 def job_steps(job_id: int) -> Plan[list[dict[str, Any]]]:
     """A job's steps as ``pgqueue.job_step_status`` shows them (``duration`` in seconds)."""
     return (yield from fetch_all("job_steps", {"id": job_id}, row=dict_row))
+
+
+def parked_on(state: str | None, steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What a parked job waits for, from its steps (``job_steps``' rows): ``{"kind": "sleep",
+    "until": wake}`` or ``{"kind": "wait", "event": name, "until": timeout}`` while the job is
+    ``scheduled`` and its last step is a sleep or wait still ``waiting``; else None."""
+    if state != "scheduled" or not steps:
+        return None
+    last = steps[-1]
+    if last.get("state") != WAITING or last.get("kind") not in ("sleep", "wait"):
+        return None
+    parked = {"kind": last["kind"], "until": last.get("wake_at")}
+    if last["kind"] == "wait":
+        parked["event"] = last.get("event")
+    return parked
+
+
+def job_detail(pgq: Runner, job_id: int) -> dict[str, Any] | None:
+    """``views.job_detail`` with the job's durable ``steps`` (empty for a plain job) and what
+    it is ``parked`` on (:func:`parked_on`): ``pgq jobs show`` and the dashboard's job page."""
+    from pgqueue.db import views
+
+    job = views.job_detail(pgq, job_id)
+    if job is not None:
+        job["steps"] = pgq.run(job_steps(job_id))
+        job["parked"] = parked_on(job.get("state"), job["steps"])
+    return job
+
+
+class ParkedJobs(NamedTuple):
+    """Parked jobs of one queue (``parked_jobs``): sleeping, and waiting for an event."""
+
+    queue: str
+    sleeping: int
+    waiting: int
+
+
+def parked_jobs() -> Plan[list[ParkedJobs]]:
+    """Parked jobs per queue (the metrics' gauges); queues with none are left out."""
+    return (yield from fetch_all("parked_jobs", row=class_row(ParkedJobs)))

@@ -386,7 +386,8 @@ def current_job() -> JobContext:
     if ctx is None:
         raise LookupError(
             "current_job() names one job, and a batch handler runs several: read each item's "
-            "id, attempt and cancelled instead"
+            "id, attempt and cancelled instead (durable steps, sleeps and waits need one job: "
+            "a batch handler cannot sleep or wait; see docs/guide/durable.md)"
         )
     return ctx
 

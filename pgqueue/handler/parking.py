@@ -85,8 +85,8 @@ def _parking_host(ctx: JobContext, what: str) -> TransactionHost:
     host = host_of(ctx, what)
     if not getattr(host, "parks_jobs", False):
         raise StepError(
-            f"{what} parks the job, and this worker does not park jobs yet: durable sleeps and "
-            "waits are coming (see docs/guide/durable.md); use ctx.step() checkpoints meanwhile"
+            f"{what} parks the job, and this host does not park jobs: durable sleeps and "
+            "waits run under `pgq work` and pgqueue.testing's drain (see docs/guide/durable.md)"
         )
     return host
 

@@ -82,8 +82,9 @@ PLACE_TABLES: dict[Place, str] = {
 #: What one attempt amounts to, as the completer writes it: ``ack`` (succeeded), ``error``
 #: (raised: retried while attempts remain, else dead), ``retry`` (``Retry``: again, after its
 #: delay, attempts permitting), ``fail`` (``Fail`` or unrunnable: dead now), ``cancelled``
-#: (stopped on request), ``no_retry`` (raised an error its retry policy does not retry: dead).
-OutcomeKind = Literal["ack", "error", "retry", "fail", "cancelled", "no_retry"]
+#: (stopped on request), ``no_retry`` (raised an error its retry policy does not retry: dead),
+#: ``park`` (a durable sleep or wait: the job leaves the worker until it wakes, attempt given back).
+OutcomeKind = Literal["ack", "error", "retry", "fail", "cancelled", "no_retry", "park"]
 OUTCOME_KINDS: tuple[OutcomeKind, ...] = get_args(OutcomeKind)
 
 #: Why a handler is asked to stop: ``cancelled`` (an operator cancelled the job), ``lease lost``

@@ -24,6 +24,7 @@ from pgqueue.db.connections import Owned, async_driver, atomic, atomic_async, sy
 from pgqueue.errors import JobTimeout, JobTransactionError, Retry
 from pgqueue.handler.job_context import reset_current, set_current
 from pgqueue.handler.job_transaction import TransactionHost
+from pgqueue.handler.parking import JobParked
 from pgqueue.testing.runs import DrainError, DrainSummary, JobRun, JobsFailed
 from pgqueue.testing.steps import (
     Called,
@@ -49,6 +50,10 @@ class DrainTransactions(TransactionHost):
     block is a savepoint in that transaction, on that connection: a transaction of another
     connection would wait for the row the drain's claim locked, and committing the caller's
     would commit the test's."""
+
+    #: A handler's durable sleep or wait parks the job, as under a worker (the drain's
+    #: collapse of time wakes it).
+    parks_jobs = True
 
     def __init__(self, pgq: PgQueue, conn: object | None) -> None:
         # No DSN read here: a queue without one would start the embedded server for it (a
@@ -127,7 +132,7 @@ def _call(step: Invoke) -> Called:
     token = set_current(step.ctx)
     try:
         return Called(step.func(*step.args, **step.kwargs), None)
-    except Exception as exc:
+    except (Exception, JobParked) as exc:
         return Called(None, exc)
     finally:
         reset_current(token)
@@ -145,7 +150,7 @@ async def _call_async(step: Invoke) -> Called:
         if task.timeout is None or not _timed_out(exc):
             return Called(None, exc)
         return Called(None, JobTimeout(f"{task.name} timed out after {task.timeout:g}s"))
-    except Exception as exc:
+    except (Exception, JobParked) as exc:
         return Called(None, exc)
     finally:
         reset_current(token)
@@ -273,7 +278,7 @@ async def drain_async(
 
 
 def _checked_run(run: JobRun, raise_on_failure: bool) -> JobRun:
-    raised = run.exception is not None and not isinstance(run.exception, Retry)
+    raised = run.exception is not None and not isinstance(run.exception, Retry | JobParked)
     if raise_on_failure and run.outcome in ("retried", "dead") and raised:
         raise JobsFailed([run], DrainSummary([run]))
     return run

@@ -9,11 +9,13 @@ from typing import Any, Literal
 
 from pgqueue.errors import PgQueueError
 
-RunOutcome = Literal["succeeded", "retried", "dead", "cancelled", "lost"]
+RunOutcome = Literal["succeeded", "retried", "dead", "cancelled", "lost", "parked"]
 """What became of an attempt: ``succeeded``; ``retried`` (failed, or raised ``Retry``, with
 attempts left: back in the queue); ``dead`` (dead-lettered: ``Fail``, an error the retry policy
 excludes, or the last attempt failed); ``cancelled``; ``lost`` (its lease was no longer held
-when the outcome was written: another worker or the reaper took the job)."""
+when the outcome was written: another worker or the reaper took the job); ``parked`` (a
+durable sleep or wait: the job left until it wakes; not an attempt, and the drain runs it again
+when it does)."""
 
 # What the worker's statements say (pgqueue.worker.outcome.acked / failed) in a drain's words.
 _WRITTEN: dict[str, RunOutcome] = {
@@ -22,6 +24,7 @@ _WRITTEN: dict[str, RunOutcome] = {
     "retry": "retried",
     "dead": "dead",
     "stale": "lost",
+    "parked": "parked",
 }
 
 

@@ -26,6 +26,8 @@ from pgqueue.errors import JobCancelled
 from pgqueue.handler.batch import BatchTask
 from pgqueue.handler.job_context import CLAIMED_COLUMNS, ClaimedJob, JobContext
 from pgqueue.handler.job_transaction import TransactionHost
+from pgqueue.handler.parking import JobParked
+from pgqueue.handler.steps import SLEEP
 from pgqueue.rules.tasks import Task
 from pgqueue.testing.runs import DrainError, DrainSummary, JobRun, run_outcome
 from pgqueue.worker.batches import prepare, settle
@@ -36,6 +38,10 @@ from pgqueue.worker.outcome import (
     arguments,
     fail_params,
     failed,
+    park_sleep_params,
+    park_wait_params,
+    parked,
+    parked_outcome,
     raised_outcome,
     returned_outcome,
     transaction_outcome,
@@ -69,7 +75,7 @@ class Called(NamedTuple):
     """What a handler did: returned ``value``, or raised ``error``."""
 
     value: Any
-    error: Exception | None
+    error: Exception | JobParked | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +163,12 @@ def _collapse(options: DrainOptions, names: list[str], summary: DrainSummary) ->
             due = yield from plans.fetch_values(
                 "make_scheduled_due", {"queues": queues, "tasks": names}
             )
+            # Waits for events not emitted: time passes for their timeouts too; one without
+            # a timeout goes on waiting (an event the test emits wakes it).
+            held: list[Any] = []
             if due:
+                held = yield from plans.fetch_values("collapse_waits", {"ids": due})
+            if len(due) > len(held):
                 return True
     return False
 
@@ -270,6 +281,8 @@ def attempt(
 
 
 def _raised(task: Task[..., Any], job: ClaimedJob, exc: BaseException, worker_id: str) -> Outcome:
+    if isinstance(exc, JobParked):
+        return parked_outcome(job, exc)
     if isinstance(exc, JobCancelled):
         return Outcome(job, "cancelled")
     if not isinstance(exc, Exception):
@@ -287,6 +300,16 @@ def write(outcome: Outcome) -> Steps[str]:
             "ack_jobs", ack_params([outcome]), row=tuple_row, prepare=False
         )
         return acked([outcome], rows)[0][1]
+    if outcome.kind == "park":
+        if outcome.park is not None and outcome.park.kind == SLEEP:
+            rows = yield from plans.fetch_all(
+                "park_sleeps", park_sleep_params([outcome]), row=tuple_row, prepare=False
+            )
+        else:
+            rows = yield from plans.fetch_all(
+                "park_for_events", park_wait_params([outcome]), row=tuple_row, prepare=False
+            )
+        return parked([outcome], rows)[0][1]
     rows = yield from plans.fetch_all(
         "fail_jobs", fail_params([outcome]), row=tuple_row, prepare=False
     )

@@ -16,12 +16,13 @@ from typing import Any
 
 from pgqueue.errors import Fail, JobCancelled, JobTimeout, Retry
 from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.handler.parking import JobParked
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.tracing import Consumer
 from pgqueue.worker.batches import BatchRun
 from pgqueue.worker.child_process import ChildGone
-from pgqueue.worker.frames import ChildReply
-from pgqueue.worker.outcome import Outcome, failed_outcome, raised_outcome
+from pgqueue.worker.frames import ChildReply, read_park
+from pgqueue.worker.outcome import Outcome, failed_outcome, parked_outcome, raised_outcome
 
 
 @dataclass(eq=False, slots=True)
@@ -48,6 +49,8 @@ class Verdicts:
     def raised(self, running: Running, task: Task[..., Any], exc: BaseException) -> Outcome | None:
         """What the attempt amounts to when the handler raised (or was cancelled)."""
         job, ctx = running.job, running.ctx
+        if isinstance(exc, JobParked):
+            return self.parked(running, task, exc)
         if running.span is not None and not isinstance(exc, asyncio.CancelledError | JobCancelled):
             assert self.tracer is not None
             self.tracer.failed(running.span, exc)
@@ -60,6 +63,13 @@ class Verdicts:
         if ctx.cancel_reason in ("lease lost", "shutdown"):
             return self.stopped(running, task, exc)
         return failed_outcome(task, job, exc, self.worker_id)
+
+    def parked(self, running: Running, task: Task[..., Any], signal: JobParked) -> Outcome | None:
+        """The handler slept or waited: the job parks, unless it was asked to stop meanwhile
+        (cancelled: written cancelled; its lease lost: not ours)."""
+        if running.ctx.cancel_reason in ("cancelled", "lease lost"):
+            return self.stopped(running, task, None)
+        return parked_outcome(running.job, signal)
 
     def stopped(
         self, running: Running, task: Task[..., Any], exc: BaseException | None
@@ -86,6 +96,12 @@ class Verdicts:
                 # failed attempt, a cancel is cancelled, a lost lease or shutdown not ours).
                 return self._child_stopped(running, task)
             return failed_outcome(task, job, reply.error, self.worker_id)
+        if reply.kind == "park":
+            signal = None if reply.park is None else read_park(reply.park)
+            if signal is None:
+                error = ValueError(f"a child's park reply was malformed: {reply.park!r}")
+                return failed_outcome(task, job, error, self.worker_id)
+            return self.parked(running, task, signal)
         if reply.kind == "stopped" or (
             reply.kind in ("error", "no_retry")
             and ctx.cancel_reason in ("lease lost", "shutdown", "timeout")

@@ -36,9 +36,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgqueue.errors import InvalidJobError
+from pgqueue.errors import InvalidJobError, StepError
 from pgqueue.handler.batch import BatchTask, Item
 from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.handler.parking import JobParked
 from pgqueue.worker.outcome import Outcome, returned_outcome
 
 #: A batch task keeps its room in the claims this long (plus its batch_wait) after its last
@@ -257,6 +258,12 @@ def settle(
 
     Results: a handler whose jobs keep results (``result_ttl``) returns a list with one value
     per item, in the items' order (or None: every result None)."""
+    if isinstance(error, JobParked):
+        # Only a one-job handler parks: a batch's jobs cannot all take one job's sleep.
+        error = StepError(
+            f"batch task {task.name!r} slept or waited ({error}): a batch handler cannot park "
+            "its jobs; enqueue a one-job task for the durable part"
+        )
     if error is not None:
         return [item.error or error for item in items]
     results = _results(value, len(items))

@@ -38,13 +38,14 @@ from pgqueue.handler.batch import BatchTask
 from pgqueue.handler.job_context import ClaimedJob, JobContext, reset_current, set_current
 from pgqueue.handler.job_hooks import call_hooked
 from pgqueue.handler.job_transaction import bind_host
+from pgqueue.handler.parking import JobParked
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.tracing import consumer
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker import frames
 from pgqueue.worker.batches import prepare, settle
 from pgqueue.worker.frames import ChildReply
-from pgqueue.worker.outcome import Outcome, raised_outcome, returned_outcome
+from pgqueue.worker.outcome import Outcome, parked_outcome, raised_outcome, returned_outcome
 from pgqueue.worker.transactions import ChildTransactions
 
 if TYPE_CHECKING:
@@ -367,6 +368,8 @@ class _Runner:
             value = call_hooked(func, args, kwargs)
         except JobCancelled:
             return ChildReply("stopped")
+        except JobParked as signal:
+            outcome = parked_outcome(job, signal)
         except Exception as exc:
             if tracer is not None:
                 tracer.failed(span, exc)

@@ -21,11 +21,22 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from pgqueue.handler.steps import SLEEP
 from pgqueue.worker import written_log
 from pgqueue.worker.bad_rows import BreakerCounts, RowIsolation
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.leases import LeaseClock
-from pgqueue.worker.outcome import Outcome, Written, ack_params, acked, fail_params, failed
+from pgqueue.worker.outcome import (
+    Outcome,
+    Written,
+    ack_params,
+    acked,
+    fail_params,
+    failed,
+    park_sleep_params,
+    park_wait_params,
+    parked,
+)
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import WorkerStore, int_array
 
@@ -44,6 +55,8 @@ def _first_try(outcome: Outcome) -> str:
         return "succeeded"
     if kind == "cancelled":
         return "cancelled"
+    if kind == "park":
+        return "parked"
     if kind in ("fail", "no_retry") or (kind == "error" and job.attempt >= job.max_attempts):
         return "dead"
     return "retry"
@@ -96,6 +109,9 @@ class Completer(Service):
         #: jobs (the fetcher of a worker held back by a limit claims again).
         self.on_written: Callable[[bool], None] | None = None
         self._write_lock: asyncio.Lock | None = None
+        #: Called after parks were written (durable sleeps and waits): the fetcher claims
+        #: again, so it reads when the next scheduled job (a parked one) is due.
+        self.on_parked: Callable[[], None] | None = None
 
     @property
     def on_breaker_open(self) -> Callable[[str], None] | None:
@@ -173,8 +189,11 @@ class Completer(Service):
 
     async def _write(self, report: Written, logged: set[int]) -> None:
         acks = [o for o in self.in_flight if o.kind == "ack" and o.written is None]
-        others = [o for o in self.in_flight if o.kind != "ack"]
-        if len(acks) + len(others) < len(self.in_flight):
+        parks = [o for o in self.in_flight if o.kind == "park" and o.written is None]
+        sleeps = [o for o in parks if o.park is not None and o.park.kind == SLEEP]
+        waits = [o for o in parks if o.park is None or o.park.kind != SLEEP]
+        others = [o for o in self.in_flight if o.kind not in ("ack", "park")]
+        if len(acks) + len(parks) + len(others) < len(self.in_flight):
             self._written_by_handlers(report)
 
         def written(chunk: list[Outcome], part: Written) -> None:
@@ -201,6 +220,26 @@ class Completer(Service):
                 )
                 or kept
             )
+        if sleeps:
+            kept = (
+                await isolation.write(
+                    "park_sleeps", sleeps, lambda c: statement("park_sleeps", c), written, logged
+                )
+                or kept
+            )
+        if waits:
+            kept = (
+                await isolation.write(
+                    "park_for_events",
+                    waits,
+                    lambda c: statement("park_for_events", c),
+                    written,
+                    logged,
+                )
+                or kept
+            )
+        if parks and self.on_parked is not None:
+            self.on_parked()
         if kept is not None:
             raise kept  # the service logs it and tries again after a backoff
 
@@ -216,6 +255,11 @@ class Completer(Service):
         self.breakers.count(written)
 
     async def _statement(self, name: str, chunk: list[Outcome]) -> Written:
+        if name == "park_sleeps":
+            return parked(chunk, await self.store.fetch("park_sleeps", park_sleep_params(chunk)))
+        if name == "park_for_events":
+            rows = await self.store.fetch("park_for_events", park_wait_params(chunk))
+            return parked(chunk, rows)
         wake = self.ledger.to_wake(chunk)
         written = await self._outcomes(name, chunk, wake)
         if wake is not None:

@@ -19,6 +19,7 @@ A message about one job names it by ``id`` and ``token`` (its lease token).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
 from pgqueue.handler.job_context import CLAIMED_COLUMNS, ClaimedJob
+from pgqueue.handler.parking import JobParked
 from pgqueue.rules.vocabulary import (
     HISTORY_STATES,
     TRANSACTION_STATES,
@@ -310,10 +312,15 @@ class ChildReply:
     summary: str | None = None
     result: str | None = None
     items: list[ChildReply] = field(default_factory=list)
+    #: A ``park`` reply's sleep or wait (:func:`park_fields`).
+    park: Message | None = None
 
     @classmethod
     def of(cls, outcome: Outcome) -> ChildReply:
-        return cls(outcome.kind, outcome.delay, outcome.error, outcome.summary, outcome.result)
+        park = None if outcome.park is None else park_fields(outcome.park)
+        return cls(
+            outcome.kind, outcome.delay, outcome.error, outcome.summary, outcome.result, park=park
+        )
 
     def fields(self) -> Message:
         return {
@@ -322,6 +329,7 @@ class ChildReply:
             "error": self.error,
             "summary": self.summary,
             "result": self.result,
+            "park": self.park,
         }
 
     @classmethod
@@ -336,7 +344,35 @@ class ChildReply:
             message.get("error"),
             message.get("summary"),
             message.get("result"),
+            park=message.get("park") if isinstance(message.get("park"), dict) else None,
         )
+
+
+def park_fields(signal: JobParked) -> Message:
+    """A handler's ``JobParked`` as a child sends it (a time as ISO 8601 text)."""
+    fields = {f.name: getattr(signal, f.name) for f in dataclasses.fields(signal)}
+    if signal.until is not None:
+        fields["until"] = signal.until.isoformat()
+    return fields
+
+
+def read_park(fields: Message) -> JobParked | None:
+    """The ``JobParked`` a child sent; None if malformed."""
+    try:
+        until = fields.get("until")
+        return JobParked(
+            int(fields["job_id"]),
+            int(fields["lease_token"]),
+            str(fields["kind"]),
+            int(fields["seq"]),
+            str(fields["name"]),
+            None if fields.get("delay") is None else float(fields["delay"]),
+            None if until is None else datetime.fromisoformat(str(until)),
+            None if fields.get("event") is None else str(fields["event"]),
+            None if fields.get("timeout") is None else float(fields["timeout"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 STOPPED = ChildReply("stopped")

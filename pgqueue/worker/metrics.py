@@ -5,7 +5,8 @@ Queue depth and oldest-ready age come from ONE query over the hot table per scra
 (``queue_depths``), run on a small connection of the exporter's own (not the worker's pool),
 and reused for a second when scrapes come in faster than that. The xmin horizon's age and
 pgqueue's tables' dead tuples and sizes (views ``pgqueue.horizon`` and ``pgqueue.table_health``)
-come from a second read on that kind of connection, reused for five seconds. Every worker
+come from a second read on that kind of connection, reused for five seconds, and so do the
+durable jobs parked (sleeping, waiting for an event: ``parked_jobs``). Every worker
 exports the same database gauges: aggregate them with ``max by (queue, state)`` / ``max``.
 """
 
@@ -22,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pgqueue.db.durable import ParkedJobs, parked_jobs
 from pgqueue.db.horizon import Horizon, horizon_plan
 from pgqueue.db.plan import run
 from pgqueue.db.queries import query
@@ -55,6 +57,9 @@ class WorkerMetrics(WorkerObserver):
         self.retried = counter("pgqueue_jobs_retried", "Attempts rescheduled for a retry.")
         self.dead = counter("pgqueue_jobs_dead", "Jobs moved to the dead letters.")
         self.cancelled = counter("pgqueue_jobs_cancelled", "Jobs cancelled while running.")
+        self.parked = counter(
+            "pgqueue_jobs_parked", "Attempts that ended in a durable sleep or wait (parked)."
+        )
         self.stale = counter(
             "pgqueue_stale_writes", "Outcomes ignored because the lease was no longer held."
         )
@@ -88,6 +93,7 @@ class WorkerMetrics(WorkerObserver):
             "dead": self.dead,
             "cancelled": self.cancelled,
             "stale": self.stale,
+            "parked": self.parked,
         }
 
     def job_started(self, job: ClaimedJob) -> None:
@@ -98,7 +104,8 @@ class WorkerMetrics(WorkerObserver):
         self._by_written[written].labels(job.queue, job.task).inc()
         if outcome.kind in ("error", "fail"):
             self.failed.labels(job.queue, job.task).inc()
-        if outcome.kind != "retry":  # a Retry is a deliberate reschedule, not a run to time
+        # A Retry is a deliberate reschedule and a park a run cut short: neither is a run to time.
+        if outcome.kind not in ("retry", "park"):
             self.duration.labels(job.queue, job.task).observe(outcome.duration)
 
     def lease_lost(self, job: ClaimedJob) -> None:
@@ -280,6 +287,40 @@ class HorizonCollector(Collector):
         self.reader.close()
 
 
+class ParkedCollector(Collector):
+    """Durable jobs parked, per queue: sleeping, and waiting for an event (one ``parked_jobs``
+    query per scrape, cached for ``max_age``). They hold no worker, lease or slot; the gauge
+    says how many will come back."""
+
+    def __init__(self, dsn: str, max_age: float = 5.0, timeout: float = 5.0) -> None:
+        self.reader: _ScrapeReader[list[ParkedJobs]] = _ScrapeReader(
+            dsn, lambda conn: run(parked_jobs(), conn), max_age, timeout
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("pgqueue_parked_up", "1 if the last parked jobs query succeeded.")
+        try:
+            rows = self.reader.read("parked jobs")
+        except psycopg.Error:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        family = GaugeMetricFamily(
+            "pgqueue_parked_jobs",
+            "Durable jobs parked by queue: sleeping, or waiting for an event.",
+            labels=["queue", "state"],
+        )
+        for row in rows:
+            family.add_metric([row.queue, "sleeping"], row.sleeping)
+            family.add_metric([row.queue, "waiting"], row.waiting)
+        yield family
+
+    def close(self) -> None:
+        self.reader.close()
+
+
 class MetricsServer:
     """Serves a worker's metrics over HTTP (``/metrics``) from a background thread."""
 
@@ -287,8 +328,10 @@ class MetricsServer:
         self.metrics = WorkerMetrics()
         self.depths = QueueDepthCollector(dsn)
         self.horizon = HorizonCollector(dsn)
+        self.parked = ParkedCollector(dsn)
         self.metrics.registry.register(self.depths)
         self.metrics.registry.register(self.horizon)
+        self.metrics.registry.register(self.parked)
         try:
             self.server, self.thread = start_http_server(port, host, registry=self.metrics.registry)
         except OSError as exc:
@@ -301,3 +344,4 @@ class MetricsServer:
         self.server.server_close()
         self.depths.close()
         self.horizon.close()
+        self.parked.close()

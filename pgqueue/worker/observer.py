@@ -30,7 +30,7 @@ class WorkerObserver:
 
     def job_written(self, outcome: Outcome, written: Written) -> None:
         """An attempt's outcome reached the database (``written``: succeeded, retry, dead,
-        cancelled, stale)."""
+        cancelled, parked (a durable sleep or wait), stale)."""
 
     def jobs_started(self, jobs: list[ClaimedJob]) -> None:
         """One claim's jobs (calls :meth:`job_started` for each unless overridden)."""
@@ -86,7 +86,7 @@ class WorkerStats(WorkerObserver):
             self.dead += 1
         elif written == "cancelled":
             self.cancelled += 1
-        else:
+        elif written != "parked":  # a park is not a finished attempt
             self.stale += 1
 
     def lease_lost(self, job: ClaimedJob) -> None:

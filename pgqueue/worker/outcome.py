@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue.errors import Fail, InvalidJobError, Retry
 from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.handler.job_transaction import COMMITTED, LOST, UNKNOWN
+from pgqueue.handler.parking import JobParked
 from pgqueue.rules.options import MAX_DURATION
 from pgqueue.rules.payload import dumps
 from pgqueue.rules.vocabulary import OutcomeKind
@@ -29,7 +30,8 @@ log = logging.getLogger("pgqueue.worker.executor")
 #: ack: succeeded. error: raised (retry with backoff while attempts remain, else dead letter).
 #: retry: raised Retry (reschedule, attempt not burned). fail: raised Fail (dead letter now).
 #: cancelled: stopped because the job was cancelled. no_retry: raised an error the task's retry
-#: policy excludes (retry_on / no_retry_on): dead letter now.
+#: policy excludes (retry_on / no_retry_on): dead letter now. park: a durable sleep or wait
+#: (the job is scheduled until it wakes; attempt not burned).
 Kind = OutcomeKind
 
 # pgqueue's own source tree: the frames a traceback starts with before it reaches the handler.
@@ -63,6 +65,8 @@ class Outcome:
     #: cancelled (it committed), stale (its completion found the lease lost and rolled back).
     #: The completer reports it and writes nothing.
     written: str | None = None
+    #: A ``park`` outcome's sleep or wait (what ``park_sleeps`` / ``park_for_events`` write).
+    park: JobParked | None = None
 
     @classmethod
     def from_exception(
@@ -299,6 +303,44 @@ def failed(chunk: list[Outcome], rows: list[Row]) -> Written:
     """What ``fail_jobs`` decided for each outcome: retry, dead, cancelled, or stale."""
     decided: dict[int, str] = {row[0]: row[1] for row in rows}
     return [(o, decided.get(o.job.id, "stale")) for o in chunk]
+
+
+def parked_outcome(job: ClaimedJob, signal: JobParked) -> Outcome:
+    """The handler slept or waited (``JobParked``): the job leaves the worker, not a failure
+    (no error, no attempt burned, nothing for a circuit breaker)."""
+    return Outcome(job, "park", park=signal)
+
+
+def park_sleep_params(chunk: list[Outcome]) -> dict[str, Any]:
+    """``park_sleeps``' parameters for a batch of sleeping jobs."""
+    parks = [o.park for o in chunk if o.park is not None]
+    return {
+        "ids": int_array(o.job.id for o in chunk),
+        "tokens": int_array(o.job.lease_token for o in chunk),
+        "seqs": [p.seq for p in parks],
+        "names": [p.name for p in parks],
+        "delays": [p.delay or 0.0 for p in parks],
+        "untils": [p.until for p in parks],
+    }
+
+
+def park_wait_params(chunk: list[Outcome]) -> dict[str, Any]:
+    """``park_for_events``' parameters for a batch of waiting jobs."""
+    parks = [o.park for o in chunk if o.park is not None]
+    return {
+        "ids": int_array(o.job.id for o in chunk),
+        "tokens": int_array(o.job.lease_token for o in chunk),
+        "seqs": [p.seq for p in parks],
+        "names": [p.name for p in parks],
+        "events": [p.event for p in parks],
+        "timeouts": [p.timeout for p in parks],
+    }
+
+
+def parked(chunk: list[Outcome], rows: list[Row], lost: str = "lost") -> Written:
+    """What a park statement did with each outcome: parked, or stale (the lease was lost)."""
+    done = {row[0] for row in rows if row[-1] != lost}
+    return [(o, "parked" if o.job.id in done else "stale") for o in chunk]
 
 
 def clamped_delay(seconds: float) -> float:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from pgqueue.errors import JobTimeout
 from pgqueue.handler.job_context import JobContext, reset_current, set_current
 from pgqueue.handler.job_transaction import TransactionHost
+from pgqueue.handler.parking import JobParked
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.attempts import Running, Verdicts
@@ -235,7 +236,7 @@ class LoopRuntime(_OnTheLoop):
                         if timer is not None:
                             timer.cancel()
                         reset_current(token)
-                except (asyncio.CancelledError, Exception) as exc:
+                except (asyncio.CancelledError, Exception, JobParked) as exc:
                     outcome = host.verdicts.raised(running, task, exc)
                 else:
                     outcome = returned_outcome(task, job, value, host.worker_id)
@@ -256,7 +257,7 @@ class LoopRuntime(_OnTheLoop):
         token = set_current(None)  # current_job() names one job: not in a batch
         try:
             value = await task.func(items)
-        except (asyncio.CancelledError, Exception) as exc:
+        except (asyncio.CancelledError, Exception, JobParked) as exc:
             return settle(task, items, None, exc, host.worker_id)
         finally:
             if timer is not None:

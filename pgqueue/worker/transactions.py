@@ -42,6 +42,9 @@ def connection_kwargs(application_name: str | None, prepare: bool) -> dict[str, 
 
 
 class WorkerTransactions(TransactionHost):
+    #: The worker catches a handler's JobParked and its completer parks the job.
+    parks_jobs = True
+
     def __init__(
         self,
         dsn: str,
@@ -139,6 +142,9 @@ class WorkerTransactions(TransactionHost):
 class ChildTransactions(TransactionHost):
     """In a child process: one connection, opened on first use and again after it broke; each
     change of a block's state is sent to the worker (``send``) before the next statement."""
+
+    #: A handler's JobParked goes to the worker in the ``done`` frame, which parks the job.
+    parks_jobs = True
 
     def __init__(
         self,

@@ -121,6 +121,7 @@ def assemble(
     )
     # Outcomes written wake a fetcher held back by a limit (see Fetcher.outcomes_written).
     completer.on_written = fetcher.outcomes_written
+    completer.on_parked = fetcher.wake
     heartbeater = Heartbeater(
         store,
         Holdings(executor, completer, ledger),

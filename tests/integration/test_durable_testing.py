@@ -16,6 +16,7 @@ from pgqueue import (
     EventTimeout,
     Fail,
     InvalidJobError,
+    Item,
     JobContext,
     PgQueue,
     StepError,
@@ -132,7 +133,7 @@ def test_sleep_and_wait_are_refused_by_a_worker_that_does_not_park(pgq, dsn):
         lambda: ctx.sleep_until(datetime.now(UTC)),
         lambda: ctx.wait_for_event("paid"),
     ):
-        with pytest.raises(StepError, match="does not park jobs yet"):
+        with pytest.raises(StepError, match="does not park jobs"):
             call()
     assert scalar(dsn, "SELECT count(*) FROM pgqueue.job_steps") == 0
 
@@ -302,3 +303,76 @@ def test_a_transactional_step_on_the_applications_connection(pgq, dsn):
         assert [run.outcome for run in drain(pgq).runs] == ["retried", "succeeded"]
     assert scalar(dsn, "SELECT array_agg(note) FROM ledger WHERE event = 'app'") == ["7"]
     assert scalar(dsn, "SELECT result FROM pgqueue.job_steps WHERE job_id = %s", (job,)) == 7
+
+
+# -- sleeps and waits under the drain: time collapses, events are injected --------------------
+
+
+def _durable_flow(pgq: PgQueue, calls: list[str]) -> Task[..., Any]:
+    @pgq.task(max_attempts=2)
+    def remind(order: int) -> Any:
+        ctx = current_job()
+        ctx.step("charge", calls.append, f"charge {order}")
+        ctx.sleep(timedelta(days=3))
+        try:
+            packed = ctx.wait_for_event(f"packed-{order}", timeout=timedelta(days=2))
+        except EventTimeout:
+            calls.append("timed out")
+            return None
+        calls.append(f"ship {packed}")
+        return packed
+
+    return remind
+
+
+def test_drain_collapses_a_sleep_and_a_wait_times_out(pgq, dsn):
+    calls: list[str] = []
+    remind = _durable_flow(pgq, calls)
+    job = remind.enqueue(order=1)
+    summary = drain(pgq)
+    assert [run.outcome for run in summary.runs] == ["parked", "parked", "succeeded"]
+    assert calls == ["charge 1", "timed out"]
+    assert [run.attempt for run in summary.runs] == [1, 1, 1]  # parks are not attempts
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs WHERE id = %s", (job,)) == 0
+
+
+def test_drain_delivers_an_injected_event(pgq, dsn):
+    calls: list[str] = []
+    remind = _durable_flow(pgq, calls)
+    early = remind.enqueue(order=2)
+    pgq.emit_event("packed-2", {"parcel": 9})  # emitted before the wait: delivered at once
+    drain(pgq)
+    assert calls == ["charge 2", "ship {'parcel': 9}"]
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs WHERE id = %s", (early,)) == 0
+
+
+def test_run_job_sleeps_and_a_wait_without_timeout_stays_parked(pgq, dsn):
+    @pgq.task()
+    def patient() -> Any:
+        ctx = current_job()
+        ctx.sleep(3600)
+        return ctx.wait_for_event("never")
+
+    job = patient.enqueue()
+    first = run_job(pgq, job)
+    assert first.outcome == "parked"
+    second = run_job(pgq, job)  # the sleep collapsed to now: the wait parks
+    assert second.outcome == "parked"
+    summary = drain(pgq)  # nothing to do: the wait has no timeout, no event came
+    assert summary.runs == []
+    pgq.emit_event("never", 7)
+    assert [run.outcome for run in drain(pgq).runs] == ["succeeded"]
+
+
+def test_a_batch_handler_that_sleeps_fails_with_a_clear_error(pgq, dsn):
+    @pgq.task(batch_size=5, max_attempts=1)
+    def napping(items: list[Item[dict[str, Any]]]) -> None:
+        current_job().sleep(60)
+
+    napping.enqueue({"n": 1})
+    with pytest.raises(JobsFailed) as failed:
+        drain(pgq)
+    error = failed.value.failures[0].exception
+    assert isinstance(error, LookupError)
+    assert "a batch handler cannot sleep or wait" in str(error)
+    assert scalar(dsn, "SELECT count(*) FROM pgqueue.jobs WHERE state = 'scheduled'") == 0

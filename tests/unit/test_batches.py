@@ -169,6 +169,21 @@ def test_current_job_names_no_job_in_a_batch():
         reset_current(token)
 
 
+def test_a_batch_handler_that_parks_fails_every_job_with_a_step_error(pgq):
+    from pgqueue import StepError
+    from pgqueue.handler.parking import JobParked
+
+    @pgq.task(name="naps", batch_size=10)
+    def naps(items: list[Item[Row]]) -> None: ...
+
+    contexts = [JobContext(job(i, {"n": i}, task="naps"), "w") for i in (1, 2)]
+    items, _, _ = prepare(naps, contexts, "w")
+    # A sleep's signal (of some job's context the handler held) must not park the batch's jobs.
+    settled = settle(naps, items, None, JobParked(1, 1, "sleep", 1, "sleep#1", delay=60), "w")
+    assert all(isinstance(s, StepError) for s in settled)
+    assert "a batch handler cannot park its jobs" in str(settled[0])
+
+
 def test_each_item_settles_on_its_own(pgq):
     @pgq.task(name="rows", batch_size=10)
     def rows(items: list[Item[Row]]) -> None: ...

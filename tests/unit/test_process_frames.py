@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import struct
+from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 
 import pytest
@@ -50,3 +51,24 @@ def test_exit_descriptions():
     assert describe_exit(-signal.SIGSEGV) == "killed by SIGSEGV"
     assert describe_exit(-signal.SIGKILL).startswith("killed by SIGKILL (")
     assert describe_exit(-200) == "killed by signal 200"
+
+
+def test_a_park_crosses_the_pipe_whole():
+    from dataclasses import astuple
+
+    from pgqueue.handler.parking import JobParked
+
+    until = datetime(2027, 1, 2, 3, 4, 5, tzinfo=UTC)
+    for parked in (
+        JobParked(7, 3, "sleep", 2, "sleep#1", until=until),
+        JobParked(7, 3, "sleep", 2, "nap", delay=1.5),
+        JobParked(8, 1, "wait", 4, "wait:paid#1", event="paid", timeout=None),
+        JobParked(8, 1, "wait", 4, "wait:paid#1", event="paid", timeout=60.0),
+    ):
+        reply = frames.ChildReply("park", park=frames.park_fields(parked))
+        sent = frames.encode(frames.done((parked.job_id, parked.lease_token), reply, None))
+        answer = frames.read_done(frames.decode(sent[4:]), 0)
+        assert answer is not None and answer.kind == "park" and answer.park is not None
+        back = frames.read_park(answer.park)
+        assert back is not None and astuple(back) == astuple(parked)
+    assert frames.read_park({"job_id": "x"}) is None  # malformed: the worker fails the attempt

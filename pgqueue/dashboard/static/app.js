@@ -432,7 +432,7 @@ function pageLink(after) {
 }
 
 const TIME_COLUMNS = new Set(["created_at", "run_at", "started_at", "finished_at", "dead_at",
-  "keep_until", "lease_expires_at"]);
+  "keep_until", "lease_expires_at", "wake_at"]);
 
 const JOB_FIELDS = [
   "place", "state", "queue", "task", "priority", "attempts", "max_attempts", "created_at",
@@ -445,12 +445,16 @@ function jobLink(n) {
     el("a", { href: `#/jobs/${n.id}` }, `#${n.id}`), ` ${n.name ? n.name + " · " : ""}${n.task || "?"} (${n.state})`);
 }
 
+// The columns of a job's durable steps (pgqueue.job_step_status), as pgq jobs show lists them.
+const STEP_COLUMNS = ["seq", "name", "kind", "state", "attempts", "finished_at", "duration",
+  "result_size", "error", "wake_at", "event"];
+
 async function loadJob(id) {
   const title = document.getElementById("job-title");
   document.body.dataset.job = "";
   const response = await fetch(`/api/jobs/${encodeURIComponent(id)}`, { credentials: "same-origin" });
   const parts = ["job-fields", "job-args", "job-meta", "job-tags", "job-result", "job-errors",
-    "job-workflow", "job-actions"];
+    "job-workflow", "job-steps", "job-actions"];
   if (!response.ok) {
     title.textContent = `job ${id}: ${await response.text()}`;
     for (const part of parts) {
@@ -500,6 +504,18 @@ async function loadJob(id) {
       el("h3", {}, "Then runs"),
       el("ul", { id: "job-dependents" }, ...(wf.dependents.length ? wf.dependents.map(jobLink) : [el("li", { class: "empty" }, "nothing")])),
     ] : [el("p", { class: "empty" }, "not part of a workflow")]));
+  // Durable jobs: what a parked job waits for, and its steps in the order they ran.
+  const parked = job.parked;
+  const steps = job.steps || [];
+  document.getElementById("job-steps").replaceChildren(
+    ...(parked ? [el("p", { id: "job-parked" }, parked.kind === "sleep"
+      ? "sleeping until " : `waiting for event ${JSON.stringify(parked.event)} until `, when(parked.until))] : []),
+    ...(steps.length ? [el("table", { id: "job-step-rows" },
+      el("thead", {}, el("tr", {}, ...STEP_COLUMNS.map((c) => el("th", {}, c)))),
+      el("tbody", {}, ...steps.map((s) => el("tr", { "data-seq": s.seq },
+        ...STEP_COLUMNS.map((c) => el("td", {}, s[c] === null || s[c] === undefined ? ""
+          : TIME_COLUMNS.has(c) ? when(s[c]) : String(s[c])))))))]
+      : [el("p", { class: "empty" }, "no durable steps")]));
   const labels = { cancel: "cancel", retry: "retry now", replay: "replay" };
   document.getElementById("job-actions").replaceChildren(
     ...job.actions.map((a) => button(labels[a] || a, a, { id: job.id })));

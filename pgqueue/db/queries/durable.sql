@@ -76,3 +76,88 @@ SELECT seq, name, kind, state, attempts, started_at, finished_at,
   FROM pgqueue.job_step_status
  WHERE job_id = %(id)s
  ORDER BY seq
+
+-- name: park_sleeps
+-- The worker's completer: park_sleep for a batch of sleeping jobs, in one statement (ids in
+-- ascending order, as every statement that locks several jobs takes them). Each job is fenced
+-- by its lease token; a row back per job parked (its wake time), none for a lost lease.
+WITH input AS (
+    SELECT *
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(seqs)s::integer[],
+                  %(names)s::text[], %(delays)s::double precision[], %(untils)s::timestamptz[])
+           AS i(id, token, seq, name, delay, until)
+), parked AS (
+    UPDATE pgqueue.jobs AS j
+       SET state = 'scheduled',
+           run_at = coalesce(i.until, now() + make_interval(secs => i.delay)),
+           attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL, worker_id = NULL
+      FROM input AS i
+     WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+    RETURNING j.id, j.run_at, i.seq, i.name
+)
+INSERT INTO pgqueue.job_steps AS s (job_id, seq, name, kind, state, attempts, started_at,
+                                    wake_at)
+SELECT p.id, p.seq, p.name, 'sleep', 'waiting', 1, now(), p.run_at
+  FROM parked AS p
+ON CONFLICT ON CONSTRAINT job_steps_pkey DO UPDATE
+   SET name = excluded.name, kind = 'sleep', state = 'waiting', attempts = s.attempts + 1,
+       started_at = excluded.started_at, wake_at = excluded.wake_at
+RETURNING s.job_id, s.wake_at
+
+-- name: park_for_events
+-- The worker's completer: pgqueue.park_for_event for a batch of waiting jobs, in one
+-- statement, in the order given (ascending ids). One row per job: 'succeeded', 'timed_out',
+-- 'parked' or 'lost' (see pgqueue.park_for_event).
+SELECT i.id, w.state
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(seqs)s::integer[],
+              %(names)s::text[], %(events)s::text[], %(timeouts)s::double precision[])
+       WITH ORDINALITY AS i(id, token, seq, name, event, timeout, n)
+ CROSS JOIN LATERAL pgqueue.park_for_event(i.id, i.token, i.seq, i.name, i.event,
+                                           make_interval(secs => i.timeout)) AS w
+ ORDER BY i.n
+
+-- name: collapse_waits
+-- pgqueue.testing's drain, right after make_scheduled_due (time collapsed): of the jobs it
+-- made due, those parked in a wait for an event not emitted. A wait with a timeout times out
+-- (its next run raises EventTimeout, as once its time had come); one without (parked for a
+-- hundred years) goes back to waiting, scheduled at its wake time. Returns the ids held back.
+WITH last AS (
+    SELECT DISTINCT ON (s.job_id) s.job_id, s.seq, s.state, s.kind, s.wake_at
+      FROM pgqueue.job_steps AS s
+     WHERE s.job_id = ANY(%(ids)s::bigint[])
+     ORDER BY s.job_id, s.seq DESC
+), waits AS (
+    SELECT l.job_id, l.seq, l.wake_at, l.wake_at > now() + interval '99 years' AS forever
+      FROM last AS l
+     WHERE l.kind = 'wait' AND l.state = 'waiting'
+), timed_out AS (
+    UPDATE pgqueue.job_steps AS s
+       SET state = 'timed_out', finished_at = now()
+      FROM waits AS w
+     WHERE s.job_id = w.job_id AND s.seq = w.seq AND NOT w.forever
+)
+UPDATE pgqueue.jobs AS j
+   SET state = 'scheduled', run_at = w.wake_at
+  FROM waits AS w
+ WHERE j.id = w.job_id AND w.forever AND j.state = 'ready'
+RETURNING j.id
+
+-- name: parked_jobs
+-- The metrics' gauges: parked jobs per queue, sleeping or waiting for an event. A job is
+-- parked while it is scheduled and its last step is a sleep or wait still 'waiting' (a sleep
+-- parked for this very wake time: a sleep that woke and then retried is not asleep). One
+-- primary-key lookup per scheduled job, through jobs_scheduled_idx; read once per scrape.
+SELECT j.queue,
+       count(*) FILTER (WHERE s.kind = 'sleep') AS sleeping,
+       count(*) FILTER (WHERE s.kind = 'wait') AS waiting
+  FROM pgqueue.jobs AS j
+ CROSS JOIN LATERAL (
+        SELECT s.kind, s.state, s.wake_at
+          FROM pgqueue.job_steps AS s
+         WHERE s.job_id = j.id
+         ORDER BY s.seq DESC
+         LIMIT 1) AS s
+ WHERE j.state = 'scheduled' AND s.state = 'waiting'
+   AND (s.kind = 'wait' OR s.wake_at = j.run_at)
+ GROUP BY j.queue
+ ORDER BY j.queue
