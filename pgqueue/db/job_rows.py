@@ -1,13 +1,161 @@
-"""Job rows as the multi-row inserts take them: shared by the enqueue and the workflow plans."""
+"""A job's input, declared once: the attributes of the row type ``pgqueue.job_input``.
+
+:data:`JOB_INPUT` lists them in the composite's order: each with its SQL type, the
+:class:`~pgqueue.rules.job_specs.JobSpec` attribute it is read from, and what it is (its
+:class:`Kind`). Every enqueue path is derived from it:
+
+* the SQL: the generated fragments :data:`FRAGMENTS` (the single ``INSERT``'s columns and
+  parameters, the ``ROW(...)::pgqueue.job_input`` of one job, the rows of many built from one
+  array per attribute, the ``COPY`` column lists) that the statements in
+  ``pgqueue/db/queries/*.sql`` include as ``{{job_input_...}}``;
+* the values: :func:`single_params`, :func:`input_params`, :func:`input_row`, :func:`copy_row`,
+  :func:`ready_row` and :func:`input_arrays` read a spec in the same order.
+
+The database takes the row whole: ``pgqueue.enqueue_input(pgqueue.job_input)`` (one job, with
+the idempotency and deduplication logic) and ``pgqueue.insert_jobs(pgqueue.job_input[])``
+(many; the one function that lists the stored columns). ``tests/unit/test_job_input_schema.py``
+holds this table against ``migrations/schema.sql``.
+
+A new stored option is one :attr:`Kind.OPTION` line here (appended: ``ALTER TYPE ... ADD
+ATTRIBUTE`` appends), its declaration in :mod:`pgqueue.rules.options`, its field of
+``JobSpec``, and a migration (the column, the attribute, a new version of ``insert_jobs``).
+"""
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from pgqueue.rules.job_specs import JobSpec
+
+
+class Kind(enum.Enum):
+    """What an attribute is, which says which statements write it."""
+
+    #: Set by the plan, not read from the spec (the id, the due time and state of a bulk job,
+    #: a fair queue's rank): first in the row.
+    PLANNED = "planned"
+    #: Every job has a value; every path writes it (``COPY`` of the plainest jobs included).
+    CORE = "core"
+    #: Read by ``pgqueue.enqueue_input`` only, never stored as given: the delay (``run_at`` is
+    #: stored), the key modes (stored as the key, its lifetime, ``key_until_started``).
+    CALL = "call"
+    #: An idempotency or concurrency key and how long it is kept: written through the SQL
+    #: functions (the single plain ``INSERT`` leaves a keyed job to ``enqueue_input``).
+    KEY = "key"
+    #: A stored option, None unless set: written by every path as it is (a new option is one).
+    OPTION = "option"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One attribute of ``pgqueue.job_input``."""
+
+    name: str
+    #: Its type in the composite, and the column's in ``pgqueue.jobs`` when stored.
+    sql_type: str
+    kind: Kind
+    #: The JobSpec attribute it is read from (None: planned).
+    spec: str | None = None
+
+    @property
+    def stored(self) -> bool:
+        """A column of ``pgqueue.jobs`` with the same name and type."""
+        return self.kind is not Kind.CALL
+
+    @property
+    def is_array(self) -> bool:
+        return self.sql_type.endswith("[]")
+
+
+# fmt: off
+JOB_INPUT: tuple[Column, ...] = (
+    Column("id", "bigint", Kind.PLANNED),
+    Column("run_at", "timestamp with time zone", Kind.PLANNED),
+    Column("state", "text", Kind.PLANNED),
+    Column("fair_rank", "bigint", Kind.PLANNED),
+    Column("queue", "text", Kind.CORE, "queue"),
+    Column("task", "text", Kind.CORE, "task"),
+    Column("args", "jsonb", Kind.CORE, "args_json"),
+    Column("priority", "smallint", Kind.CORE, "priority"),
+    Column("max_attempts", "integer", Kind.CORE, "max_attempts"),
+    Column("delay", "interval", Kind.CALL, "delay"),
+    Column("idempotency_key", "text", Kind.KEY, "idempotency_key"),
+    Column("concurrency_key", "text", Kind.KEY, "concurrency_key"),
+    Column("unique_for", "interval", Kind.KEY, "unique_for"),
+    Column("unique_states", "text[]", Kind.KEY, "unique_state_list"),
+    Column("unique_among", "text", Kind.CALL, "unique_among"),
+    Column("on_conflict", "text", Kind.CALL, "on_conflict"),
+    Column("throttle", "interval", Kind.CALL, "throttle"),
+    Column("result_ttl", "interval", Kind.OPTION, "result_ttl"),
+    Column("meta", "jsonb", Kind.OPTION, "meta_json"),
+    Column("tags", "text[]", Kind.OPTION, "tag_list"),
+)
+# fmt: on
+
+NAMES = tuple(column.name for column in JOB_INPUT)
+_PLANNED = tuple(c for c in JOB_INPUT if c.kind is Kind.PLANNED)
+_READ = JOB_INPUT[len(_PLANNED) :]
+assert all(c.kind is not Kind.PLANNED and c.spec for c in _READ), "planned attributes go first"
+_CORE = tuple(c for c in JOB_INPUT if c.kind is Kind.CORE)
+_OPTIONS = tuple(c for c in JOB_INPUT if c.kind is Kind.OPTION)
+#: What the single plain INSERT writes as given (run_at and state it computes).
+_PLAIN = _CORE + _OPTIONS
+#: What a COPY writes: the planned attributes, then every stored one read from the spec.
+_COPIED = _PLANNED + tuple(c for c in _READ if c.stored)
+
+
+def _params(columns: Iterable[Column]) -> str:
+    return ", ".join(f"%({c.name})s::{c.sql_type}" for c in columns)
+
+
+def _from_arrays(column: Column) -> str:
+    # An array attribute travels as one JSON array per job: unnest would flatten an array of
+    # arrays.
+    if column.is_array:
+        return (
+            f"CASE WHEN u.{column.name} IS NOT NULL "
+            f"THEN ARRAY(SELECT jsonb_array_elements_text(u.{column.name})) END"
+        )
+    return f"u.{column.name}"
+
+
+def _array_param(column: Column) -> str:
+    return f"%({column.name})s::{'jsonb' if column.is_array else column.sql_type}[]"
+
+
+#: The generated SQL the named queries include as ``{{name}}``.
+FRAGMENTS: dict[str, str] = {
+    "job_input_plain_columns": ", ".join(c.name for c in _PLAIN),
+    "job_input_plain_params": _params(_PLAIN),
+    "job_input_row": f"ROW({_params(JOB_INPUT)})::pgqueue.job_input",
+    # Many jobs, one array per attribute: (job, n) rows, n the job's place in the arrays.
+    # (Text from the declarations above only, never from a caller: values are parameters.)
+    "job_input_rows": (
+        f"SELECT ROW({', '.join(map(_from_arrays, JOB_INPUT))})::pgqueue.job_input AS job, u.n "  # noqa: S608
+        f"FROM unnest({', '.join(map(_array_param, JOB_INPUT))}) "
+        f"WITH ORDINALITY AS u({', '.join(NAMES)}, n)"
+    ),
+    "job_input_copy_columns": ", ".join(c.name for c in _COPIED),
+    "job_input_ready_columns": ", ".join(c.name for c in (JOB_INPUT[0], *_CORE)),
+}
+
+_read = attrgetter(*(c.spec for c in _READ if c.spec))
+_read_plain = attrgetter(*(c.spec for c in _PLAIN if c.spec))
+_read_core = attrgetter(*(c.spec for c in _CORE if c.spec))
+_read_copied = attrgetter(*(c.spec for c in _COPIED if c.spec))
+_PLAIN_NAMES = tuple(c.name for c in _PLAIN)
+#: What a job that is ready now and needs no more than its core columns leaves unset.
+_read_extras = attrgetter(
+    "run_at", "delay", *(c.spec for c in JOB_INPUT if c.kind in (Kind.KEY, Kind.OPTION) and c.spec)
+)
+_NO_EXTRAS = (None,) * len(_read_extras(JobSpec("t", "{}", "q", 0, 1)))
+_NO_PLAN = (None,) * len(_PLANNED)
 
 
 def due_at(spec: JobSpec, db_now: datetime) -> datetime:
@@ -15,52 +163,60 @@ def due_at(spec: JobSpec, db_now: datetime) -> datetime:
     return spec.run_at or (db_now + spec.delay if spec.delay else db_now)
 
 
-def job_row(job_id: int, spec: JobSpec, run_at: datetime, state: str, last: Any) -> tuple[Any, ...]:
-    """The first nine columns of a job row (``last``: the idempotency key, or the result TTL)."""
-    return (
-        job_id,
-        spec.queue,
-        spec.task,
-        spec.args_json,
-        spec.priority,
-        run_at,
-        state,
-        spec.max_attempts,
-        last,
-    )
+def single_params(spec: JobSpec) -> dict[str, Any]:
+    """The parameters of ``insert_job`` (a job without keys): the plain columns, run_at and
+    delay (the database computes the due time from its own clock)."""
+    params = dict(zip(_PLAIN_NAMES, _read_plain(spec), strict=True))
+    params["run_at"] = spec.run_at
+    params["delay"] = spec.delay
+    return params
 
 
-#: The parameters of insert_jobs / insert_jobs_keyed, in row order (rows may stop early).
-JOB_COLUMNS = (
-    "ids",
-    "queues",
-    "tasks",
-    "args",
-    "priorities",
-    "run_ats",
-    "states",
-    "max_attempts",
-    "keys",
-    "concurrency_keys",
-    "unique_fors",
-    "unique_states",
-)
-#: Where a job row holds its id and its idempotency key (the ninth column, when keyed).
-ID, KEY = JOB_COLUMNS.index("ids"), JOB_COLUMNS.index("keys")
+def input_params(spec: JobSpec) -> dict[str, Any]:
+    """The parameters of ``{{job_input_row}}``: the whole row of one job for
+    ``pgqueue.enqueue_input`` (which plans the due time, the state and the rank itself)."""
+    params = dict(zip(NAMES, (*_NO_PLAN, *_read(spec)), strict=True))
+    params["run_at"] = spec.run_at
+    return params
 
 
-def column_arrays(
-    rows: Iterable[tuple[Any, ...]], names: Sequence[str] = JOB_COLUMNS
-) -> dict[str, list[Any]]:
-    """Rows to one array per column (the ``unnest`` parameters of the multi-row inserts).
-    Tags (a column named ``tag_lists``) travel as JSON arrays: unnest would flatten an array
-    of arrays."""
-    columns: dict[str, list[Any]] = {name: [] for name in names}
-    width = 0
-    for row in rows:
-        width = len(row)
-        for name, value in zip(names, row, strict=False):
-            columns[name].append(value)
-    if "tag_lists" in columns:
-        columns["tag_lists"] = [None if t is None else json.dumps(t) for t in columns["tag_lists"]]
-    return {name: values for name, values in list(columns.items())[:width]}
+def input_row(
+    spec: JobSpec, job_id: int | None, run_at: datetime | None, state: str | None
+) -> tuple[Any, ...]:
+    """One job's row in :data:`JOB_INPUT` order (for :func:`input_arrays`)."""
+    return (job_id, run_at, state, None, *_read(spec))
+
+
+def copy_row(
+    spec: JobSpec, job_id: int, run_at: datetime, state: str, rank: int | None = None
+) -> tuple[Any, ...]:
+    """One job's row for ``COPY`` (``{{job_input_copy_columns}}``)."""
+    return (job_id, run_at, state, rank, *_read_copied(spec))
+
+
+def is_plain_ready(spec: JobSpec) -> bool:
+    """Ready now, without keys or options: the column defaults give run_at, state and the rest
+    (``{{job_input_ready_columns}}``)."""
+    return _read_extras(spec) == _NO_EXTRAS
+
+
+def ready_row(spec: JobSpec, job_id: int) -> tuple[Any, ...]:
+    """One job's row for the ``COPY`` of plain ready jobs."""
+    return (job_id, *_read_core(spec))
+
+
+def input_arrays(rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
+    """Rows in :data:`JOB_INPUT` order to one array per attribute (the parameters of
+    ``{{job_input_rows}}``); array attributes as JSON text."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in JOB_INPUT]
+    arrays: dict[str, list[Any]] = {}
+    for column, values in zip(JOB_INPUT, columns, strict=True):
+        if column.is_array:
+            arrays[column.name] = [None if v is None else json.dumps(list(v)) for v in values]
+        else:
+            arrays[column.name] = list(values)
+    return arrays
+
+
+#: Where a row holds the id, the idempotency key and the result TTL.
+ID, KEY, RESULT_TTL = (NAMES.index(n) for n in ("id", "idempotency_key", "result_ttl"))

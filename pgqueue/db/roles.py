@@ -2,10 +2,11 @@
 
 Three roles, each with only what its part of pgqueue needs:
 
-* **producer**: enqueue only. ``EXECUTE`` on ``pgqueue.enqueue_job``/``enqueue``/
-  ``job_ids_by_key``/``insert_keyed_jobs`` (``SECURITY DEFINER``, so it needs no ``SELECT`` on
-  jobs), ``INSERT`` on the
-  columns bulk enqueue writes, ``SELECT`` on ``id`` only (``RETURNING id``), the id sequence,
+* **producer**: enqueue only. ``EXECUTE`` on ``pgqueue.enqueue_input``/``enqueue_job``/
+  ``enqueue``/``insert_jobs``/``job_ids_by_key`` (``SECURITY DEFINER``, so it needs no
+  ``SELECT`` on jobs), ``INSERT`` on the columns a job is written with (one statement per
+  job, its ``result_ttl`` included: no ``UPDATE``), ``SELECT`` on ``id`` only (``RETURNING
+  id``), the id sequence,
   ``SELECT`` on ``idle_workers`` (the wake-up trigger reads it), on ``pgqueue_alembic_version``
   (the client's start-up check of the schema's revision) and on ``declared_tasks`` (the task
   names enqueue accepts).
@@ -76,10 +77,11 @@ _ENQUEUE_COLUMNS = (
     "fair_rank",
 )
 _PRODUCER_FUNCTIONS = (
+    "enqueue_input",
     "enqueue_job",
     "enqueue",
     "job_ids_by_key",
-    "insert_keyed_jobs",
+    "insert_jobs",
     "kept_keys",
     "drop_raced_keyed_jobs",
     "queue_depth_up_to",
@@ -181,9 +183,8 @@ def _grants(names: RoleNames) -> Iterator[sql.Composed]:
     yield sql.SQL("GRANT INSERT ({}) ON {} TO {}").format(columns, table("jobs"), producer)
     yield sql.SQL("GRANT SELECT (id) ON {} TO {}").format(table("jobs"), producer)
     yield sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(table("jobs_id_seq"), producer)
-    # result_ttl is set in the enqueue's own transaction (pgq.result); bounded queues are
-    # checked against their max_depth before a bulk enqueue, and fair queues' jobs are ranked.
-    yield sql.SQL("GRANT UPDATE (result_ttl) ON {} TO {}").format(table("jobs"), producer)
+    # Bounded queues are checked against their max_depth before a bulk enqueue, and fair
+    # queues' jobs are ranked. (No UPDATE: a job is written whole, its result_ttl included.)
     yield sql.SQL("GRANT SELECT (name, max_depth, fair) ON {} TO {}").format(
         table("queues"), producer
     )

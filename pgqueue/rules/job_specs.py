@@ -125,14 +125,20 @@ class JobSpec:
         return list(self.tags) if self.tags is not None else None
 
     @property
+    def unique_state_list(self) -> list[str] | None:
+        """The final states that keep the key, as a list (``text[]``), or None."""
+        return list(self.unique_states) if self.unique_states else None
+
+    @property
     def has_mode(self) -> bool:
         """A deduplication mode other than the default (held while live, keep the holder)."""
         return self.unique_among != "live" or self.on_conflict != "keep" or bool(self.throttle)
 
     @property
     def needs_transaction(self) -> bool:
-        """Writing this job takes more than one statement, so they must share a transaction."""
-        return self.result_ttl is not None or bool(self.depends_on)
+        """Writing this job takes more than one statement (``depends_on``: the workflow plan),
+        so they must share a transaction."""
+        return bool(self.depends_on)
 
 
 #: The most rows one listing returns (the CLI's --limit takes the same range).
