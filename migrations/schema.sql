@@ -1171,9 +1171,12 @@ $$;
 --
 
 CREATE FUNCTION pgqueue.insert_jobs(jobs pgqueue.job_input[]) RETURNS TABLE(id bigint)
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     INSERT INTO pgqueue.jobs AS j (id, queue, task, args, priority, run_at, state, max_attempts,
                                    idempotency_key, concurrency_key, unique_for, unique_states,
                                    key_until_started, fair_rank, result_ttl, meta, tags)
@@ -1195,7 +1198,8 @@ CREATE FUNCTION pgqueue.insert_jobs(jobs pgqueue.job_input[]) RETURNS TABLE(id b
     ON CONFLICT (idempotency_key)
        WHERE idempotency_key IS NOT NULL AND (key_until_started IS NOT TRUE OR lease_token = 0)
        DO NOTHING
-    RETURNING j.id
+    RETURNING j.id;
+END
 $$;
 
 --

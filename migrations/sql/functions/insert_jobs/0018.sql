@@ -7,10 +7,15 @@
 --   fair queues (pgqueue.fair_ranks: consecutive ranks per queue, priority and key);
 --   unique_among 'pending' makes the job hold its key only until it starts.
 -- Called by pgqueue.enqueue_input (one job, its key and modes already settled), by bulk
--- enqueue (keyed jobs, and small batches) and by workflow enqueue.
+-- enqueue (keyed jobs, and small batches) and by workflow enqueue. PL/pgSQL, not SQL: its plan
+-- is kept for the session (a SQL function's body is planned again at every call before
+-- PostgreSQL 18), which the single keyed enqueue calls once per job.
 CREATE OR REPLACE FUNCTION pgqueue.insert_jobs(jobs pgqueue.job_input[])
 RETURNS TABLE (id bigint)
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     INSERT INTO pgqueue.jobs AS j (id, queue, task, args, priority, run_at, state, max_attempts,
                                    idempotency_key, concurrency_key, unique_for, unique_states,
                                    key_until_started, fair_rank, result_ttl, meta, tags)
@@ -32,5 +37,6 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
     ON CONFLICT (idempotency_key)
        WHERE idempotency_key IS NOT NULL AND (key_until_started IS NOT TRUE OR lease_token = 0)
        DO NOTHING
-    RETURNING j.id
+    RETURNING j.id;
+END
 $$;
