@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from pgqueue.db.job_rows import JOB_INPUT
 from pgqueue.errors import ConfigurationError
 
 SCHEMA = "pgqueue"
@@ -57,25 +58,9 @@ ROLE_SETTINGS: dict[str, dict[str, str]] = {
 # among them, so a producer cannot forge a running or half-used job. ``id`` is: COPY needs the
 # ids bulk enqueue reserved (no RETURNING), so instead of revoking it the database checks every
 # id a producer inserts (pgqueue.check_job_ids, run by the trigger jobs_check_new_ids).
-_ENQUEUE_COLUMNS = (
-    "id",
-    "queue",
-    "task",
-    "args",
-    "priority",
-    "run_at",
-    "state",
-    "max_attempts",
-    "idempotency_key",
-    "concurrency_key",
-    "unique_for",
-    "unique_states",
-    "result_ttl",
-    "meta",
-    "tags",
-    # a job's place in a fair queue (bulk enqueue COPYs it; pgqueue.fair_rank gives it)
-    "fair_rank",
-)
+# They are the job input's stored attributes (pgqueue.db.job_rows), fair_rank included (a job's
+# place in a fair queue: bulk enqueue COPYs it), so a new stored option needs no edit here.
+_ENQUEUE_COLUMNS = tuple(column.name for column in JOB_INPUT if column.stored)
 _PRODUCER_FUNCTIONS = (
     "enqueue_input",
     "enqueue_job",
