@@ -46,7 +46,8 @@ CREATE TYPE pgqueue.job_input AS (
 	throttle interval,
 	result_ttl interval,
 	meta jsonb,
-	tags text[]
+	tags text[],
+	caused_by bigint
 );
 
 --
@@ -1179,14 +1180,15 @@ BEGIN
     RETURN QUERY
     INSERT INTO pgqueue.jobs AS j (id, queue, task, args, priority, run_at, state, max_attempts,
                                    idempotency_key, concurrency_key, unique_for, unique_states,
-                                   key_until_started, fair_rank, result_ttl, meta, tags)
+                                   key_until_started, fair_rank, result_ttl, meta, tags,
+                                   caused_by)
     SELECT coalesce(u.id, nextval('pgqueue.jobs_id_seq')), u.queue, u.task,
            coalesce(u.args, '{}'::jsonb), u.priority, d.due,
            coalesce(u.state, CASE WHEN d.due > now() THEN 'scheduled' ELSE 'ready' END),
            u.max_attempts, u.idempotency_key, u.concurrency_key, u.unique_for, u.unique_states,
            CASE WHEN u.unique_among = 'pending' AND u.idempotency_key IS NOT NULL THEN true END,
            coalesce(u.fair_rank, r.ranks[u.ordinality]), u.result_ttl, u.meta,
-           nullif(u.tags, '{}')
+           nullif(u.tags, '{}'), u.caused_by
       FROM unnest(jobs) WITH ORDINALITY AS u
      CROSS JOIN LATERAL (SELECT coalesce(u.run_at, now() + u.delay, now()) AS due) AS d
      CROSS JOIN (SELECT pgqueue.fair_ranks(array_agg(x.queue ORDER BY x.ordinality),
@@ -1866,6 +1868,7 @@ CREATE TABLE pgqueue.jobs (
     tags text[],
     key_until_started boolean,
     fair_rank bigint,
+    caused_by bigint,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_concurrency_key_check CHECK (((length(concurrency_key) >= 1) AND (length(concurrency_key) <= 1000))),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1)),
@@ -1902,6 +1905,12 @@ COMMENT ON COLUMN pgqueue.jobs.tags IS 'The job''s tags (NULL: none), carried to
 --
 
 COMMENT ON COLUMN pgqueue.jobs.key_until_started IS 'true: the job holds its idempotency_key only until a worker first claims it (unique_among => ''pending''); NULL: until it finishes';
+
+--
+-- Name: COLUMN jobs.caused_by; Type: COMMENT; Schema: pgqueue; Owner: -
+--
+
+COMMENT ON COLUMN pgqueue.jobs.caused_by IS 'The id of the job that led to this one (the caused_by option of enqueue)';
 
 --
 -- Name: jobs_id_seq; Type: SEQUENCE; Schema: pgqueue; Owner: -

@@ -36,6 +36,10 @@ _KEYED_0015 = (
 )
 
 UPGRADE = rf"""
+ALTER TABLE pgqueue.jobs ADD COLUMN caused_by bigint;
+COMMENT ON COLUMN pgqueue.jobs.caused_by IS
+    'The id of the job that led to this one (the caused_by option of enqueue)';
+
 CREATE TYPE pgqueue.job_input AS (
     id              bigint,
     run_at          timestamptz,
@@ -56,7 +60,8 @@ CREATE TYPE pgqueue.job_input AS (
     throttle        interval,
     result_ttl      interval,
     meta            jsonb,
-    tags            text[]
+    tags            text[],
+    caused_by       bigint
 );
 COMMENT ON TYPE pgqueue.job_input IS
     'A job as enqueued: what pgqueue.enqueue_input and pgqueue.insert_jobs take';
@@ -81,6 +86,7 @@ REVOKE EXECUTE ON FUNCTION pgqueue.insert_keyed_jobs({_KEYED_0015}) FROM PUBLIC;
 DROP FUNCTION pgqueue.enqueue_input(pgqueue.job_input);
 DROP FUNCTION pgqueue.insert_jobs(pgqueue.job_input[]);
 DROP TYPE pgqueue.job_input;
+ALTER TABLE pgqueue.jobs DROP COLUMN caused_by;
 """
 
 

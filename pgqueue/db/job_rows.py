@@ -95,6 +95,7 @@ JOB_INPUT: tuple[Column, ...] = (
     Column("result_ttl", "interval", Kind.OPTION, "result_ttl"),
     Column("meta", "jsonb", Kind.OPTION, "meta_json"),
     Column("tags", "text[]", Kind.OPTION, "tag_list"),
+    Column("caused_by", "bigint", Kind.OPTION, "caused_by"),
 )
 # fmt: on
 

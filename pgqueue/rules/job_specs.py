@@ -100,6 +100,8 @@ class JobSpec:
     on_conflict: str = "keep"
     #: At most one job per key per period.
     throttle: timedelta | None = None
+    #: The id of the job that led to this one.
+    caused_by: int | None = None
 
     def with_args_json(self, args_json: str, idempotency_key: str | None = None) -> JobSpec:
         """A copy with other arguments (and the key derived from them, if any). Bulk enqueue
@@ -110,7 +112,7 @@ class JobSpec:
             self.delay, idempotency_key or self.idempotency_key, self.concurrency_key,
             self.unique_for, self.unique_states, self.wait_if_full, self.result_ttl,
             self.depends_on, self.meta_json, self.tags, self.unique_by, self.unique_among,
-            self.on_conflict, self.throttle,
+            self.on_conflict, self.throttle, self.caused_by,
         )  # fmt: skip
 
     def with_meta_json(self, meta_json: str | None) -> JobSpec:

@@ -18,14 +18,15 @@ BEGIN
     RETURN QUERY
     INSERT INTO pgqueue.jobs AS j (id, queue, task, args, priority, run_at, state, max_attempts,
                                    idempotency_key, concurrency_key, unique_for, unique_states,
-                                   key_until_started, fair_rank, result_ttl, meta, tags)
+                                   key_until_started, fair_rank, result_ttl, meta, tags,
+                                   caused_by)
     SELECT coalesce(u.id, nextval('pgqueue.jobs_id_seq')), u.queue, u.task,
            coalesce(u.args, '{}'::jsonb), u.priority, d.due,
            coalesce(u.state, CASE WHEN d.due > now() THEN 'scheduled' ELSE 'ready' END),
            u.max_attempts, u.idempotency_key, u.concurrency_key, u.unique_for, u.unique_states,
            CASE WHEN u.unique_among = 'pending' AND u.idempotency_key IS NOT NULL THEN true END,
            coalesce(u.fair_rank, r.ranks[u.ordinality]), u.result_ttl, u.meta,
-           nullif(u.tags, '{}')
+           nullif(u.tags, '{}'), u.caused_by
       FROM unnest(jobs) WITH ORDINALITY AS u
      CROSS JOIN LATERAL (SELECT coalesce(u.run_at, now() + u.delay, now()) AS due) AS d
      CROSS JOIN (SELECT pgqueue.fair_ranks(array_agg(x.queue ORDER BY x.ordinality),
