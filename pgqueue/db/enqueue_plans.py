@@ -18,7 +18,6 @@ from pgqueue.db.job_rows import (
     input_arrays,
     input_params,
     input_row,
-    is_plain_ready,
     ready_row,
     single_params,
 )
@@ -102,14 +101,17 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     moded: list[tuple[int, tuple[Any, ...]]] = []
     # Jobs that are ready now and carry no key or option take the column defaults for run_at
     # (now(): the transaction's clock, the db_now read above), state and the rest: shorter rows.
-    ready: list[tuple[JobSpec, int]] = []
+    ready: list[tuple[Any, ...]] = []
+    ready_specs: list[JobSpec] = []
     for index, (job, job_id) in enumerate(zip(pending, ids, strict=True)):
         # (One pass, spelled out: this loop runs once per job of a bulk enqueue.)
         if job is None:
             continue  # written with its rank (_enqueue_fair)
         spec = job
-        if is_plain_ready(spec):
-            ready.append((spec, job_id))
+        row = ready_row(spec, job_id)
+        if row is not None:
+            ready.append(row)
+            ready_specs.append(spec)
             result[index] = _new_job_id(JobId, job_id)
             continue
         if spec.run_at is None and not spec.delay:
@@ -129,9 +131,11 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
             first_for_key[key] = index
             keyed.append((index, input_row(spec, job_id, run_at, state)))
     if len(ready) >= _COPY_THRESHOLD:
-        yield CopyIn("copy_ready_jobs", [ready_row(spec, job_id) for spec, job_id in ready])
+        yield CopyIn("copy_ready_jobs", ready)
     else:
-        plain.extend((spec, job_id, db_now, "ready") for spec, job_id in ready)
+        plain.extend(
+            (spec, row[0], db_now, "ready") for spec, row in zip(ready_specs, ready, strict=True)
+        )
     if len(plain) >= _COPY_THRESHOLD:
         yield CopyIn("copy_jobs", [copy_row(*job) for job in plain])
     elif plain:

@@ -151,9 +151,17 @@ _read_plain = attrgetter(*(c.spec for c in _PLAIN if c.spec))
 _read_core = attrgetter(*(c.spec for c in _CORE if c.spec))
 _read_copied = attrgetter(*(c.spec for c in _COPIED if c.spec))
 _PLAIN_NAMES = tuple(c.name for c in _PLAIN)
-#: What a job that is ready now and needs no more than its core columns leaves unset.
+#: What a job that is ready now and needs no more than its core columns leaves unset (the
+#: fields themselves, not the list-making properties: None or empty either way).
+_UNLISTED = {"unique_state_list": "unique_states", "tag_list": "tags"}
 _read_extras = attrgetter(
-    "run_at", "delay", *(c.spec for c in JOB_INPUT if c.kind in (Kind.KEY, Kind.OPTION) and c.spec)
+    "run_at",
+    "delay",
+    *(
+        _UNLISTED.get(c.spec, c.spec)
+        for c in JOB_INPUT
+        if c.kind in (Kind.KEY, Kind.OPTION) and c.spec
+    ),
 )
 _NO_EXTRAS = (None,) * len(_read_extras(JobSpec("t", "{}", "q", 0, 1)))
 _NO_PLAN = (None,) * len(_PLANNED)
@@ -201,8 +209,11 @@ def is_plain_ready(spec: JobSpec) -> bool:
     return _read_extras(spec) == _NO_EXTRAS
 
 
-def ready_row(spec: JobSpec, job_id: int) -> tuple[Any, ...]:
-    """One job's row for the ``COPY`` of plain ready jobs."""
+def ready_row(spec: JobSpec, job_id: int) -> tuple[Any, ...] | None:
+    """One job's row for the ``COPY`` of plain ready jobs, or None when it is not one
+    (:func:`is_plain_ready`; one call for both: bulk enqueue makes it once per job)."""
+    if _read_extras(spec) != _NO_EXTRAS:
+        return None
     return (job_id, *_read_core(spec))
 
 

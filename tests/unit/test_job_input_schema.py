@@ -86,4 +86,6 @@ def test_rows_follow_the_declared_order():
     params = job_rows.single_params(spec)
     assert set(params) == {*re.findall(r"%\((\w+)\)s", query("insert_job"))}
     assert not job_rows.is_plain_ready(spec)  # it has metadata
+    assert job_rows.ready_row(spec, 1) is None
+    assert job_rows.ready_row(JobSpec("t", "{}", "q", 0, 5), 1) == (1, "q", "t", "{}", 0, 5)
     assert job_rows.is_plain_ready(JobSpec("t", "{}", "q", 0, 5))
