@@ -35,10 +35,18 @@ TEST_STEPS := lint typecheck pytest docs package-check
 .PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs api-docs schema \
 	docs bench compare chaos clean venv-python venvs
 
-$(BIN)/.installed: pyproject.toml | venv-python
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+# The venvs are made by uv (from PyPI, installed once into .uv/): a dev install takes it seconds
+# where pip took one to three minutes, which was the largest fixed cost of a CI run. --seed puts
+# pip in each venv too (the benchmarks install their peers with it).
+UV := .uv/bin/uv
+$(UV):
+	$(PYTHON) -m venv .uv
+	.uv/bin/pip install --quiet uv
+	touch $@
+
+$(BIN)/.installed: pyproject.toml $(UV) | venv-python
+	test -x $(BIN)/python || $(UV) venv --quiet --seed --python $(PYTHON) $(VENV)
+	$(UV) pip install --quiet --python $(BIN)/python -e '.[dev]'
 	touch $@
 
 # Every venv `make test` and `make test-versions` use, made side by side (`make -j3 venvs`, as
@@ -69,9 +77,18 @@ test:
 	done; \
 	echo "make test: passed in $$(( $$(date +%s) - start )) s ($${times# })" | sed 's/,)$$/)/'
 
+# The sync twins generated from their async sources (scripts/async_to_sync.py) are up to date,
+# then ruff.
 lint: $(BIN)/.installed
+	$(BIN)/python -m scripts.async_to_sync --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The sync twins written anew from their async sources (the `# sync-twin:` marks in pgqueue/;
+# docs/development.md): run after editing an async source; `make lint` fails while one is stale.
+.PHONY: sync-twins
+sync-twins: $(BIN)/.installed
+	$(BIN)/python -m scripts.async_to_sync
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
@@ -92,10 +109,10 @@ test-python-%: .venv-%/.installed
 
 # Kept between runs (make would delete a stamp only a pattern rule names).
 .PRECIOUS: .venv-%/.installed
-.venv-%/.installed: pyproject.toml
-	python="$$(bash scripts/find-python $*)" && "$$python" -m venv .venv-$*
-	.venv-$*/bin/pip install --quiet --upgrade pip
-	.venv-$*/bin/pip install --quiet -e '.[dev]'
+.venv-%/.installed: pyproject.toml $(UV)
+	test -x .venv-$*/bin/python || { python="$$(bash scripts/find-python $*)" && \
+		$(UV) venv --quiet --seed --python "$$python" .venv-$*; }
+	$(UV) pip install --quiet --python .venv-$*/bin/python -e '.[dev]'
 	touch $@
 
 # The sdist and wheel as users get them (scripts/wheel_smoke.py, under a minute once pip's cache
@@ -137,4 +154,4 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .venv-*/ .mypy_cache .ruff_cache .pytest_cache site
+	rm -rf $(VENV) .venv-*/ .uv .mypy_cache .ruff_cache .pytest_cache site

@@ -252,7 +252,7 @@ class Workers:
                 self.procs.append(
                     subprocess.Popen(
                         system.work_command(dsn, slots),
-                        cwd=ROOT,
+                        cwd=system.root,
                         env=env,
                         stdout=out,
                         stderr=subprocess.STDOUT,
@@ -700,6 +700,8 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
     parser.add_argument("--steady-seconds", type=float, help="length of each steady load")
     parser.add_argument("--mixed-jobs", type=int, help="scheduled jobs of the mixed load")
     parser.add_argument("--drain-jobs", type=int, help="jobs per no-op drain (default 50,000)")
+    parser.add_argument("--enqueue-jobs", type=int, help="jobs of the 1-producer enqueue")
+    parser.add_argument("--bulk-jobs", type=int, help="jobs of the bulk enqueue (default 100,000)")
     parser.add_argument("--io-jobs", type=int, help="jobs per 10 ms-job drain")
     parser.add_argument("--row-jobs", type=int, help="jobs per row-writing drain")
     parser.add_argument(
@@ -723,6 +725,8 @@ def main(argv: list[str] | None = None, sizes_override: Sizes | None = None) -> 
     for name, value in (
         ("mixed", args.mixed_jobs),
         ("drain", args.drain_jobs),
+        ("enqueue_1", args.enqueue_jobs),
+        ("bulk", args.bulk_jobs),
         ("io", args.io_jobs),
         ("row", args.row_jobs),
     ):

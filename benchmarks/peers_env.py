@@ -6,6 +6,9 @@
   ``benchmarks/peers/redis-requirements.txt``;
 * ``benchmarks/.peers-venv-arq``: arq, from ``benchmarks/peers/arq-requirements.txt`` (arq pins
   ``redis<6`` while Celery's Redis transport needs a newer one, so they cannot share a venv);
+* ``benchmarks/.peers-venv-oban`` and ``benchmarks/.peers-venv-chancy``: Oban-py and Chancy, each
+  alone (``benchmarks/peers/{oban,chancy}-requirements.txt``), so neither pins the other's
+  psycopg or the shared venv's;
 * ``benchmarks/peers/graphile/node_modules``: ``npm ci`` from the committed package-lock.json.
 
 Each is (re)installed when its pin file changes (a stamp file records the installed hash).
@@ -29,6 +32,8 @@ FAMILIES = {
     "postgres": (VENV, REQUIREMENTS),
     "redis": (HERE / ".peers-venv-redis", HERE / "peers" / "redis-requirements.txt"),
     "arq": (HERE / ".peers-venv-arq", HERE / "peers" / "arq-requirements.txt"),
+    "oban": (HERE / ".peers-venv-oban", HERE / "peers" / "oban-requirements.txt"),
+    "chancy": (HERE / ".peers-venv-chancy", HERE / "peers" / "chancy-requirements.txt"),
 }
 
 

@@ -7,6 +7,7 @@ outside the timed sections, and the peers run from their own environments.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -72,6 +73,8 @@ class System:
     compare_with: str = "pgqueue"
     #: Options of the driver's ``work`` command giving the number of job slots.
     slots_options: tuple[str, ...] = ("--concurrency",)
+    #: The directory its worker runs in (another checkout: the code found there is measured).
+    root: Path = ROOT
 
     def driver(self, dsn: str, *args: str) -> list[str]:
         return [*self.prefix, "--dsn", url(dsn), *args]
@@ -210,6 +213,18 @@ RAW = System(
 )
 
 
+RAW_LEASED = dataclasses.replace(
+    RAW,
+    key="raw_leased",
+    label="raw SQL, leased",
+    work_options=["--leased"],
+    description=(
+        "the raw ceiling's table, drained by a leased loop: one transaction claims 100 "
+        "(SKIP LOCKED) and sets their lease, the jobs run, a second transaction deletes them"
+    ),
+)
+
+
 def pgqueue(concurrency: int, sync: bool = False) -> System:
     prefix = _python_prefix(sys.executable, "pgqueue_driver")
     return PgqueueSystem(
@@ -249,12 +264,32 @@ _PEER_SQL = {
         "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
         " AND coalesce(scheduled_at, now()) <= now()",
     ),
+    # Oban keeps finished jobs as 'completed' (its pruner deletes them after a day).
+    "oban": (
+        "SELECT EXISTS (SELECT 1 FROM oban_jobs WHERE state IN "
+        "('available', 'scheduled', 'executing', 'retryable'))",
+        "SELECT count(*) FROM oban_jobs WHERE state = 'available'",
+        "TRUNCATE oban_jobs",
+        "SELECT count(*) FROM oban_jobs WHERE state IN ('available', 'executing')"
+        " AND scheduled_at <= now()",
+    ),
+    # Chancy writes a finished job's state back in batches (every second by default).
+    "chancy": (
+        "SELECT EXISTS (SELECT 1 FROM chancy_jobs WHERE state IN "
+        "('pending', 'running', 'retrying'))",
+        "SELECT count(*) FROM chancy_jobs WHERE state = 'pending'",
+        "TRUNCATE chancy_jobs CASCADE",
+        "SELECT count(*) FROM chancy_jobs WHERE state IN ('pending', 'running')"
+        " AND scheduled_at <= now()",
+    ),
 }
 
 
-def _python_peer(key: str, label: str, description: str, options: list[str]) -> System:
+def _python_peer(
+    key: str, label: str, description: str, options: list[str], family: str = "postgres"
+) -> System:
     pending, waiting, reset, backlog = _PEER_SQL[key]
-    prefix = _python_prefix(peers_env.python(), f"{key}_driver")
+    prefix = _python_prefix(peers_env.python(family), f"{key}_driver")
     return System(
         key,
         label,
@@ -289,6 +324,29 @@ def procrastinate() -> System:
         "psycopg pool, async task, worker concurrency 10, LISTEN/NOTIFY, "
         "delete_jobs=successful; `batch_defer_async` for bulk",
         [],
+    )
+
+
+def oban() -> System:
+    return _python_peer(
+        "oban",
+        "Oban-py",
+        "Oban-py 0.7 (`oban`), psycopg pool 1..10 (its default), one queue with limit 64, "
+        "`async def process`, default 5 ms producer debounce, stager/pruner/lifeline on; "
+        "`enqueue_many` for bulk",
+        [],
+        family="oban",
+    )
+
+
+def chancy() -> System:
+    return _python_peer(
+        "chancy",
+        "Chancy",
+        "Chancy 0.26, `AsyncExecutor` queue with concurrency 64, `eager_polling`, "
+        "polling_interval 1 s + LISTEN/NOTIFY, default plugins; `push_many` for bulk",
+        [],
+        family="chancy",
     )
 
 
@@ -395,10 +453,13 @@ def arq() -> System:
 
 ALL = (
     "raw",
+    "raw_leased",
     "pgqueue",
     "pgqueue_def",
     "pgqueuer",
     "procrastinate",
+    "oban",
+    "chancy",
     "graphile",
     "celery_prefork",
     "celery_threads",
@@ -410,10 +471,13 @@ ALL = (
 def build(keys: list[str], concurrency: int) -> list[System]:
     makers = {
         "raw": lambda: RAW,
+        "raw_leased": lambda: RAW_LEASED,
         "pgqueue": lambda: pgqueue(concurrency),
         "pgqueue_def": lambda: pgqueue(concurrency, sync=True),
         "pgqueuer": pgqueuer,
         "procrastinate": procrastinate,
+        "oban": oban,
+        "chancy": chancy,
         "graphile": graphile,
         "celery_prefork": lambda: celery("prefork", 1),
         "celery_threads": lambda: celery("threads", 2),

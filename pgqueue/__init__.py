@@ -12,6 +12,8 @@ from pgqueue.errors import (
     DatabaseConnectionError,
     DatabaseRejectedError,
     DatabaseUnavailableError,
+    DuplicateStepError,
+    EventTimeout,
     Fail,
     InvalidCursorError,
     InvalidJobError,
@@ -23,6 +25,7 @@ from pgqueue.errors import (
     JobTimeout,
     JobTransactionError,
     LeaseLost,
+    NondeterministicStepError,
     PgQueueError,
     QueueFullError,
     ResultTimeoutError,
@@ -30,12 +33,14 @@ from pgqueue.errors import (
     Retry,
     SchemaVersionError,
     SearchTimeoutError,
+    StepError,
     UnknownTaskError,
     UnsupportedConnectionError,
     WorkflowNotFoundError,
 )
 from pgqueue.handler.batch import BatchTask, Item
 from pgqueue.handler.job_context import JobContext, current_job
+from pgqueue.handler.steps import StepRetry
 from pgqueue.rules.flow_control import UNSET, CircuitBreaker, RateLimit
 from pgqueue.rules.job_specs import JobId, JobSpec
 from pgqueue.rules.retry import ConstantBackoff, ExponentialBackoff, RetryPolicy
@@ -55,6 +60,8 @@ __all__ = [
     "DatabaseConnectionError",
     "DatabaseRejectedError",
     "DatabaseUnavailableError",
+    "DuplicateStepError",
+    "EventTimeout",
     "ExponentialBackoff",
     "Fail",
     "Group",
@@ -73,6 +80,7 @@ __all__ = [
     "JobTimeout",
     "JobTransactionError",
     "LeaseLost",
+    "NondeterministicStepError",
     "PgQueue",
     "PgQueueError",
     "QueueFullError",
@@ -84,6 +92,8 @@ __all__ = [
     "Schedule",
     "SchemaVersionError",
     "SearchTimeoutError",
+    "StepError",
+    "StepRetry",
     "Task",
     "UnknownTaskError",
     "UnsupportedConnectionError",

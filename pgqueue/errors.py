@@ -192,3 +192,24 @@ class InvalidCursorError(PgQueueError, ValueError):
 class SearchTimeoutError(PgQueueError, TimeoutError):
     """A job search ran past its time limit: the filters select too little of what an index
     holds (say an error text alone over millions of finished jobs). Narrow it."""
+
+
+class StepError(PgQueueError, RuntimeError):
+    """``ctx.step()`` used in a way that cannot be checkpointed: a step name used twice in one
+    run (:class:`DuplicateStepError`), a run whose steps differ from its job's checkpoints
+    (:class:`NondeterministicStepError`), or a step outside a job run by a worker."""
+
+
+class DuplicateStepError(StepError):
+    """A step name used twice in one run of a job: each step needs its own name (a step in a
+    loop: ``ctx.step(name, fn, repeat=True)`` numbers them, or put the loop's index in it)."""
+
+
+class NondeterministicStepError(StepError):
+    """A run of a durable job called its steps in another order, or with other names, than the
+    run that recorded its checkpoints: the order and names of steps must be the same on every
+    run. The message names the step and what was recorded in its place."""
+
+
+class EventTimeout(PgQueueError, TimeoutError):
+    """``ctx.wait_for_event()`` reached its timeout before the event was emitted."""

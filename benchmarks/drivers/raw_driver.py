@@ -9,6 +9,11 @@ Same protocol as the queue drivers (``benchmarks.drivers.protocol``), on a minim
 * ``work``: in one transaction, claim 100 rows ``FOR UPDATE SKIP LOCKED``, "run" them, delete
   them; woken by ``LISTEN`` when the table is empty;
 * ``latency``: ``INSERT`` + ``pg_notify`` in one transaction.
+
+``--leased work``: the leased loop a queue that survives a crashed worker needs: one
+transaction claims 100 rows (``FOR UPDATE SKIP LOCKED``) and sets their ``leased_until``, the
+jobs run outside it, a second transaction deletes them (a crashed worker's rows come back once
+their lease runs out).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ CREATE TABLE IF NOT EXISTS raw_jobs (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue text NOT NULL DEFAULT 'default',
     args jsonb NOT NULL DEFAULT '{}',
-    run_at timestamptz NOT NULL DEFAULT now()
+    run_at timestamptz NOT NULL DEFAULT now(),
+    leased_until timestamptz
 );
 CREATE INDEX IF NOT EXISTS raw_jobs_claim_idx ON raw_jobs (queue, run_at, id)
 """
@@ -38,12 +44,20 @@ CLAIM = """
 SELECT id, (args->>'sent')::float8 FROM raw_jobs
  WHERE queue = 'default' ORDER BY run_at, id LIMIT %s FOR UPDATE SKIP LOCKED
 """
+LEASE = """
+UPDATE raw_jobs SET leased_until = now() + interval '30 seconds'
+ WHERE id IN (
+   SELECT id FROM raw_jobs
+    WHERE queue = 'default' AND (leased_until IS NULL OR leased_until < now())
+    ORDER BY run_at, id LIMIT %s FOR UPDATE SKIP LOCKED)
+RETURNING id, (args->>'sent')::float8
+"""
 DELETE = "DELETE FROM raw_jobs WHERE id = ANY(%s)"
 NOTIFY = "SELECT pg_notify('raw_jobs', '')"
 BATCH = 100
 
 
-def work(dsn: str, batch: int) -> None:
+def work(dsn: str, batch: int, leased: bool = False) -> None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
@@ -53,12 +67,21 @@ def work(dsn: str, batch: int) -> None:
     ):
         listen.execute("LISTEN raw_jobs")
         while not stopping.is_set():
-            with conn.transaction():
-                rows = conn.execute(CLAIM, (batch,), prepare=True).fetchall()
+            if leased:
+                with conn.transaction():
+                    rows = conn.execute(LEASE, (batch,), prepare=True).fetchall()
                 for _, sent in rows:
                     protocol.STATS.job(sent)
                 if rows:
-                    conn.execute(DELETE, ([r[0] for r in rows],), prepare=True)
+                    with conn.transaction():
+                        conn.execute(DELETE, ([r[0] for r in rows],), prepare=True)
+            else:
+                with conn.transaction():
+                    rows = conn.execute(CLAIM, (batch,), prepare=True).fetchall()
+                    for _, sent in rows:
+                        protocol.STATS.job(sent)
+                    if rows:
+                        conn.execute(DELETE, ([r[0] for r in rows],), prepare=True)
             if not rows:
                 # Idle: wait for a notification (or re-check now and then).
                 for _ in listen.notifies(timeout=0.1, stop_after=1):
@@ -66,7 +89,9 @@ def work(dsn: str, batch: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = protocol.parser(__doc__ or "").parse_args(argv)
+    p = protocol.parser(__doc__ or "")
+    p.add_argument("--leased", action="store_true", help="work: lease, run, then delete")
+    args = p.parse_args(argv)
     dsn: str = args.dsn
     if args.command == "setup":
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -100,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                 sent += 1
             protocol.emit(sent=sent, seconds=time.perf_counter() - started)
     elif args.command == "work":
-        work(dsn, args.concurrency or BATCH)
+        work(dsn, args.concurrency or BATCH, args.leased)
 
 
 if __name__ == "__main__":

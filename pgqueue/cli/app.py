@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from pgqueue._version import __version__
 from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
 from pgqueue.cli.common import (
-    MAX_JOB_ID,
     DsnOption,
     JsonOption,
     ReadDsnOption,
-    duration,
+    escape,
     example,
     friendly_errors,
     in_range,
@@ -25,7 +22,9 @@ from pgqueue.cli.common import (
 )
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
+from pgqueue.cli.events_cmds import events_app
 from pgqueue.cli.flow_cmds import breaker_app, queue_app, task_app
+from pgqueue.cli.job_options import job_options, with_job_options
 from pgqueue.cli.output import (
     FormatOption,
     JsonFormatOption,
@@ -64,6 +63,7 @@ add_deprecated_spellings(cron_app)
 app.add_typer(pg_cron_app, name="pg-cron")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(retention_app, name="retention")
+app.add_typer(events_app, name="events")
 app.add_typer(queue_app, name="queue")
 app.add_typer(task_app, name="task")
 app.add_typer(breaker_app, name="breaker")
@@ -204,86 +204,9 @@ def migrate(
 )
 def enqueue(
     task: Annotated[str, typer.Argument(help="Task name, as registered by the worker.")],
+    *,
     args: Annotated[str, typer.Option("--args", help="Task arguments as a JSON object.")] = "{}",
-    queue: Annotated[str | None, typer.Option(help="Queue (default: 'default').")] = None,
-    delay: Annotated[
-        float | None,
-        typer.Option(parser=duration, help="Run after e.g. 30s, 5m.", metavar="DURATION"),
-    ] = None,
-    run_at: Annotated[
-        datetime | None, typer.Option(help="Run at this time (ISO 8601 with a UTC offset).")
-    ] = None,
-    priority: Annotated[int | None, typer.Option(help="Lower runs first (default 0).")] = None,
-    max_attempts: Annotated[
-        int | None, typer.Option(help="Attempts before dead-lettering.")
-    ] = None,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(help="Return the live job with this key instead of adding a duplicate."),
-    ] = None,
-    unique: Annotated[
-        bool,
-        typer.Option(
-            "--unique", help="Key the job by its task and all its arguments (unique_by=True)."
-        ),
-    ] = False,
-    unique_by: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--unique-by",
-            help="Key the job by its task and this argument (repeat for several).",
-            metavar="ARG",
-        ),
-    ] = None,
-    unique_among: Annotated[
-        Literal["live", "pending"] | None,
-        typer.Option(help="The key is held until the job finishes (live) or starts (pending)."),
-    ] = None,
-    on_conflict: Annotated[
-        Literal["keep", "replace", "replace_args"] | None,
-        typer.Option(
-            help="A pending job with the key: keep it, or replace its args and run time "
-            "(replace) or its args (replace_args)."
-        ),
-    ] = None,
-    throttle: Annotated[
-        float | None,
-        typer.Option(
-            parser=duration,
-            help="At most one job per key per period (e.g. 1m).",
-            metavar="DURATION",
-        ),
-    ] = None,
-    concurrency_key: Annotated[
-        str | None,
-        typer.Option(help="Concurrency key (the task's key_limit applies per key)."),
-    ] = None,
-    depends_on: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--depends-on",
-            callback=in_range(1, MAX_JOB_ID),
-            help="Id of a job that must succeed first (repeat for several); the job waits.",
-            metavar="ID",
-        ),
-    ] = None,
-    result_ttl: Annotated[
-        float | None,
-        typer.Option(
-            parser=duration,
-            help="Keep the return value this long (e.g. 1h), for pgq.result().",
-            metavar="DURATION",
-        ),
-    ] = None,
-    meta: Annotated[
-        str | None, typer.Option("--meta", help="Metadata stored with the job: a JSON object.")
-    ] = None,
-    tag: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--tag", help="A tag stored with the job (repeat for several).", metavar="TAG"
-        ),
-    ] = None,
+    # Here: an option for every job option (pgqueue/cli/job_options.py, from their declarations).
     allow_unknown: Annotated[
         bool,
         typer.Option(
@@ -293,6 +216,7 @@ def enqueue(
     ] = False,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
+    **options: Any,
 ) -> None:
     """Enqueue a job from the shell; prints its id. The task name must be one a worker has
     declared (else: the closest names, and exit 1)."""
@@ -303,34 +227,10 @@ def enqueue(
             raise InvalidJobError(f"--args is not valid JSON: {exc}") from None
         if not isinstance(payload, dict):
             raise InvalidJobError('--args must be a JSON object, e.g. \'{"to": "a@example.com"}\'')
-        if unique and unique_by:
-            raise typer.BadParameter("pass either --unique or --unique-by", param_hint="--unique")
-        try:
-            metadata = json.loads(meta) if meta is not None else None
-        except json.JSONDecodeError as exc:
-            raise InvalidJobError(f"--meta is not valid JSON: {exc}") from None
+        chosen = job_options(options)
         pgq = PgQueue(dsn)
         try:
-            job_id = pgq.enqueue(
-                task,
-                payload,
-                queue=queue,
-                delay=delay,
-                run_at=run_at,
-                priority=priority,
-                max_attempts=max_attempts,
-                idempotency_key=idempotency_key,
-                unique_by=True if unique else (unique_by or None),
-                unique_among=unique_among,
-                on_conflict=on_conflict,
-                throttle=throttle,
-                concurrency_key=concurrency_key,
-                depends_on=depends_on or None,
-                result_ttl=result_ttl,
-                meta=metadata,
-                tags=tag or None,
-                allow_unknown=allow_unknown,
-            )
+            job_id = pgq.enqueue(task, payload, **chosen, allow_unknown=allow_unknown)
         except UnknownTaskError as exc:
             if not exc.task:
                 raise
@@ -347,6 +247,9 @@ def enqueue(
     else:
         what = "replaced the pending job's arguments" if job_id.replaced else "existing job"
         typer.echo(f"{int(job_id)} ({what})")
+
+
+with_job_options(enqueue)
 
 
 @app.command("stats", epilog=example("pgq stats --json"))

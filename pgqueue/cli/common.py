@@ -4,19 +4,44 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import psycopg
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from pgqueue.client import PgQueue
 from pgqueue.errors import PgQueueError
 from pgqueue.rules import config, options
 from pgqueue.rules.durations import parse_duration
 
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+class LazyConsole:
+    """A rich ``Console`` made on first use: rich (some 45 modules) is loaded by the commands
+    that print, never on ``pgq work``'s way to its first job."""
+
+    def __init__(self, **settings: Any) -> None:
+        self._settings = settings
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._settings)
+        return getattr(self._console, name)
+
+
+def escape(markup: str) -> str:
+    """``rich.markup.escape``, importing rich only when a message is printed."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(markup)
+
+
+err_console = cast("Console", LazyConsole(stderr=True))
 
 T = TypeVar("T")
 

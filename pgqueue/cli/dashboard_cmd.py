@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Annotated, NoReturn
 
 import typer
-from rich.markup import escape
 
-from pgqueue.cli.common import DsnOption, err_console, friendly_errors, in_range
+from pgqueue.cli.common import DsnOption, err_console, escape, friendly_errors, in_range
 from pgqueue.cli.common import read_dsn as reads_from
 from pgqueue.client import PgQueue
-from pgqueue.db import views
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler import logs
 
@@ -81,6 +79,7 @@ def dashboard(
         bind_host,
         is_loopback,
     )
+    from pgqueue.db import views
 
     names = list(LOOPBACK_HOSTS)
     bound = bind_host(host)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,7 +29,8 @@ from pgqueue.cli.output import (
     print_fields,
     print_rows,
 )
-from pgqueue.db import search, views
+from pgqueue.client import PgQueue
+from pgqueue.db import durable, search
 from pgqueue.errors import PgQueueError
 from pgqueue.rules.job_specs import MAX_ROWS
 
@@ -57,6 +58,8 @@ def jobs_list(
     as_json: JsonFormatOption = False,
 ) -> None:
     """List live jobs (waiting and running), oldest first."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
     contains = search.parse_args_filter(meta or ())
     rows = with_reader(
@@ -84,9 +87,9 @@ def jobs_show(
     as_json: JsonFormatOption = False,
 ) -> None:
     """Everything about one job (live, dead-lettered or finished): its errors, its workflow
-    neighbours and the actions its state allows."""
+    neighbours, its durable steps and the actions its state allows."""
     out = chosen(fmt, as_json)
-    job = with_reader(dsn, read_dsn, lambda pgq: views.job_detail(pgq, job_id))
+    job = with_reader(dsn, read_dsn, lambda pgq: _detail(pgq, job_id))
     if job is None:
         with friendly_errors():
             raise PgQueueError(f"job {job_id} not found (never existed, or succeeded)")
@@ -97,7 +100,7 @@ def jobs_show(
     fields = [
         (key, cell(_time(key, value)))
         for key, value in job.items()
-        if key not in ("errors", "workflow", "actions")
+        if key not in ("errors", "workflow", "actions", "steps")
     ]
     fields += [("errors", str(len(errors))), ("actions", ", ".join(job["actions"]) or "none")]
     print_fields(fields, fmt=out, title=f"job {job_id}")
@@ -113,6 +116,9 @@ def jobs_show(
             console.print(
                 f"{label}: {', '.join(shown) or 'nothing'}", highlight=False, markup=False
             )
+    if job["steps"]:
+        console.rule(f"steps ({len(job['steps'])})")
+        print_rows(job["steps"], STEP_COLUMNS, fmt=out, narrow_drop={"kind", "finished_at"})
     for error in errors:
         if error.get("replayed"):
             replayed = _time("at", error.get("replayed_at"))
@@ -130,6 +136,31 @@ def jobs_show(
         console.print(error.get("message", ""), highlight=False, markup=False)
         if error.get("traceback"):
             console.print(error["traceback"], highlight=False, markup=False)
+
+
+#: The columns of a job's steps in ``pgq jobs show`` (``--json`` has every field of
+#: ``pgqueue.job_step_status``).
+STEP_COLUMNS = (
+    "seq",
+    "name",
+    "kind",
+    "state",
+    "attempts",
+    "finished_at",
+    "duration",
+    "result_size",
+    "error",
+)
+
+
+def _detail(pgq: PgQueue, job_id: int) -> dict[str, Any] | None:
+    """The job (views.job_detail) with its durable steps (``steps``; empty for a plain job)."""
+    from pgqueue.db import views
+
+    job = views.job_detail(pgq, job_id)
+    if job is not None:
+        job["steps"] = pgq.run(durable.job_steps(job_id))
+    return job
 
 
 def _time(field: str, value: object) -> object:

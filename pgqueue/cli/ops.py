@@ -7,13 +7,14 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
     ReadDsnOption,
+    duration,
+    escape,
     example,
     in_range,
     open_queue,
@@ -31,7 +32,7 @@ from pgqueue.cli.output import (
     timestamp,
 )
 from pgqueue.client import PgQueue
-from pgqueue.db import ops, views
+from pgqueue.db import horizon, ops
 
 # `pgq status` lists the workers that stopped this recently (the last few of them).
 RECENTLY_STOPPED = timedelta(hours=1)
@@ -46,9 +47,22 @@ def status(
     read_dsn: ReadDsnOption = None,
     fmt: FormatOption = OutputFormat.table,
     as_json: JsonFormatOption = False,
+    snapshot_warn: Annotated[
+        float,
+        typer.Option(
+            "--snapshot-warn",
+            parser=duration,
+            metavar="DURATION",
+            help="Warn when a snapshot or transaction older than this holds back the xmin "
+            "horizon (VACUUM cannot clean pgqueue's tables behind it).",
+        ),
+    ] = horizon.WARN_AFTER_SECONDS,
 ) -> None:
     """Queues at a glance: depth, oldest ready job, throughput, paused; workers alive, and
-    those that stopped in the last hour."""
+    those that stopped in the last hour; the jobs table's dead tuples and size, and a warning
+    naming the backend (pid, application_name, state, age) that holds back the xmin horizon
+    when its snapshot is older than --snapshot-warn."""
+    from pgqueue.db import views
 
     def read(pgq: PgQueue) -> dict[str, Any]:
         workers = views.workers(pgq, stopped_within=RECENTLY_STOPPED)
@@ -64,6 +78,8 @@ def status(
             },
             # Jobs that would wait for ever: no running worker runs their task.
             "unserved": views.unserved_tasks(pgq),
+            # What holds back VACUUM (view pgqueue.horizon), and the tables' dead tuples.
+            "horizon": horizon.horizon(pgq).as_dict(snapshot_warn),
         }
 
     out = chosen(fmt, as_json)
@@ -103,6 +119,27 @@ def status(
             f"{row['jobs']} job(s) waiting, and no running worker runs this task",
             highlight=False,
         )
+    print_horizon(data["horizon"])
+
+
+def print_horizon(report: dict[str, Any]) -> None:
+    """The jobs table's dead tuples and sizes, and the horizon warning if there is one."""
+    for table in report["tables"]:
+        if table["table_name"] == "jobs":
+            console.print(
+                f"jobs table: {table['live_tuples']:,} live, {table['dead_tuples']:,} dead "
+                f"tuples, {mebibytes(table['table_bytes'])} + "
+                f"{mebibytes(table['index_bytes'])} indexes",
+                highlight=False,
+                markup=False,
+            )
+    if report["warning"]:
+        # markup off: the application name is the holder's own text.
+        console.print(f"warning: {report['warning']}", style="red", highlight=False, markup=False)
+
+
+def mebibytes(size: int) -> str:
+    return f"{size / 2**20:,.1f} MB"
 
 
 def workers(
@@ -113,6 +150,8 @@ def workers(
     as_json: JsonFormatOption = False,
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
     rows = with_reader(dsn, read_dsn, lambda pgq: views.workers(pgq, include_stopped=all_))
     hidden = {

@@ -15,17 +15,16 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from pgqueue.db.views import json_default
+from pgqueue.cli.common import LazyConsole
 
-console = Console()
+if TYPE_CHECKING:
+    from rich.console import Console
+
+console = cast("Console", LazyConsole())
 
 # Columns read whole, never folded: what an operator copies into the next command.
 WHOLE = frozenset({"id", "queue", "queues", "task", "name"})
@@ -81,12 +80,16 @@ def cell(value: Any) -> str:
     if isinstance(value, datetime):
         return timestamp(value)
     if isinstance(value, dict | list):
+        from pgqueue.db.views import json_default
+
         return json.dumps(value, default=json_default)
     return str(value)
 
 
 def dump_json(data: Any) -> None:
     """``data`` as indented JSON on stdout."""
+    from pgqueue.db.views import json_default
+
     sys.stdout.write(json.dumps(data, default=json_default, indent=2) + "\n")
 
 
@@ -114,6 +117,10 @@ def print_rows(
         # A tab or newline inside a value would split its field or its row.
         sys.stdout.write("".join("\t".join(_one_field(f) for f in line) + "\n" for line in lines))
         return
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     width = console.width
     narrow = width < NARROW
     table_rows = {
@@ -182,6 +189,10 @@ def print_fields(fields: Sequence[tuple[str, str]], *, fmt: OutputFormat, title:
         lines = [("field", "value"), *fields]
         sys.stdout.write("".join(f"{k}\t{_one_field(v)}\n" for k, v in lines))
         return
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, show_header=False, box=box.SIMPLE)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")

@@ -100,5 +100,6 @@ def prune(
     else:
         typer.echo(
             f"pruned {report.history} history row(s), {report.dead_letters} dead letter(s), "
-            f"{report.workflows} workflow(s)"
+            f"{report.workflows} workflow(s), {report.steps} step checkpoint(s), "
+            f"{report.events} event(s)"
         )

@@ -1,19 +1,23 @@
 """``pgq jobs search``: find jobs wherever they are (live, history, dead letters), page by page.
 
-Parses the filters (states, times, ``--args key=value``; :mod:`pgqueue.db.search` has the
-parsers the dashboard shares) into :func:`pgqueue.views.search_jobs`
-arguments; bad input is a one-line usage error naming the option.
+Its filter options are made from :class:`~pgqueue.db.search.JobFilter`'s fields, each of which
+declares its option (a :class:`~pgqueue.rules.flags.Flag` in its metadata); this module knows
+what each kind of filter is on the command line (states, times, ``--args key=value``;
+:mod:`pgqueue.db.search` has the parsers the dashboard shares) and turns what the command
+receives into :func:`pgqueue.db.views.search_jobs` arguments; bad input is a one-line usage
+error naming the option.
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime
-from typing import Annotated
+from functools import cache
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
 from pgqueue.cli.common import (
-    MAX_JOB_ID,
     DsnOption,
     ReadDsnOption,
     duration,
@@ -21,6 +25,7 @@ from pgqueue.cli.common import (
     in_range,
     with_reader,
 )
+from pgqueue.cli.declared import Declared, Kind, parameters, with_options
 from pgqueue.cli.output import (
     FormatOption,
     JsonFormatOption,
@@ -29,11 +34,10 @@ from pgqueue.cli.output import (
     dump_json,
     print_rows,
 )
-from pgqueue.db import search, views
+from pgqueue.db import search
 from pgqueue.errors import InvalidJobError
+from pgqueue.rules.flags import plain_type
 from pgqueue.rules.options import check_tags
-
-TIME_HELP = "ISO 8601 (UTC if no offset) or an age such as 30m, 2h, 7d."
 
 
 def _time(name: str, value: str | None) -> datetime | None:
@@ -67,70 +71,63 @@ def _tags(values: list[str] | None) -> list[str] | None:
         raise typer.BadParameter(str(exc)) from None
 
 
+def _strings(hint: Any) -> Any:
+    return list[str]
+
+
+#: How each kind of filter is written on the command line (the filters' Flags say which).
+KINDS = {
+    "value": Kind(plain_type),
+    "states": Kind(_strings, callback=_states),
+    "pairs": Kind(_strings, callback=_args),
+    "tags": Kind(_strings, callback=_tags),
+    "time": Kind(lambda hint: str),
+}
+
+
+@cache
+def declared() -> tuple[Declared, ...]:
+    """Every search filter with its flag (all of them have one), in the declaration's order."""
+    hints = get_type_hints(search.JobFilter)
+    return tuple(
+        Declared(f.name, hints[f.name], f.metadata["flag"]) for f in fields(search.JobFilter)
+    )
+
+
+#: The filters' options, as keyword parameters (made once: at import, for every command).
+FILTER_PARAMETERS = parameters(declared(), KINDS)
+
+
+def filter_option(name: str) -> Any:
+    """The option of one filter, for a command that takes it alone (``pgq jobs list``)."""
+    return next(p for p in FILTER_PARAMETERS if p.name == name).annotation
+
+
+def filters(received: dict[str, Any]) -> dict[str, Any]:
+    """:func:`pgqueue.db.views.search_jobs` filters from what the command received (by
+    parameter name: the filter's); a bad time is a usage error naming its option."""
+    chosen: dict[str, Any] = {}
+    for value in declared():
+        given = received[value.name]
+        kind = value.flag.kind
+        if kind == "pairs":
+            given = search.parse_args_filter(given or ())
+        elif kind == "time":
+            given = _time(value.flag.option_names(value.name)[0], given)
+        # views.job_filter takes one state or several as ``state``.
+        chosen["state" if value.name == "states" else value.name] = given
+    return chosen
+
+
 #: ``--tag``, shared by ``pgq jobs list`` and ``pgq jobs search``.
-TagOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--tag", callback=_tags, help="Only jobs with this tag (repeat: jobs with all of them)."
-    ),
-]
+TagOption = filter_option("tags")
 #: ``--meta``, shared by ``pgq jobs list`` and ``pgq jobs search``.
-MetaOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--meta",
-        callback=_args,
-        help=(
-            "The job's metadata contains KEY=VALUE (VALUE as JSON if it parses, else text; "
-            "repeat to combine) or a JSON object."
-        ),
-    ),
-]
+MetaOption = filter_option("meta")
 
 
 def jobs_search(
-    job_id: Annotated[
-        int | None,
-        typer.Option("--id", callback=in_range(1, MAX_JOB_ID), help="Only this job id."),
-    ] = None,
-    task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
-    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")] = None,
-    state: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--state",
-            callback=_states,
-            help=f"Only jobs in this state (repeat for several): {', '.join(search.STATES)}.",
-        ),
-    ] = None,
-    error: Annotated[
-        str | None,
-        typer.Option("--error", help="An attempt's error class or message contains this text."),
-    ] = None,
-    args: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--args",
-            callback=_args,
-            help=(
-                "The job's args contain KEY=VALUE (VALUE as JSON if it parses, else text; "
-                "repeat to combine) or a JSON object."
-            ),
-        ),
-    ] = None,
-    tag: TagOption = None,
-    meta: MetaOption = None,
-    since: Annotated[
-        str | None, typer.Option("--since", help=f"Enqueued at or after this. {TIME_HELP}")
-    ] = None,
-    until: Annotated[str | None, typer.Option("--until", help="Enqueued before this.")] = None,
-    finished_since: Annotated[
-        str | None,
-        typer.Option("--finished-since", help="Finished (succeeded, cancelled, died) at or after."),
-    ] = None,
-    finished_until: Annotated[
-        str | None, typer.Option("--finished-until", help="Finished before this.")
-    ] = None,
+    *,
+    # Here: an option for every filter (the JobFilter fields' flags, in their order).
     limit: Annotated[
         int,
         typer.Option(callback=in_range(1, search.MAX_PAGE), help="Rows per page."),
@@ -151,36 +148,19 @@ def jobs_search(
     read_dsn: ReadDsnOption = None,
     fmt: FormatOption = OutputFormat.table,
     as_json: JsonFormatOption = False,
+    **received: Any,
 ) -> None:
     """Search jobs wherever they are (live, finished, dead), newest first, a page at a time."""
+    from pgqueue.db import views
+
     out = chosen(fmt, as_json)
-    times = {
-        name: _time(name, value)
-        for name, value in (
-            ("--since", since),
-            ("--until", until),
-            ("--finished-since", finished_since),
-            ("--finished-until", finished_until),
-        )
-    }
-    contains = search.parse_args_filter(args or ())
+    chosen_filters = filters(received)
     page = with_reader(
         dsn,
         read_dsn,
         lambda pgq: views.search_jobs(
             pgq,
-            id=job_id,
-            task=task,
-            queue=queue,
-            state=state,
-            error=error,
-            args=contains,
-            tags=tag,
-            meta=search.parse_args_filter(meta or ()),
-            since=times["--since"],
-            until=times["--until"],
-            finished_since=times["--finished-since"],
-            finished_until=times["--finished-until"],
+            **chosen_filters,
             limit=limit,
             after=after,
             timeout=timeout,
@@ -211,3 +191,6 @@ def jobs_search(
     else:
         # One line, however narrow the terminal; under plain rows, on stderr (rows only on stdout).
         typer.echo(f"next page: --after {page.cursor}", err=out is OutputFormat.plain)
+
+
+with_options(jobs_search, FILTER_PARAMETERS, after=0)

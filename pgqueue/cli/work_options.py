@@ -17,6 +17,7 @@ from typing import Annotated, Any, get_type_hints
 import typer
 
 from pgqueue.cli.common import duration
+from pgqueue.cli.declared import with_options
 from pgqueue.errors import ConfigurationError
 from pgqueue.worker import WorkerSettings
 from pgqueue.worker.settings import Flag
@@ -152,8 +153,4 @@ def settings_from_options(options: dict[str, Any], *, app_spec: str | None) -> W
 def with_setting_options(command: Callable[..., None]) -> None:
     """Give ``command`` (whose ``**settings`` takes them) an option for every setting: after
     its argument, before its own options (the order ``pgq work --help`` has always shown)."""
-    signature = inspect.signature(command, eval_str=True)
-    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    command.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[own[0], *_option_parameters(), *own[1:]]
-    )
+    with_options(command, _option_parameters(), after=1)

@@ -20,7 +20,6 @@ from pgqueue.errors import ConfigurationError
 from pgqueue.handler import log_queue, logs
 from pgqueue.rules import config
 from pgqueue.worker import Worker
-from pgqueue.worker.metrics import MetricsServer
 from pgqueue.worker.reaper import reap_forever, reap_once
 
 
@@ -257,9 +256,12 @@ def work(
         worker_dsn = dsn or config.configured_dsn(None) or pgq.dsn
         # Only the scrape's queue depth query reads: jobs are claimed and written on --dsn.
         depths_dsn = config.configured_read_dsn(read_dsn) or worker_dsn
-        metrics = (
-            None if metrics_port is None else MetricsServer(depths_dsn, metrics_port, metrics_host)
-        )
+        metrics = None
+        if metrics_port is not None:
+            # prometheus_client and its HTTP server (some 30 modules): only when scraped.
+            from pgqueue.worker.metrics import MetricsServer
+
+            metrics = MetricsServer(depths_dsn, metrics_port, metrics_host)
         worker = Worker(
             pgq, worker_settings, dsn=worker_dsn, observers=[metrics.metrics] if metrics else None
         )

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.tree import Tree
 
 from pgqueue.cli.common import (
     MAX_JOB_ID,
@@ -25,9 +24,11 @@ from pgqueue.cli.output import (
     console,
     print_rows,
 )
-from pgqueue.db import views
 from pgqueue.db.workflow_views import WORKFLOW_COLUMNS
 from pgqueue.rules.job_specs import MAX_ROWS
+
+if TYPE_CHECKING:
+    from rich.tree import Tree
 
 workflow_app = typer.Typer(
     help="Workflows: chains, groups, chords and DAGs.",
@@ -83,6 +84,8 @@ def show(
 ) -> None:
     """The workflow's graph with every job's state (a job with several parents is drawn under
     the first and referenced under the others)."""
+    from pgqueue.db import views
+
     with open_queue(dsn) as pgq:
         workflow = pgq.workflow(workflow_id)
     if as_json:
@@ -93,6 +96,8 @@ def show(
 
 def render(workflow: dict[str, Any]) -> Tree:
     """The workflow as a rich tree: roots are jobs without parents in the workflow."""
+    from rich.tree import Tree
+
     jobs = {job["id"]: job for job in workflow["jobs"]}
     title = f"workflow {workflow['id']}"
     if workflow["name"]:

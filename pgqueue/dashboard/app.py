@@ -47,7 +47,7 @@ from pgqueue.dashboard.security import (
     csrf_refusal,
     new_csrf_token,
 )
-from pgqueue.db import ops, search, views
+from pgqueue.db import horizon, ops, search, views
 from pgqueue.errors import PgQueueError, SearchTimeoutError
 from pgqueue.rules.vocabulary import JOB_STATES
 
@@ -118,6 +118,8 @@ def create_app(
             "dead": dead,
             "failures": views.recent_failures(reads),
             "throughput": views.throughput(reads),
+            # What holds back VACUUM, and pgqueue's tables' dead rows and sizes.
+            "horizon": horizon.horizon(reads).as_dict(),
         }
 
     async def state(request: Request) -> Response:

@@ -20,11 +20,14 @@ transaction (the job completes if and only if it commits), so :func:`own_transac
 :func:`own_transaction_async` begin it with the framework's own call (``session.begin()``,
 Django's ``atomic()``), and commit or roll it back when the block ends; a connection already in
 a transaction is refused, since committing it would commit what the block did not write.
+
+Each sync function here that has an async twin is generated from it (``make sync-twins``: the
+``# sync-twin:`` marks); edit the async one.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
@@ -89,6 +92,22 @@ async def async_driver(conn: object) -> psycopg.AsyncConnection[Any]:
     raise UnsupportedConnectionError(f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)}")
 
 
+# sync-twin: async source
+@asynccontextmanager
+async def atomic_async(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """All-or-nothing inside whatever transaction ``conn`` is in (see the module docstring):
+    a savepoint in the caller's transaction, or a transaction of its own on an idle autocommit
+    connection. An error inside rolls back to the savepoint, so the caller's transaction is
+    neither committed nor aborted."""
+    if _must_open(conn):
+        await conn.execute(query("open_transaction"))
+    async with conn.transaction():
+        yield
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
 @contextmanager
 def atomic(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """All-or-nothing inside whatever transaction ``conn`` is in (see the module docstring):
@@ -101,13 +120,7 @@ def atomic(conn: psycopg.Connection[Any]) -> Iterator[None]:
         yield
 
 
-@asynccontextmanager
-async def atomic_async(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """The async twin of :func:`atomic`."""
-    if _must_open(conn):
-        await conn.execute(query("open_transaction"))
-    async with conn.transaction():
-        yield
+# sync-twin: end
 
 
 def _must_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
@@ -135,8 +148,57 @@ _IN_TRANSACTION = (
 )
 
 
+# sync-twin: async source
+@asynccontextmanager
+async def own_transaction_async(
+    conn: object,
+) -> AsyncIterator[Owned[psycopg.AsyncConnection[Any]]]:
+    """A transaction of its own on ``conn`` (any connection :func:`async_driver` accepts),
+    begun and ended by the framework's own calls: committed when the block ends normally,
+    rolled back when it raises. The commit's error, if any, comes out of the ``with``."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        if _open(conn).info.transaction_status != TransactionStatus.IDLE:
+            raise UnsupportedConnectionError(_IN_TRANSACTION)
+        async with conn.transaction():
+            yield Owned(conn)
+        return
+    origin = _origin(conn)
+    if origin == "sqlalchemy":
+        if True:  # ASYNC
+            from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+        else:
+            from sqlalchemy.engine import Connection  # noqa: F401
+            from sqlalchemy.orm import Session  # noqa: F401
+
+        if isinstance(conn, AsyncSession | AsyncConnection):
+            if conn.in_transaction():
+                raise UnsupportedConnectionError(_IN_TRANSACTION)
+            async with conn.begin():
+                flush = conn.flush if isinstance(conn, AsyncSession) else None
+                yield Owned(await async_driver(conn), flush)
+            return
+    if True:  # ASYNC
+        pass  # Django's connection is sync only: async_driver below says so
+    elif origin == "django":
+        from django.db import transaction
+
+        driver = sync_driver(conn)
+        if getattr(conn, "in_atomic_block", False) or not driver.autocommit:
+            raise UnsupportedConnectionError(_IN_TRANSACTION)
+        with transaction.atomic(using=getattr(conn, "alias", None), durable=True):
+            yield Owned(sync_driver(conn))
+        return
+    await async_driver(conn)  # raises the error naming what is accepted
+    raise UnsupportedConnectionError(f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)}")
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
 @contextmanager
-def own_transaction(conn: object) -> Iterator[Owned[psycopg.Connection[Any]]]:
+def own_transaction(
+    conn: object,
+) -> Iterator[Owned[psycopg.Connection[Any]]]:
     """A transaction of its own on ``conn`` (any connection :func:`sync_driver` accepts),
     begun and ended by the framework's own calls: committed when the block ends normally,
     rolled back when it raises. The commit's error, if any, comes out of the ``with``."""
@@ -155,9 +217,10 @@ def own_transaction(conn: object) -> Iterator[Owned[psycopg.Connection[Any]]]:
             if conn.in_transaction():
                 raise UnsupportedConnectionError(_IN_TRANSACTION)
             with conn.begin():
-                yield Owned(sync_driver(conn), conn.flush if isinstance(conn, Session) else None)
+                flush = conn.flush if isinstance(conn, Session) else None
+                yield Owned(sync_driver(conn), flush)
             return
-    elif origin == "django":
+    if origin == "django":
         from django.db import transaction
 
         driver = sync_driver(conn)
@@ -170,32 +233,7 @@ def own_transaction(conn: object) -> Iterator[Owned[psycopg.Connection[Any]]]:
     raise UnsupportedConnectionError(f"conn must be {ACCEPTED}; got {_describe(conn)}")
 
 
-@asynccontextmanager
-async def own_transaction_async(
-    conn: object,
-) -> AsyncIterator[Owned[psycopg.AsyncConnection[Any]]]:
-    """The async twin of :func:`own_transaction` (a psycopg ``AsyncConnection``, a SQLAlchemy
-    ``AsyncSession`` or ``AsyncConnection``)."""
-    if isinstance(conn, psycopg.AsyncConnection):
-        if _open(conn).info.transaction_status != TransactionStatus.IDLE:
-            raise UnsupportedConnectionError(_IN_TRANSACTION)
-        async with conn.transaction():
-            yield Owned(conn)
-        return
-    if _origin(conn) == "sqlalchemy":
-        from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-        if isinstance(conn, AsyncSession | AsyncConnection):
-            if conn.in_transaction():
-                raise UnsupportedConnectionError(_IN_TRANSACTION)
-            async with conn.begin():
-                flush: Callable[[], Awaitable[None]] | None = (
-                    conn.flush if isinstance(conn, AsyncSession) else None
-                )
-                yield Owned(await async_driver(conn), flush)
-            return
-    await async_driver(conn)  # raises the error naming what is accepted
-    raise UnsupportedConnectionError(f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)}")
+# sync-twin: end
 
 
 def _open(conn: C) -> C:
@@ -217,6 +255,45 @@ def _describe(conn: object) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+# sync-twin: async source
+async def _from_sqlalchemy_async(conn: Any) -> psycopg.AsyncConnection[Any]:
+    if True:  # ASYNC
+        from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    else:
+        from sqlalchemy.engine import Connection  # noqa: F401
+        from sqlalchemy.orm import Session  # noqa: F401
+
+    if isinstance(conn, AsyncSession):
+        # Begins the session's transaction if it has none (autobegin), as a query would.
+        conn = await conn.connection()
+    if not isinstance(conn, AsyncConnection):
+        if True:  # ASYNC
+            other = "a sync Session or Connection, call the sync method"
+        else:
+            other = "an AsyncSession or AsyncConnection, call the async method"
+        raise UnsupportedConnectionError(
+            f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)} (for {other})"
+        )
+    _check_dialect(conn.dialect)
+    if not conn.in_transaction():
+        # SQLAlchemy begins a transaction on a connection's first statement ("autobegin");
+        # ours bypass it, so begin it here, or the application's commit() would be a no-op
+        # and its jobs rolled back when the connection goes back to the pool.
+        await conn.begin()
+    if True:  # ASYNC
+        driver = (await conn.get_raw_connection()).driver_connection
+    else:
+        driver = conn.connection.driver_connection
+    if not isinstance(driver, psycopg.AsyncConnection):
+        raise UnsupportedConnectionError(
+            f"conn must be {ACCEPTED_ASYNC}; its driver connection is {_describe(driver)}"
+        )
+    return driver
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
 def _from_sqlalchemy(conn: Any) -> psycopg.Connection[Any]:
     from sqlalchemy.engine import Connection
     from sqlalchemy.orm import Session
@@ -225,9 +302,9 @@ def _from_sqlalchemy(conn: Any) -> psycopg.Connection[Any]:
         # Begins the session's transaction if it has none (autobegin), as a query would.
         conn = conn.connection()
     if not isinstance(conn, Connection):
+        other = "an AsyncSession or AsyncConnection, call the async method"
         raise UnsupportedConnectionError(
-            f"conn must be {ACCEPTED}; got {_describe(conn)} (for an AsyncSession or "
-            "AsyncConnection, call the async method)"
+            f"conn must be {ACCEPTED}; got {_describe(conn)} (for {other})"
         )
     _check_dialect(conn.dialect)
     if not conn.in_transaction():
@@ -243,26 +320,7 @@ def _from_sqlalchemy(conn: Any) -> psycopg.Connection[Any]:
     return driver
 
 
-async def _from_sqlalchemy_async(conn: Any) -> psycopg.AsyncConnection[Any]:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-    if isinstance(conn, AsyncSession):
-        conn = await conn.connection()
-    if not isinstance(conn, AsyncConnection):
-        raise UnsupportedConnectionError(
-            f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)} (for a sync Session or "
-            "Connection, call the sync method)"
-        )
-    _check_dialect(conn.dialect)
-    if not conn.in_transaction():
-        await conn.begin()  # see _from_sqlalchemy: autobegin, as a query would
-    raw = await conn.get_raw_connection()
-    driver = raw.driver_connection
-    if not isinstance(driver, psycopg.AsyncConnection):
-        raise UnsupportedConnectionError(
-            f"conn must be {ACCEPTED_ASYNC}; its driver connection is {_describe(driver)}"
-        )
-    return driver
+# sync-twin: end
 
 
 def _check_dialect(dialect: Any) -> None:

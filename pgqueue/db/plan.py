@@ -3,7 +3,8 @@
 An operation is written once as a generator (a *plan*) that yields :class:`Query` / :class:`CopyIn`
 steps and receives each step's rows back. :func:`run` drives it on a ``psycopg.Connection`` and
 :func:`run_async` on a ``psycopg.AsyncConnection``, so the sync and async APIs share every line of
-query building and result handling and cannot drift apart.
+query building and result handling and cannot drift apart. The drivers themselves are one too:
+:func:`run` is generated from :func:`run_async` (``make sync-twins``, scripts/async_to_sync.py).
 
 Rows come back by column name: :func:`fetch_all` / :func:`fetch_one` / :func:`fetch_first` build
 each row with a psycopg row factory (``class_row`` of a NamedTuple whose fields are the query's
@@ -128,10 +129,69 @@ def fetch_value(name: str, params: Mapping[str, Any] | None = None) -> Plan[Any]
     return values[0] if values else None
 
 
-def run(
-    plan: Plan[T], conn: psycopg.Connection[Any], *, foreign: bool = False, guard: bool = True
+# sync-twin: async source
+async def run_async(
+    plan: Plan[T],
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    foreign: bool = False,
+    guard: bool = True,
 ) -> T:
-    """Drive ``plan`` on a sync connection, in whatever transaction the connection is in.
+    """Drive ``plan`` on ``conn``, in whatever transaction the connection is in.
+
+    ``foreign``: the caller's connection, whose adapters may have been changed by its framework
+    (Django loads ``jsonb`` as text), so pgqueue's statements use psycopg's standard loaders.
+    ``guard``: run ``guarded`` steps in a savepoint when in a transaction (off when the caller
+    already runs the whole plan in one).
+    """
+    try:
+        step = next(plan)
+        while True:
+            if isinstance(step, Wait):
+                notes = conn.notifies(timeout=max(0.0, step.timeout), stop_after=1)
+                step = plan.send([(note.payload,) async for note in notes])
+                continue
+            async with _cursor_async(conn, step) as cur:
+                if foreign:
+                    _standard_loaders(cur.adapters)
+                if isinstance(step, Query):
+                    if guard and step.guarded and _in_transaction(conn):
+                        async with atomic_async(conn):
+                            await cur.execute(query(step.name), step.params, prepare=step.prepare)
+                    else:
+                        await cur.execute(query(step.name), step.params, prepare=step.prepare)
+                    rows = await cur.fetchall() if cur.description is not None else []
+                else:
+                    async with cur.copy(query(step.name)) as copy:
+                        if step.types:
+                            copy.set_types(step.types)
+                        for row in step.rows:
+                            await copy.write_row(row)
+                    rows = []
+            step = plan.send(rows)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _cursor_async(
+    conn: psycopg.AsyncConnection[Any], step: Query | CopyIn
+) -> psycopg.AsyncCursor[Any]:
+    if isinstance(step, Query) and step.row is not None:
+        return conn.cursor(row_factory=step.row)
+    return conn.cursor()
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
+def run(
+    plan: Plan[T],
+    conn: psycopg.Connection[Any],
+    *,
+    foreign: bool = False,
+    guard: bool = True,
+) -> T:
+    """Drive ``plan`` on ``conn``, in whatever transaction the connection is in.
 
     ``foreign``: the caller's connection, whose adapters may have been changed by its framework
     (Django loads ``jsonb`` as text), so pgqueue's statements use psycopg's standard loaders.
@@ -167,56 +227,13 @@ def run(
         return done.value  # type: ignore[no-any-return]
 
 
-async def run_async(
-    plan: Plan[T],
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    foreign: bool = False,
-    guard: bool = True,
-) -> T:
-    """Drive ``plan`` on an async connection, in whatever transaction the connection is in
-    (``foreign`` and ``guard`` as for :func:`run`)."""
-    try:
-        step = next(plan)
-        while True:
-            if isinstance(step, Wait):
-                notes = conn.notifies(timeout=max(0.0, step.timeout), stop_after=1)
-                step = plan.send([(note.payload,) async for note in notes])
-                continue
-            async with _cursor_async(conn, step) as cur:
-                if foreign:
-                    _standard_loaders(cur.adapters)
-                if isinstance(step, Query):
-                    if guard and step.guarded and _in_transaction(conn):
-                        async with atomic_async(conn):
-                            await cur.execute(query(step.name), step.params, prepare=step.prepare)
-                    else:
-                        await cur.execute(query(step.name), step.params, prepare=step.prepare)
-                    rows = await cur.fetchall() if cur.description is not None else []
-                else:
-                    async with cur.copy(query(step.name)) as copy:
-                        if step.types:
-                            copy.set_types(step.types)
-                        for row in step.rows:
-                            await copy.write_row(row)
-                    rows = []
-            step = plan.send(rows)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
 def _cursor(conn: psycopg.Connection[Any], step: Query | CopyIn) -> psycopg.Cursor[Any]:
     if isinstance(step, Query) and step.row is not None:
         return conn.cursor(row_factory=step.row)
     return conn.cursor()
 
 
-def _cursor_async(
-    conn: psycopg.AsyncConnection[Any], step: Query | CopyIn
-) -> psycopg.AsyncCursor[Any]:
-    if isinstance(step, Query) and step.row is not None:
-        return conn.cursor(row_factory=step.row)
-    return conn.cursor()
+# sync-twin: end
 
 
 def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

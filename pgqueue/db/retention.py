@@ -59,12 +59,16 @@ class PruneReport:
     history: int = 0  # job_history rows deleted (expired history and results)
     dead_letters: int = 0
     workflows: int = 0  # workflows whose every member was pruned
+    steps: int = 0  # step checkpoints of jobs no table holds any more (durable jobs)
+    events: int = 0  # events past their keep_until
 
     def as_dict(self) -> dict[str, int]:
         return {
             "history": self.history,
             "dead_letters": self.dead_letters,
             "workflows": self.workflows,
+            "steps": self.steps,
+            "events": self.events,
         }
 
 
@@ -143,6 +147,18 @@ def prune(batch_size: int = PRUNE_BATCH, max_batches: int = MAX_BATCHES) -> Plan
             if workflow_ids:
                 emptied = yield Query("prune_workflows", {"ids": workflow_ids})
                 report.workflows += len(emptied)
+            if deleted < batch_size:
+                break
+    # Durable jobs' checkpoints go with their job (after the history and dead letters above,
+    # so a job pruned now loses its steps in the same pass), and events after keep_until.
+    for name in ("prune_job_steps", "prune_events"):
+        for _ in range(max_batches):
+            rows = yield Query(name, {"batch_size": batch_size})
+            deleted = int(rows[0][0])
+            if name == "prune_job_steps":
+                report.steps += deleted
+            else:
+                report.events += deleted
             if deleted < batch_size:
                 break
     return report

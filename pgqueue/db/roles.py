@@ -109,7 +109,12 @@ class RoleNames:
 def statements(names: RoleNames, *, login: bool = True) -> list[sql.Composed]:
     """Every statement of the script, in order."""
     names.validate()
-    return [*_create_roles(names, login), *_settings(names), *_grants(names)]
+    return [
+        *_create_roles(names, login),
+        *_settings(names),
+        *_grants(names),
+        *_durable_grants(names),
+    ]
 
 
 def script(names: RoleNames, *, login: bool = True) -> str:
@@ -195,4 +200,23 @@ def _grants(names: RoleNames) -> Iterator[sql.Composed]:
         privilege = "EXECUTE" if kind == "FUNCTIONS" else "ALL PRIVILEGES"
         yield sql.SQL("GRANT {} ON ALL {} IN SCHEMA {} TO {}").format(
             sql.SQL(privilege), sql.SQL(kind), schema, admin
+        )
+
+
+# -- durable jobs (migration 0020) ----------------------------------------------------------
+# Who may emit and who may read events and checkpoints. The producer may emit
+# (pgqueue.emit_event is SECURITY DEFINER: it completes waiting steps and wakes their jobs
+# without the producer holding any right on jobs or job_steps) and reads nothing of them. The
+# worker's and the admin's grants above already cover job_steps, events and both functions
+# (every table and function in the schema): the worker writes checkpoints, parks jobs, emits
+# from handlers and prunes; the admin reads the views. EXECUTE on park_for_event is never the
+# producer's (it parks running jobs).
+_PRODUCER_DURABLE_FUNCTIONS = ("emit_event",)
+
+
+def _durable_grants(names: RoleNames) -> Iterator[sql.Composed]:
+    producer = sql.Identifier(names.producer)
+    for function in _PRODUCER_DURABLE_FUNCTIONS:
+        yield sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
+            sql.Identifier(SCHEMA, function), producer
         )

@@ -21,8 +21,10 @@ what page 1 does.
 
 Filters are parameters of three fixed named queries (``search_live_jobs``,
 ``search_job_history``, ``search_dead_letters``), each optional as ``%(x)s IS NULL OR ...``,
-executed unprepared so each is planned with its values. Adding a filter (tags, metadata) is one
-:class:`JobFilter` field, one parameter and one condition per query, as ``args`` is.
+executed unprepared so each is planned with its values. The conditions are written once, in the
+``search_filter`` fragment the three queries include (each names its table's columns the same
+way). Adding a filter (tags, metadata) is one :class:`JobFilter` field (its metadata is its
+``pgq jobs search`` option), one parameter and one condition in the fragment, as ``args`` is.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
@@ -42,8 +44,15 @@ from psycopg.types.json import Jsonb
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_first
 from pgqueue.errors import InvalidCursorError, InvalidJobError, SearchTimeoutError
 from pgqueue.rules.durations import parse_duration
+from pgqueue.rules.flags import Flag
 from pgqueue.rules.options import MAX_JOB_ID, check_meta, check_tags
-from pgqueue.rules.vocabulary import HISTORY_STATES, JOB_STATES, LIVE_STATES, PLACE_TABLES
+from pgqueue.rules.vocabulary import (
+    HISTORY_STATES,
+    JOB_STATES,
+    LIVE_STATES,
+    PLACE_TABLES,
+    DeadState,
+)
 
 STATES = JOB_STATES
 PLACES = tuple(PLACE_TABLES)
@@ -100,9 +109,22 @@ _QUERIES = {
     "history": "search_job_history",
     "dead": "search_dead_letters",
 }
+#: The states a job can have in each place (the search_filter fragment's ``s.state``).
+_PLACE_STATES: dict[str, tuple[str, ...]] = {
+    "live": LIVE_STATES,
+    "history": HISTORY_STATES,
+    "dead": get_args(DeadState),
+}
+#: The times the search options take, as their help says (see :func:`parse_time`).
+TIME_HELP = "ISO 8601 (UTC if no offset) or an age such as 30m, 2h, 7d."
 _CURSOR_PREFIX = "v1."
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DONE = "done"
+
+
+def _flag(help: str, *spelling: Any, **more: Any) -> dict[str, Flag]:
+    """A filter's metadata: its ``pgq jobs search`` option (see :class:`Flag`)."""
+    return {"flag": Flag(help, *spelling, **more)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,18 +137,64 @@ class JobFilter:
     (case-insensitive). ``tags``: the job has every one of these tags. ``meta``: the job's
     metadata contains this object (``jsonb @>``: ``{"tenant": "acme"}``)."""
 
-    id: int | None = None
-    task: str | None = None
-    queue: str | None = None
-    states: tuple[str, ...] | None = None
-    error: str | None = None
-    args: Mapping[str, Any] | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    finished_since: datetime | None = None
-    finished_until: datetime | None = None
-    tags: tuple[str, ...] | None = None
-    meta: Mapping[str, Any] | None = None
+    # Each field's metadata is its pgq jobs search option (pgqueue/cli/search_cmd.py makes
+    # them; the fields are in the order --help lists them).
+    id: int | None = field(
+        default=None, metadata=_flag("Only this job id.", names=("--id",), low=1, high=MAX_JOB_ID)
+    )
+    task: str | None = field(default=None, metadata=_flag("Only this task."))
+    queue: str | None = field(
+        default=None, metadata=_flag("Only this queue.", names=("--queue", "-q"))
+    )
+    states: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_flag(
+            f"Only jobs in this state (repeat for several): {', '.join(STATES)}.",
+            "states",
+            "STATE",
+            ("--state",),
+        ),
+    )
+    error: str | None = field(
+        default=None, metadata=_flag("An attempt's error class or message contains this text.")
+    )
+    args: Mapping[str, Any] | None = field(
+        default=None,
+        metadata=_flag(
+            "The job's args contain KEY=VALUE (VALUE as JSON if it parses, else text; repeat to "
+            "combine) or a JSON object.",
+            "pairs",
+            "KEY=VALUE",
+        ),
+    )
+    tags: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_flag(
+            "Only jobs with this tag (repeat: jobs with all of them).", "tags", "TAG", ("--tag",)
+        ),
+    )
+    meta: Mapping[str, Any] | None = field(
+        default=None,
+        metadata=_flag(
+            "The job's metadata contains KEY=VALUE (VALUE as JSON if it parses, else text; "
+            "repeat to combine) or a JSON object.",
+            "pairs",
+            "KEY=VALUE",
+        ),
+    )
+    since: datetime | None = field(
+        default=None, metadata=_flag(f"Enqueued at or after this. {TIME_HELP}", "time", "TIME")
+    )
+    until: datetime | None = field(
+        default=None, metadata=_flag("Enqueued before this.", "time", "TIME")
+    )
+    finished_since: datetime | None = field(
+        default=None,
+        metadata=_flag("Finished (succeeded, cancelled, died) at or after.", "time", "TIME"),
+    )
+    finished_until: datetime | None = field(
+        default=None, metadata=_flag("Finished before this.", "time", "TIME")
+    )
 
     def __post_init__(self) -> None:
         if self.id is not None and not _is_job_id(self.id):
@@ -179,8 +247,7 @@ class JobFilter:
     def params(self, place: str) -> dict[str, Any]:
         states = None
         if self.states is not None:
-            of_place = LIVE_STATES if place == "live" else HISTORY_STATES
-            states = [s for s in self.states if s in of_place]
+            states = [s for s in self.states if s in _PLACE_STATES[place]]
         return {
             "id": self.id,
             "task": self.task,

@@ -23,22 +23,9 @@ from pgqueue.db.connect_errors import connection_error
 CONNECT_TIMEOUT = 10
 
 
-def check_database(dsn: str, *, wait: float = 0.0) -> str:
-    """Connect to ``dsn`` and check its schema (see the module docstring); the revision."""
-
-    def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-
-    try:
-        conn = refusals.connect_when_accepted(connect, wait)
-    except psycopg.OperationalError as exc:
-        raise connection_error(exc, dsn) from exc
-    with conn:
-        return plans.run(schema_check.check(), conn)
-
-
+# sync-twin: async source
 async def check_database_async(dsn: str, *, wait: float = 0.0) -> str:
-    """The async twin of :func:`check_database`."""
+    """Connect to ``dsn`` and check its schema (see the module docstring); the revision."""
 
     async def connect() -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(
@@ -51,3 +38,23 @@ async def check_database_async(dsn: str, *, wait: float = 0.0) -> str:
         raise connection_error(exc, dsn) from exc
     async with conn:
         return await plans.run_async(schema_check.check(), conn)
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
+def check_database(dsn: str, *, wait: float = 0.0) -> str:
+    """Connect to ``dsn`` and check its schema (see the module docstring); the revision."""
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.Connection.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+
+    try:
+        conn = refusals.connect_when_accepted(connect, wait)
+    except psycopg.OperationalError as exc:
+        raise connection_error(exc, dsn) from exc
+    with conn:
+        return plans.run(schema_check.check(), conn)
+
+
+# sync-twin: end

@@ -6,19 +6,23 @@ import contextvars
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar, overload
 
 import psycopg
 
 from pgqueue.errors import JobCancelled, JobTransactionError
+from pgqueue.handler import parking, steps
 from pgqueue.handler.job_transaction import OPEN, JobTransaction, TransactionHost
+from pgqueue.handler.steps import StepRetry, StepRun
 from pgqueue.rules import progress as progress_values
 from pgqueue.rules.payload import dumps
 from pgqueue.rules.vocabulary import CancelReason, HistoryState, TransactionState
 
 # The application's connection a transaction block was given (``conn=``), any kind pgqueue takes.
 ConnT = TypeVar("ConnT")
+# What a step's function returns.
+R = TypeVar("R")
 
 
 class ClaimedJob(NamedTuple):
@@ -80,6 +84,9 @@ class _TransactionFields:
     completed_as: HistoryState | None = None
     #: The value :meth:`JobContext.set_result` gave, as the JSON the completion records.
     result_json: str | None = None
+    #: This run's durable steps (:meth:`JobContext.step`): None until the run's first step, so
+    #: a job that uses none costs nothing for them.
+    step_run: StepRun | None = None
 
 
 @dataclass(eq=False)
@@ -233,6 +240,98 @@ class JobContext(_TransactionFields):
         ``conn``, or psycopg's ``Connection`` (``with``) / ``AsyncConnection`` (``async
         with``)."""
         return JobTransaction(self, conn)
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., R],
+        /,
+        *args: Any,
+        retry: int | StepRetry | None = None,
+        transaction: object = False,
+        repeat: bool = False,
+        **kwargs: Any,
+    ) -> R:
+        """Run ``fn(*args, **kwargs)`` once for this job and checkpoint its return value (typed
+        JSON, decoded by ``fn``'s return annotation): when the job runs again (a retry, a crash,
+        a lost lease) a step that completed returns its checkpoint without calling ``fn``.
+
+        ``name``: unique within a run (:class:`~pgqueue.DuplicateStepError`); ``repeat=True``
+        numbers a step that runs in a loop (``name#1``, ``name#2``, ...). The names and order of
+        steps must be the same on every run (:class:`~pgqueue.NondeterministicStepError`).
+        ``retry``: try a failing step again in place (a count or a
+        :class:`~pgqueue.StepRetry`) before the attempt fails and the job's policy decides.
+        ``transaction=True``: ``fn(conn, *args, **kwargs)`` writes on ``conn`` in a transaction
+        that also commits the checkpoint: its effects happen exactly once;
+        ``transaction=conn`` (the application's connection, any ``conn=`` pgqueue takes) runs
+        that transaction on ``conn`` and passes ``conn`` to ``fn``. Raises
+        :class:`~pgqueue.LeaseLost` when this worker no longer holds the job (nothing is
+        checkpointed). For sync handlers; ``await`` :meth:`step_async` in async ones. The
+        keyword names above are the step's: pass a function taking them with
+        ``functools.partial``. See docs/guide/durable.md."""
+        result: R = steps.run_step(
+            self, name, fn, args, kwargs, retry=retry, transaction=transaction, repeat=repeat
+        )
+        return result
+
+    async def step_async(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: int | StepRetry | None = None,
+        transaction: object = False,
+        repeat: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """The async form of :meth:`step`: ``fn`` may be an async function (awaited) or a sync
+        one (called on the event loop); with ``transaction=True`` it gets an async connection."""
+        return await steps.run_step_async(
+            self, name, fn, args, kwargs, retry=retry, transaction=transaction, repeat=repeat
+        )
+
+    def sleep(self, seconds: float | timedelta, *, name: str | None = None) -> None:
+        """Coming: sleep durably (the job leaves the worker and resumes ``seconds`` later by the
+        database's clock; earlier steps replay). Needs a worker that parks jobs: this version's
+        raises :class:`~pgqueue.StepError`."""
+        parking.check_parking(self, "ctx.sleep()")
+        run = steps.load_run(self)
+        parking.sleep_step(self, run, parking.sleep_call(seconds, None, name))
+
+    def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """Coming: :meth:`sleep` until ``when`` (timezone-aware)."""
+        parking.check_parking(self, "ctx.sleep_until()")
+        run = steps.load_run(self)
+        parking.sleep_step(self, run, parking.sleep_call(None, when, name))
+
+    def wait_for_event(self, name: str, *, timeout: float | timedelta | None = None) -> Any:
+        """Coming: wait until the event ``name`` is emitted (``pgq.emit_event``; one emitted
+        before is delivered too) and return its payload; :class:`~pgqueue.EventTimeout` after
+        ``timeout``. The job leaves the worker while it waits."""
+        parking.check_parking(self, "ctx.wait_for_event()")
+        call = parking.wait_call(name, timeout)
+        return parking.wait_step(self, steps.load_run(self), call)
+
+    async def sleep_async(self, seconds: float | timedelta, *, name: str | None = None) -> None:
+        """The async form of :meth:`sleep`."""
+        parking.check_parking(self, "ctx.sleep_async()")
+        run = await steps.load_run_async(self)
+        parking.sleep_step(self, run, parking.sleep_call(seconds, None, name))
+
+    async def sleep_until_async(self, when: datetime, *, name: str | None = None) -> None:
+        """The async form of :meth:`sleep_until`."""
+        parking.check_parking(self, "ctx.sleep_until_async()")
+        run = await steps.load_run_async(self)
+        parking.sleep_step(self, run, parking.sleep_call(None, when, name))
+
+    async def wait_for_event_async(
+        self, name: str, *, timeout: float | timedelta | None = None
+    ) -> Any:
+        """The async form of :meth:`wait_for_event`."""
+        parking.check_parking(self, "ctx.wait_for_event_async()")
+        call = parking.wait_call(name, timeout)
+        return parking.wait_step(self, await steps.load_run_async(self), call)
 
     def set_result(self, value: Any) -> None:
         """Inside a :meth:`transaction` block: the value the job keeps as its result (jobs

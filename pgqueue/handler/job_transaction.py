@@ -36,6 +36,9 @@ it runs again). Never twice.
 The state of the block is kept on the :class:`~pgqueue.JobContext` (``transaction_state``), where
 the worker reads it: a job whose transaction committed is reported as written, never acked
 again, and not taken for a lost lease when a heartbeat finds its row gone.
+
+The sync block (``__enter__`` / ``__exit__``), its settling and its fresh connection are
+generated from their async twins (``make sync-twins``: the ``# sync-twin:`` marks); edit those.
 """
 
 from __future__ import annotations
@@ -147,17 +150,24 @@ class TransactionHost:
             kwargs["application_name"] = self.application_name
         return kwargs
 
+    # sync-twin: async source
+    @contextlib.asynccontextmanager
+    async def check_connection_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A fresh connection to look into a COMMIT whose reply was lost (never the pool's:
+        they may all be as broken as the one that lost it)."""
+        async with await psycopg.AsyncConnection.connect(self.dsn, **self._check_kwargs()) as conn:
+            yield conn
+
+    # sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
     @contextlib.contextmanager
     def check_connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A fresh connection to look into a COMMIT whose reply was lost (never the pool's:
         they may all be as broken as the one that lost it)."""
-        with psycopg.connect(self.dsn, **self._check_kwargs()) as conn:
+        with psycopg.Connection.connect(self.dsn, **self._check_kwargs()) as conn:
             yield conn
 
-    @contextlib.asynccontextmanager
-    async def check_connection_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        async with await psycopg.AsyncConnection.connect(self.dsn, **self._check_kwargs()) as conn:
-            yield conn
+    # sync-twin: end
 
 
 _host: contextvars.ContextVar[TransactionHost] = contextvars.ContextVar("pgqueue_transactions")
@@ -259,6 +269,26 @@ class _Settling:
         return delay
 
 
+# sync-twin: async source
+async def _settle_async(host: TransactionHost, completed: Completed) -> str:
+    settling = _Settling(completed)
+    while True:
+        status: str | None = None
+        error: psycopg.Error | None = None
+        try:
+            async with host.check_connection_async() as conn:
+                status = await plans.run_async(settling.plan(), conn)
+        except psycopg.Error as exc:
+            error = exc
+        verdict = settling.next(status, error)
+        if isinstance(verdict, str):
+            return verdict
+        await asyncio.sleep(verdict)
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
 def _settle(host: TransactionHost, completed: Completed) -> str:
     settling = _Settling(completed)
     while True:
@@ -275,20 +305,7 @@ def _settle(host: TransactionHost, completed: Completed) -> str:
         time.sleep(verdict)
 
 
-async def _settle_async(host: TransactionHost, completed: Completed) -> str:
-    settling = _Settling(completed)
-    while True:
-        status: str | None = None
-        error: psycopg.Error | None = None
-        try:
-            async with host.check_connection_async() as conn:
-                status = await plans.run_async(settling.plan(), conn)
-        except psycopg.Error as exc:
-            error = exc
-        verdict = settling.next(status, error)
-        if isinstance(verdict, str):
-            return verdict
-        await asyncio.sleep(verdict)
+# sync-twin: end
 
 
 class JobTransaction(Generic[SyncConnT, AsyncConnT]):
@@ -379,7 +396,87 @@ class JobTransaction(Generic[SyncConnT, AsyncConnT]):
             ctx.attempt,
         )
 
-    # -- sync ------------------------------------------------------------------------------
+    # -- sync and async ------------------------------------------------------------------
+
+    # sync-twin: async source
+    async def __aenter__(self) -> AsyncConnT:
+        if True:  # ASYNC  # noqa: SIM108
+            host = self._begin(asynchronous=True)
+        else:
+            host = self._begin(asynchronous=False)
+        try:
+            conn = self._conn
+            if conn is None:
+                self._source = host.connection_async()
+                conn = await self._source.__aenter__()
+            self._owning = host.own_async(conn)
+            self._owned = owned = await self._owning.__aenter__()
+        except BaseException:
+            self._ctx.set_transaction_state(None)
+            await self._release_async()
+            raise
+        target: AsyncConnT = self._target(owned)
+        return target
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if kind is None:
+                if True:  # ASYNC
+                    await self._finish_shielded()
+                else:
+                    self._finish()
+            else:
+                await self._roll_back_async(kind, error, tb)
+        finally:
+            await self._release_async()
+
+    async def _roll_back_async(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: Any
+    ) -> None:
+        """The block raised (or was given up): roll back; the block's error goes on."""
+        if self._ctx.transaction_state in (OPEN, COMPLETING):
+            self._ctx.set_transaction_state(None)
+        try:
+            await self._owning.__aexit__(kind, error, tb)
+        except Exception:
+            # The connection is broken: the server rolls the transaction back.
+            log.debug("rolling back a job's transaction failed", exc_info=True)
+
+    async def _release_async(self) -> None:
+        source, self._source = self._source, None
+        if source is not None:
+            await source.__aexit__(None, None, None)
+
+    async def _finish_async(self) -> None:
+        ctx, owned = self._ctx, self._owned
+        assert owned is not None and ctx.transactions is not None
+        try:
+            if owned.flush is not None:
+                await owned.flush()  # the ORM's pending writes first: the job's row lock is last
+            ctx.set_transaction_state(COMPLETING)
+            host = ctx.transactions
+            completed = await plans.run_async(
+                complete(ctx, host.wake(ctx.job), host.claim_unsettled(ctx.job)),
+                owned.driver,
+                foreign=self._conn is not None,
+            )
+            if completed is None:
+                raise self._lost(ctx)
+        except BaseException as exc:
+            await self._roll_back_async(type(exc), exc, exc.__traceback__)
+            raise
+        try:
+            await self._owning.__aexit__(None, None, None)  # COMMIT
+        except Exception as exc:
+            self._settled(ctx, await _settle_async(ctx.transactions, completed), exc)
+        self._committed(ctx, completed)
+
+    # sync-twin: generated from the async source above by `make sync-twins`; do not edit
 
     def __enter__(self) -> SyncConnT:
         host = self._begin(asynchronous=False)
@@ -452,37 +549,9 @@ class JobTransaction(Generic[SyncConnT, AsyncConnT]):
             self._settled(ctx, _settle(ctx.transactions, completed), exc)
         self._committed(ctx, completed)
 
-    # -- async -----------------------------------------------------------------------------
+    # sync-twin: end
 
-    async def __aenter__(self) -> AsyncConnT:
-        host = self._begin(asynchronous=True)
-        try:
-            conn = self._conn
-            if conn is None:
-                self._source = host.connection_async()
-                conn = await self._source.__aenter__()
-            self._owning = host.own_async(conn)
-            self._owned = owned = await self._owning.__aenter__()
-        except BaseException:
-            self._ctx.set_transaction_state(None)
-            await self._release_async()
-            raise
-        target: AsyncConnT = self._target(owned)
-        return target
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if kind is None:
-                await self._finish_shielded()
-            else:
-                await self._roll_back_async(kind, error, tb)
-        finally:
-            await self._release_async()
+    # -- async only ------------------------------------------------------------------------
 
     async def _finish_shielded(self) -> None:
         """The completion and the COMMIT run to their end even if the handler is cancelled
@@ -500,42 +569,3 @@ class JobTransaction(Generic[SyncConnT, AsyncConnT]):
             if not finishing.cancelled():
                 finishing.exception()  # retrieved: its state is on the context
             raise
-
-    async def _roll_back_async(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: Any
-    ) -> None:
-        if self._ctx.transaction_state in (OPEN, COMPLETING):
-            self._ctx.set_transaction_state(None)
-        try:
-            await self._owning.__aexit__(kind, error, tb)
-        except Exception:
-            log.debug("rolling back a job's transaction failed", exc_info=True)
-
-    async def _release_async(self) -> None:
-        source, self._source = self._source, None
-        if source is not None:
-            await source.__aexit__(None, None, None)
-
-    async def _finish_async(self) -> None:
-        ctx, owned = self._ctx, self._owned
-        assert owned is not None and ctx.transactions is not None
-        try:
-            if owned.flush is not None:
-                await owned.flush()
-            ctx.set_transaction_state(COMPLETING)
-            host = ctx.transactions
-            completed = await plans.run_async(
-                complete(ctx, host.wake(ctx.job), host.claim_unsettled(ctx.job)),
-                owned.driver,
-                foreign=self._conn is not None,
-            )
-            if completed is None:
-                raise self._lost(ctx)
-        except BaseException as exc:
-            await self._roll_back_async(type(exc), exc, exc.__traceback__)
-            raise
-        try:
-            await self._owning.__aexit__(None, None, None)  # COMMIT
-        except Exception as exc:
-            self._settled(ctx, await _settle_async(ctx.transactions, completed), exc)
-        self._committed(ctx, completed)

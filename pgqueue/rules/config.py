@@ -1,4 +1,4 @@
-"""Settings shared by the library, the CLI and the tests: defaults, and the DSN configured.
+"""Settings shared by the library, the CLI and the tests: limits, and the DSN configured.
 
 DSN resolution is the same everywhere: an explicit ``dsn`` argument (``--dsn`` on the CLI), else
 ``PGQUEUE_DSN``, else ``DATABASE_URL``, else the embedded PostgreSQL server that pgqueue starts on
@@ -22,7 +22,8 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 #: Longest queue or task name accepted; long enough for dotted module paths, short enough
 #: to keep the claim index small.
 MAX_NAME_LENGTH = 200
-DEFAULT_MAX_ATTEMPTS = 5
+# A job's defaults (queue, priority, max_attempts, ...) are declared with its options, in
+# pgqueue.rules.options (DEFAULTS); the worker's in pgqueue.worker.settings.
 
 
 class GivenDsn(str):

@@ -40,8 +40,8 @@ from typing import (
 )
 
 from pgqueue.errors import ConfigurationError, InvalidJobError
-from pgqueue.rules import config
 from pgqueue.rules.dedupe import ON_CONFLICT, UNIQUE_AMONG, check_choice, check_unique_by
+from pgqueue.rules.flags import Flag
 from pgqueue.rules.flow_control import CircuitBreaker, RateLimit, check_limit
 from pgqueue.rules.payload import check_name, check_unicode, dumps
 from pgqueue.rules.retry import BackoffLike
@@ -306,17 +306,33 @@ class JobBasics(TypedDict, total=False):
     """Where a job waits, in which order, how many attempts: what a task, a cron schedule and
     a call may set. ``None`` leaves an option unset (the task's value, else the default)."""
 
-    queue: Annotated[str | None, Check(_queue, default="default")]
+    queue: Annotated[
+        str | None, Check(_queue, default="default"), Flag("Queue (default: {default!r}).")
+    ]
     """The queue the job waits in (default ``"default"``)."""
-    priority: Annotated[int | None, Check(_priority, default=0)]
+    priority: Annotated[
+        int | None, Check(_priority, default=0), Flag("Lower runs first (default {default}).")
+    ]
     """Lower runs first, -32768 to 32767 (default 0)."""
-    max_attempts: Annotated[int | None, Check(_max_attempts, default=config.DEFAULT_MAX_ATTEMPTS)]
+    max_attempts: Annotated[
+        int | None,
+        Check(_max_attempts, default=5),
+        Flag("Attempts before dead-lettering (default {default})."),
+    ]
     """Attempts before the job is dead-lettered (default 5)."""
-    meta: Annotated[Mapping[str, Any] | None, Check(check_meta)]
+    meta: Annotated[
+        Mapping[str, Any] | None,
+        Check(check_meta),
+        Flag("Metadata stored with the job: a JSON object.", kind="json"),
+    ]
     """Metadata stored with the job (a JSON object with string keys, at most 8 KB of JSON):
     shown by the views, the CLI and the dashboard, searchable, ``current_job().meta`` in the
     handler. A call's keys are added over its task's (the call wins a key both set)."""
-    tags: Annotated[Iterable[str] | None, Check(check_tags)]
+    tags: Annotated[
+        Iterable[str] | None,
+        Check(check_tags),
+        Flag("A tag stored with the job (repeat for several).", "repeat", "TAG", ("--tag",)),
+    ]
     """Tags stored with the job (at most 20 non-empty strings of at most 100 characters;
     repeats dropped, order kept): searchable, ``current_job().tags``. A call's tags are added
     to its task's."""
@@ -325,48 +341,125 @@ class JobBasics(TypedDict, total=False):
 class JobDefaults(JobBasics, total=False):
     """What a task declares for its jobs and a call may override."""
 
-    result_ttl: Annotated[float | timedelta | None, Check(_positive_duration)]
+    result_ttl: Annotated[
+        float | timedelta | None,
+        Check(_positive_duration),
+        Flag("Keep the return value this long (e.g. 1h), for pgq.result().", "duration"),
+    ]
     """Keep the job's return value this long (seconds or a timedelta; see ``pgq.result()``)."""
-    unique_by: Annotated[bool | str | Iterable[str] | None, Check(check_unique_by)]
+    unique_by: Annotated[
+        bool | str | Iterable[str] | None,
+        Check(check_unique_by),
+        Flag(
+            "Key the job by its task and this argument (repeat for several).",
+            "repeat",
+            "ARG",
+            switch=("--unique", "Key the job by its task and all its arguments (unique_by=True)."),
+        ),
+    ]
     """Derive the idempotency key from the task and its arguments: ``True`` (all of them) or
     the names of the ones that count; ``False`` turns a task's ``unique_by`` off for a call."""
     # (No Check default for these two: the job's field defaults to it, so a job that leaves
     # them unset costs no check and no lookup of theirs at enqueue.)
-    unique_among: Annotated[Literal["live", "pending"] | None, Check(_unique_among)]
+    unique_among: Annotated[
+        Literal["live", "pending"] | None,
+        Check(_unique_among),
+        Flag("The key is held until the job finishes (live) or starts (pending)."),
+    ]
     """When a job holds its key: ``"live"`` (default: until it finishes) or ``"pending"``
     (until a worker starts it, so a new job can be enqueued while it runs)."""
-    on_conflict: Annotated[Literal["keep", "replace", "replace_args"] | None, Check(_on_conflict)]
+    on_conflict: Annotated[
+        Literal["keep", "replace", "replace_args"] | None,
+        Check(_on_conflict),
+        Flag(
+            "A pending job with the key: keep it, or replace its args and run time (replace) or "
+            "its args (replace_args)."
+        ),
+    ]
     """Enqueueing a held key again: ``"keep"`` (default: the holder stays as it is),
     ``"replace"`` (a holder not yet running gets this call's args and run_at: debounce),
     ``"replace_args"`` (its args only)."""
-    throttle: Annotated[float | timedelta | None, Check(_period)]
+    throttle: Annotated[
+        float | timedelta | None,
+        Check(_period),
+        Flag("At most one job per key per period (e.g. 1m).", "duration"),
+    ]
     """At most one job per key per period (whole seconds, by the database clock)."""
 
 
 class JobOptions(JobDefaults, total=False):
     """One call's options: ``pgq.enqueue(...)``, ``task.enqueue(...)``, ``task.options(...)``."""
 
-    run_at: Annotated[datetime | None, Check(_aware)]
+    run_at: Annotated[
+        datetime | None, Check(_aware), Flag("Run at this time (ISO 8601 with a UTC offset).")
+    ]
     """When the job may run (a timezone-aware datetime)."""
-    delay: Annotated[float | timedelta | None, Check(to_timedelta)]
+    delay: Annotated[
+        float | timedelta | None, Check(to_timedelta), Flag("Run after e.g. 30s, 5m.", "duration")
+    ]
     """Run the job no sooner than this from now (seconds or a timedelta)."""
-    idempotency_key: Annotated[str | None, Check(check_key)]
+    idempotency_key: Annotated[
+        str | None,
+        Check(check_key),
+        Flag("Return the live job with this key instead of adding a duplicate."),
+    ]
     """At most one live job holds a key: enqueueing it again returns that job's id."""
-    concurrency_key: Annotated[str | None, Check(check_key)]
+    concurrency_key: Annotated[
+        str | None,
+        Check(check_key),
+        Flag("Concurrency key (the task's key_limit applies per key)."),
+    ]
     """The job's key (a task's ``limit_by`` sets it from an argument): jobs sharing a key run
     at most ``key_limit`` at once (a task option, default 1), start at most
     ``key_rate_limit`` per second, and take turns with other keys in a fair queue."""
-    unique_for: Annotated[float | timedelta | None, Check(_positive_duration)]
+    unique_for: Annotated[
+        float | timedelta | None,
+        Check(_positive_duration),
+        Flag("Keep the key this long after the job finished (e.g. 1d).", "duration"),
+    ]
     """Keep the idempotency key this long after the job finished in one of
     ``unique_states``."""
-    unique_states: Annotated[str | Iterable[str] | None, Check(_final_states)]
+    unique_states: Annotated[
+        str | Iterable[str] | None,
+        Check(_final_states),
+        Flag(
+            "With --unique-for: a final state that keeps the key (repeat for several; default: "
+            f"all of them): {', '.join(UNIQUE_STATES)}.",
+            "repeat",
+            "STATE",
+            ("--unique-state",),
+        ),
+    ]
     """The final states that keep the key: ``succeeded``, ``dead``, ``cancelled``."""
-    wait_if_full: Annotated[float | timedelta | None, Check(to_timedelta)]
+    wait_if_full: Annotated[
+        float | timedelta | None,
+        Check(to_timedelta),
+        Flag("Wait this long for room in a full queue (max_depth) before failing.", "duration"),
+    ]
     """How long to wait for room in a full queue (``max_depth``) before raising
     :class:`~pgqueue.QueueFullError`."""
-    depends_on: Annotated[Iterable[int] | None, Check(check_job_ids)]
+    depends_on: Annotated[
+        Iterable[int] | None,
+        Check(check_job_ids),
+        Flag(
+            "Id of a job that must succeed first (repeat for several); the job waits.",
+            "repeat",
+            "ID",
+            low=1,
+            high=MAX_JOB_ID,
+        ),
+    ]
     """Ids of jobs that must succeed first (the job waits until they have)."""
-    caused_by: Annotated[int | None, Check(lambda v, w: check_int(v, w, 1, MAX_JOB_ID))]
+    caused_by: Annotated[
+        int | None,
+        Check(lambda v, w: check_int(v, w, 1, MAX_JOB_ID)),
+        Flag(
+            "Id of the job that led to this one (stored with the job).",
+            metavar="ID",
+            low=1,
+            high=MAX_JOB_ID,
+        ),
+    ]
     """The id of the job that led to this one (a handler's own job, a failed job's follow-up):
     stored with the job, so ``WHERE caused_by = ...`` finds what a job set off."""
 

@@ -26,10 +26,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from pgqueue.errors import ConfigurationError
-from pgqueue.rules.options import MAX_META_BYTES, JobBasics, TaskOptions, check_meta, check_tags
+from pgqueue.rules.config import DEFAULT_MAX_PAYLOAD_BYTES
+from pgqueue.rules.options import (
+    DEFAULTS,
+    MAX_META_BYTES,
+    JobBasics,
+    TaskOptions,
+    check_meta,
+    check_tags,
+)
 from pgqueue.rules.payload import check_name, dumps
 
 MISSED_POLICIES = ("skip", "catch_up")
@@ -37,6 +43,8 @@ _COUNT_LIMIT = 10_000  # ticks counted one by one before a skip is only estimate
 
 
 def check_cron(expression: str) -> str:
+    from croniter import croniter  # with dateutil, 13 modules: loaded by cron schedules only
+
     if not isinstance(expression, str) or not croniter.is_valid(expression):
         raise ConfigurationError(
             f"invalid cron expression {expression!r}: five fields (minute hour day month "
@@ -85,9 +93,10 @@ class Schedule:
     task: str
     args: Mapping[str, Any] = field(default_factory=dict)
     tz: str = "UTC"
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = 5
+    # The job options' defaults (a schedule of a registered task has the task's).
+    queue: str = DEFAULTS["queue"]
+    priority: int = DEFAULTS["priority"]
+    max_attempts: int = DEFAULTS["max_attempts"]
     missed: str = "skip"
     grace: float = 60.0
     max_catch_up: int = 100
@@ -121,7 +130,7 @@ class Schedule:
             "cron": self.cron,
             "timezone": self.tz,
             "task": self.task,
-            "args": dumps(dict(self.args), limit=1024 * 1024),
+            "args": dumps(dict(self.args), limit=DEFAULT_MAX_PAYLOAD_BYTES),
             "queue": self.queue,
             "priority": self.priority,
             "max_attempts": self.max_attempts,
@@ -135,6 +144,8 @@ class Schedule:
 
 def next_tick(cron: str, tz: str, after: datetime) -> datetime:
     """The first tick strictly after ``after`` (UTC)."""
+    from croniter import croniter
+
     local = after.astimezone(check_timezone(tz))
     tick = croniter(cron, local).get_next(datetime)
     return tick.astimezone(UTC)
@@ -160,6 +171,8 @@ def plan_ticks(
     max_catch_up: int,
 ) -> TickPlan:
     """The ticks from ``due`` (the schedule's next_tick, at or before ``now``) up to ``now``."""
+    from croniter import croniter
+
     zone = check_timezone(tz)
     following = next_tick(cron, tz, now)
     # Walk forward from `due` (itself a tick), keeping at most what the policy can use.

@@ -28,7 +28,6 @@ import signal
 import sys
 import threading
 import traceback
-from datetime import datetime
 from multiprocessing.connection import Connection
 from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
@@ -41,9 +40,10 @@ from pgqueue.handler.job_hooks import call_hooked
 from pgqueue.handler.job_transaction import bind_host
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.tracing import consumer
-from pgqueue.rules.vocabulary import CancelReason, cancel_reason
+from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker import frames
 from pgqueue.worker.batches import prepare, settle
+from pgqueue.worker.frames import ChildReply
 from pgqueue.worker.outcome import Outcome, raised_outcome, returned_outcome
 from pgqueue.worker.transactions import ChildTransactions
 
@@ -119,7 +119,7 @@ class _ForwardingHandler(logging.Handler):
                 data["exc_text"] = record.exc_text
             if record.stack_info:
                 data["stack_info"] = record.stack_info
-            self.channel.send({"t": "log", "record": data})
+            self.channel.send(frames.log(data))
         except Exception:
             self.handleError(record)
 
@@ -173,16 +173,6 @@ def _rss() -> int | None:
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes there, KiB elsewhere
 
 
-def _reply(outcome: Outcome) -> dict[str, Any]:
-    return {
-        "kind": outcome.kind,
-        "delay": outcome.delay,
-        "error": outcome.error,
-        "summary": outcome.summary,
-        "result": outcome.result,
-    }
-
-
 class _Runner:
     def __init__(
         self,
@@ -224,8 +214,8 @@ class _Runner:
                     self.busy = True
                 self.jobs.put(message)
             elif kind == "cancel":
-                key = (message["id"], message["token"])
-                self._cancel(key, cancel_reason(message["reason"]), bool(message.get("batch")))
+                order = frames.read_cancel(message)
+                self._cancel(order.key, order.reason, order.whole_batch)
             elif kind == "terminate":
                 _flags.terminating = True
                 # The worker's SIGTERM may have come before this message and been ignored.
@@ -266,18 +256,17 @@ class _Runner:
 
     def run(self, message: dict[str, Any]) -> dict[str, Any]:
         if message.get("t") == "batch":
-            return self.run_batch(message)
-        job = _claimed(message)
+            return self.run_batch(frames.read_batch(message))
+        order = frames.read_job(message)
+        job = order.job
+        key = (job.id, job.lease_token)
         transactions = self.transactions
         ctx = JobContext(job, self.worker_id)
         if transactions is not None:
-            key = (job.id, job.lease_token)
-            transactions.waking = {key} if message.get("wake") else set()
-            transactions.unsettled = {key} if message.get("unsettled") else set()
+            transactions.waking = {key} if order.wake else set()
+            transactions.unsettled = {key} if order.unsettled else set()
         channel = self.channel
-        ctx.progress_hook = lambda text: channel.send(
-            {"t": "progress", "id": job.id, "token": job.lease_token, "value": text}
-        )
+        ctx.progress_hook = lambda text: channel.send(frames.progress(key, text))
         with self.lock:
             self.current = ctx
             early = self.early.pop((job.id, job.lease_token), None)
@@ -289,15 +278,14 @@ class _Runner:
         finally:
             with self.lock:
                 self.current = None
-        reply.update(t="done", id=job.id, token=job.lease_token, rss=_rss())
-        return reply
+        return frames.done(key, reply, _rss())
 
-    def run_batch(self, message: dict[str, Any]) -> dict[str, Any]:
+    def run_batch(self, order: frames.BatchOrder) -> dict[str, Any]:
         """One call of a batch handler for the jobs of the message; an answer per job."""
-        contexts = [JobContext(_claimed(m), self.worker_id) for m in message["jobs"]]
-        for ctx, part in zip(contexts, message["jobs"], strict=True):
-            if part.get("cancelled"):
-                ctx.cancel(cancel_reason(part["cancelled"]))
+        contexts = [JobContext(job, self.worker_id) for job, _ in order.jobs]
+        for ctx, (_, cancelled) in zip(contexts, order.jobs, strict=True):
+            if cancelled is not None:
+                ctx.cancel(cancelled)
         with self.lock:
             self.batch = {(c.id, c.job.lease_token): c for c in contexts}
             early = {key: self.early.pop(key) for key in self.batch if key in self.early}
@@ -309,16 +297,9 @@ class _Runner:
         finally:
             with self.lock:
                 self.batch = {}
-        return {
-            "t": "done",
-            "kind": "ack",
-            "items": replies,
-            "id": message["id"],
-            "token": message["token"],
-            "rss": _rss(),
-        }
+        return frames.done(order.key, ChildReply("ack", items=replies), _rss())
 
-    def _batch_attempt(self, contexts: list[JobContext]) -> list[dict[str, Any]]:
+    def _batch_attempt(self, contexts: list[JobContext]) -> list[ChildReply]:
         task = self.app.tasks.get(contexts[0].task)
         if not isinstance(task, BatchTask) or task.is_async:
             error = ConfigurationError(
@@ -326,13 +307,13 @@ class _Runner:
                 f"imported ({self.spec}); register it when that module is imported"
             )
             return [
-                _reply(Outcome.from_exception(c.job, "error", error, self.worker_id))
+                ChildReply.of(Outcome.from_exception(c.job, "error", error, self.worker_id))
                 for c in contexts
             ]
         items, positions, failed = prepare(task, contexts, self.worker_id)
-        replies: list[dict[str, Any]] = [{} for _ in contexts]
+        replies = [ChildReply("stopped") for _ in contexts]  # each one set below
         for position, outcome in failed.items():
-            replies[position] = _reply(outcome)
+            replies[position] = ChildReply.of(outcome)
         if not items:
             return replies
         token = set_current(None)  # current_job() names one job: not in a batch
@@ -350,27 +331,27 @@ class _Runner:
 
     def _item_reply(
         self, task: Task[..., Any], job: ClaimedJob, what: Outcome | BaseException
-    ) -> dict[str, Any]:
+    ) -> ChildReply:
         if isinstance(what, Outcome):
-            return _reply(what)
+            return ChildReply.of(what)
         if isinstance(what, JobCancelled):
-            return {"kind": "stopped"}
+            return ChildReply("stopped")
         if isinstance(what, Exception):
-            return _reply(raised_outcome(task, job, what, self.worker_id))
+            return ChildReply.of(raised_outcome(task, job, what, self.worker_id))
         raise what  # not an Exception (only a marked or raised one gets here)
 
-    def _attempt(self, job: ClaimedJob, ctx: JobContext) -> dict[str, Any]:
+    def _attempt(self, job: ClaimedJob, ctx: JobContext) -> ChildReply:
         task = self.app.tasks.get(job.task)
         if task is None or task.is_async:
             error = ConfigurationError(
                 f"task {job.task!r} is not a sync task of the app this child imported "
                 f"({self.spec}); register it when that module is imported"
             )
-            return _reply(Outcome.from_exception(job, "error", error, self.worker_id))
+            return ChildReply.of(Outcome.from_exception(job, "error", error, self.worker_id))
         try:
             args, kwargs = task.binder.bind(job.args)
         except InvalidJobError as exc:
-            return _reply(Outcome.from_exception(job, "fail", exc, self.worker_id))
+            return ChildReply.of(Outcome.from_exception(job, "fail", exc, self.worker_id))
         if task.pass_context:
             args.insert(0, ctx)
         tracer = self.tracer
@@ -385,7 +366,7 @@ class _Runner:
         try:
             value = call_hooked(func, args, kwargs)
         except JobCancelled:
-            return {"kind": "stopped"}
+            return ChildReply("stopped")
         except Exception as exc:
             if tracer is not None:
                 tracer.failed(span, exc)
@@ -397,27 +378,7 @@ class _Runner:
             if tracer is not None:
                 # Before the reply: a failed attempt's error record keeps the span's context.
                 tracer.finish(span, outcome)
-        return _reply(outcome)
-
-
-def _claimed(message: dict[str, Any]) -> ClaimedJob:
-    """The job a ``job`` message (or one job of a ``batch`` message) describes."""
-    return ClaimedJob(
-        message["id"],
-        message["queue"],
-        message["task"],
-        message["args"],
-        message["attempt"],
-        message["max_attempts"],
-        message["token"],
-        message["priority"],
-        datetime.fromisoformat(message["created_at"]),
-        datetime.fromisoformat(message["run_at"]),
-        bool(message["wants_result"]),
-        message.get("meta"),
-        message.get("tags"),
-        message.get("last_trace"),
-    )
+        return ChildReply.of(outcome)
 
 
 def _transactions(
@@ -451,7 +412,7 @@ def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
         try:
             app = _load_app(spec)
         except BaseException as exc:
-            channel.send({"t": "fatal", "error": "".join(traceback.format_exception(exc))})
+            channel.send(frames.fatal("".join(traceback.format_exception(exc))))
             raise SystemExit(1) from None
         root = logging.getLogger()
         if not root.handlers:
@@ -468,13 +429,8 @@ def main(config: dict[str, Any], inbox: Connection, outbox: Connection) -> None:
             name="pgqueue-child-reader",
             daemon=True,
         ).start()
-        channel.send(
-            {
-                "t": "ready",
-                "pid": os.getpid(),
-                "tasks": sorted(name for name, task in app.tasks.items() if not task.is_async),
-            }
-        )
+        sync_tasks = sorted(name for name, task in app.tasks.items() if not task.is_async)
+        channel.send(frames.ready(os.getpid(), sync_tasks))
         runner.serve()
     except _Terminated:
         os._exit(_TERMINATED)

@@ -32,6 +32,7 @@ from typing import Any
 
 from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.claim_cursor import ClaimCursor
+from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.linger import Linger
@@ -64,6 +65,7 @@ class Fetcher(Service):
         executor: Executor,
         completer: Completer,
         *,
+        ledger: ClaimLedger | None = None,
         worker_id: str,
         queues: list[str],
         task_names: list[str],
@@ -76,6 +78,8 @@ class Fetcher(Service):
         self.store = store
         self.executor = executor
         self.completer = completer
+        #: What the claims left to settle (a COMMIT on its way, a queue to wake on exit).
+        self.ledger = ledger if ledger is not None else completer.ledger
         self.queues = queues
         self.params: dict[str, Any] = {
             "queues": queues,
@@ -365,15 +369,16 @@ class Fetcher(Service):
                 jobs.append(row)
                 if row[_WAKE_ON_EXIT]:
                     # It took a limit's last free place: its exit wakes held-back claimers.
-                    self.completer.wake_on_exit(row[_ID], row[_TOKEN])
+                    self.ledger.wake_on_exit(row[_ID], row[_TOKEN])
             elif row[_THROTTLED] < 0:
                 self.flow = False  # no flow control applies any more
             elif throttled is None:
                 throttled = float(row[_THROTTLED])
-        if self.completer.waking() > 2 * self.executor.concurrency + 100:
+        if self.ledger.waking() > 2 * self.executor.concurrency + 100:
             # Jobs that never got an outcome (a lost lease, a hand-back) would stay listed.
             claimed = {(row[_ID], row[_TOKEN]) for row in jobs}  # not handed over yet
-            self.completer.keep_wakes(claimed | set(self.executor.held()))
+            held = claimed | set(self.executor.held()) | set(self.completer.held())
+            self.ledger.keep_wakes(held)
         return jobs, throttled, False
 
     async def _claim_early(self, params: dict[str, Any]) -> list[Row]:
@@ -392,7 +397,7 @@ class Fetcher(Service):
             "claim_jobs", "next_due", params, generic=True
         )
         keys = [(row[_ID], row[_TOKEN]) for row in rows]
-        self.completer.claim_pending(keys)
+        self.ledger.claim_pending(keys)
         self._commits.add(commit)
         commit.add_done_callback(lambda task: self._claim_committed(task, keys))
         self._hand_over(rows, self._main_sent_at)
@@ -405,12 +410,12 @@ class Fetcher(Service):
         self._commits.discard(commit)
         error = None if commit.cancelled() else commit.exception()
         if not commit.cancelled() and error is None:
-            self.completer.claim_committed(keys)
+            self.ledger.claim_committed(keys)
             return
         for job_id, token in keys:
             self.executor.stop_job(job_id, "lease lost", token)
         running = {key for key in keys if key in self.executor.running}
-        self.completer.claim_failed(keys, running)
+        self.ledger.claim_failed(keys, running)
         self.wake()  # rolled back, its jobs are ready again: claim them
         self.log.warning(
             "claim did not commit; its jobs were stopped and run again later job_ids=%s error=%r",

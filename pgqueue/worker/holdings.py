@@ -4,14 +4,16 @@ A claimed job is held in one of two places until its outcome is written: the exe
 (running, waiting for a slot, gathered into a batch) or the completer (finished, its outcome
 not written yet). Both keep its lease alive, so the heartbeater extends the leases of both,
 less the claims whose COMMIT is still on its way or failed (nothing is ever written under
-those). This is the heartbeater's one view of the two: it reads the leases and the progress
-handlers reported, and stops a handler whose lease was lost or whose job was cancelled.
+those: the claim ledger, :mod:`pgqueue.worker.claim_ledger`, knows them). This is the
+heartbeater's one view of the two: it reads the leases and the progress handlers reported, and
+stops a handler whose lease was lost or whose job was cancelled.
 """
 
 from __future__ import annotations
 
 from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.rules.vocabulary import CancelReason
+from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 
@@ -19,9 +21,12 @@ Lease = tuple[int, int]  # (job id, lease token)
 
 
 class Holdings:
-    def __init__(self, executor: Executor, completer: Completer) -> None:
+    def __init__(
+        self, executor: Executor, completer: Completer, ledger: ClaimLedger | None = None
+    ) -> None:
         self._executor = executor
         self._completer = completer
+        self._ledger = ledger if ledger is not None else completer.ledger
 
     @property
     def slots(self) -> int:
@@ -31,8 +36,8 @@ class Holdings:
     def leases(self) -> list[Lease]:
         """Every lease to extend, sorted by job id (the lock order of every batch)."""
         held = sorted(self._executor.held() + self._completer.held())
-        self._completer.forget_not_ours(set(held))
-        not_ours = self._completer.not_ours()
+        self._ledger.forget_not_ours(set(held))
+        not_ours = self._ledger.not_ours()
         if not_ours:
             # Claims not committed yet, or that never did: nothing is written under them.
             held = [pair for pair in held if pair not in not_ours]

@@ -3,8 +3,10 @@
 Counters and the duration histogram come from :class:`WorkerObserver` hooks (no database work).
 Queue depth and oldest-ready age come from ONE query over the hot table per scrape
 (``queue_depths``), run on a small connection of the exporter's own (not the worker's pool),
-and reused for a second when scrapes come in faster than that. Every worker exports the same
-queue gauges: aggregate them with ``max by (queue, state)``.
+and reused for a second when scrapes come in faster than that. The xmin horizon's age and
+pgqueue's tables' dead tuples and sizes (views ``pgqueue.horizon`` and ``pgqueue.table_health``)
+come from a second read on that kind of connection, reused for five seconds. Every worker
+exports the same database gauges: aggregate them with ``max by (queue, state)`` / ``max``.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pgqueue.db.horizon import Horizon, horizon_plan
+from pgqueue.db.plan import run
 from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler import log_queue
@@ -32,6 +36,7 @@ log = logging.getLogger("pgqueue.worker.metrics")
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 _STATES: tuple[LiveState, ...] = ("ready", "scheduled", "running")
+T = TypeVar("T")
 
 
 class WorkerMetrics(WorkerObserver):
@@ -122,23 +127,27 @@ class LogRecordsDropped(Collector):
         yield family
 
 
-class QueueDepthCollector(Collector):
-    """Queue gauges from one ``queue_depths`` query per scrape (cached for ``max_age``)."""
+class _ScrapeReader(Generic[T]):
+    """A small connection of the exporter's own (not the worker's pool), and ``read``'s last
+    result, reused for ``max_age`` seconds when scrapes come in faster than that."""
 
-    def __init__(self, dsn: str, max_age: float = 1.0, timeout: float = 5.0) -> None:
+    def __init__(
+        self, dsn: str, read: Callable[[psycopg.Connection[Any]], T], max_age: float, timeout: float
+    ) -> None:
         self.dsn = dsn
         self.max_age = max_age
         self.timeout = timeout
         self.queries = 0  # how many times the database was asked (tests read it)
+        self._read_fn = read
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
-        self._rows: list[tuple[Any, ...]] = []
+        self._value: T | None = None
         self._read_at = float("-inf")
 
-    def _read(self) -> list[tuple[Any, ...]]:
+    def read(self, what: str) -> T:
         with self._lock:
-            if time.monotonic() - self._read_at < self.max_age:
-                return self._rows
+            if self._value is not None and time.monotonic() - self._read_at < self.max_age:
+                return self._value
             try:
                 if self._conn is None or self._conn.closed:
                     # prepare_threshold=None: safe behind a transaction-pooling PgBouncer.
@@ -150,15 +159,47 @@ class QueueDepthCollector(Collector):
                         options=f"-c statement_timeout={int(self.timeout * 1000)}",
                     )
                 self.queries += 1
-                self._rows = self._conn.execute(query("queue_depths")).fetchall()
+                self._value = self._read_fn(self._conn)
             except psycopg.Error as exc:
-                log.warning("queue depth query failed error=%r", str(exc).strip()[:200])
+                log.warning("%s query failed error=%r", what, str(exc).strip()[:200])
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
                 raise
             self._read_at = time.monotonic()
-            return self._rows
+            return self._value
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class QueueDepthCollector(Collector):
+    """Queue gauges from one ``queue_depths`` query per scrape (cached for ``max_age``)."""
+
+    def __init__(self, dsn: str, max_age: float = 1.0, timeout: float = 5.0) -> None:
+        self.reader: _ScrapeReader[list[tuple[Any, ...]]] = _ScrapeReader(
+            dsn, lambda conn: conn.execute(query("queue_depths")).fetchall(), max_age, timeout
+        )
+
+    @property
+    def queries(self) -> int:
+        """How many times the database was asked (tests read it)."""
+        return self.reader.queries
+
+    @property
+    def max_age(self) -> float:
+        """Seconds a read is reused for."""
+        return self.reader.max_age
+
+    @max_age.setter
+    def max_age(self, seconds: float) -> None:
+        self.reader.max_age = seconds
+
+    def _read(self) -> list[tuple[Any, ...]]:
+        return self.reader.read("queue depth")
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily(
@@ -188,10 +229,55 @@ class QueueDepthCollector(Collector):
         yield oldest
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self.reader.close()
+
+
+class HorizonCollector(Collector):
+    """The xmin horizon and pgqueue's tables' dead tuples and sizes (views ``pgqueue.horizon``
+    and ``pgqueue.table_health``), read once per scrape (cached for ``max_age``). Alert on
+    ``pgqueue_oldest_snapshot_age_seconds``: while a snapshot is held, VACUUM cannot remove the
+    dead rows finished jobs leave, and claims slow down as they pile up."""
+
+    def __init__(self, dsn: str, max_age: float = 5.0, timeout: float = 5.0) -> None:
+        self.reader: _ScrapeReader[Horizon] = _ScrapeReader(
+            dsn, lambda conn: run(horizon_plan(), conn), max_age, timeout
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("pgqueue_horizon_up", "1 if the last horizon query succeeded.")
+        try:
+            report = self.reader.read("horizon")
+        except psycopg.Error:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield GaugeMetricFamily(
+            "pgqueue_oldest_snapshot_age_seconds",
+            "Age of the oldest transaction or snapshot holding back the xmin horizon"
+            " (0 when none; the view pgqueue.horizon names it).",
+            value=report.oldest_age_seconds,
+        )
+        yield GaugeMetricFamily(
+            "pgqueue_oldest_xmin_age_transactions",
+            "How many transactions old the xmin horizon is (replication slots included).",
+            value=report.oldest_xmin_age,
+        )
+        families = {
+            "dead_tuples": ("pgqueue_dead_tuples", "Dead row versions VACUUM has not removed."),
+            "live_tuples": ("pgqueue_live_tuples", "Live rows (the statistics' estimate)."),
+            "table_bytes": ("pgqueue_table_bytes", "Size of the table's main fork."),
+            "index_bytes": ("pgqueue_index_bytes", "Size of the table's indexes."),
+        }
+        for field, (name, doc) in families.items():
+            family = GaugeMetricFamily(name, f"{doc} Per pgqueue table.", labels=["table"])
+            for table in report.tables:
+                family.add_metric([table.table_name], float(getattr(table, field)))
+            yield family
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 class MetricsServer:
@@ -200,7 +286,9 @@ class MetricsServer:
     def __init__(self, dsn: str, port: int, host: str = "0.0.0.0") -> None:
         self.metrics = WorkerMetrics()
         self.depths = QueueDepthCollector(dsn)
+        self.horizon = HorizonCollector(dsn)
         self.metrics.registry.register(self.depths)
+        self.metrics.registry.register(self.horizon)
         try:
             self.server, self.thread = start_http_server(port, host, registry=self.metrics.registry)
         except OSError as exc:
@@ -212,3 +300,4 @@ class MetricsServer:
         self.server.shutdown()
         self.server.server_close()
         self.depths.close()
+        self.horizon.close()

@@ -26,6 +26,7 @@ from pgqueue.db import pool_check
 from pgqueue.db.refusals import ConnectFailures
 from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.handler.job_transaction import TransactionHost
+from pgqueue.worker import frames
 
 #: How long a block waits for a connection of the pool (all taken by other handlers' blocks).
 POOL_TIMEOUT = 30.0
@@ -183,15 +184,7 @@ class ChildTransactions(TransactionHost):
                 conn.close()
 
     def state_changed(self, ctx: JobContext) -> None:
-        self.send(
-            {
-                "t": "tx",
-                "id": ctx.id,
-                "token": ctx.job.lease_token,
-                "state": ctx.transaction_state,
-                "as": ctx.completed_as,
-            }
-        )
+        self.send(frames.tx((ctx.id, ctx.job.lease_token), ctx.transaction_state, ctx.completed_as))
 
     def close(self) -> None:
         if self._conn is not None:

@@ -5,9 +5,10 @@ completer (``submit``); the completer wakes the fetcher when outcomes free a lim
 (``on_written``) and tells the releaser when a breaker opens (``on_breaker_open``); the listener
 wakes the fetcher (``on_jobs``) and asks the executor to stop a cancelled job (``on_cancel``);
 the heartbeater sees what the executor and completer hold through ``Holdings`` and stops
-handlers whose lease was lost; the fetcher hands claimed jobs to the executor. The supervisor
-starts them in the order added here (the fetcher last, once everything that takes its jobs
-runs) and stops them in reverse.
+handlers whose lease was lost; the fetcher hands claimed jobs to the executor. One claim
+ledger is shared by the fetcher (which records its claims), the completer and the
+heartbeater. The supervisor starts them in the order added here (the fetcher last, once
+everything that takes its jobs runs) and stops them in reverse.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.worker.autoscaler import Autoscaler
+from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
@@ -74,10 +76,14 @@ def assemble(
     store = WorkerDB(dsn, size=4, prepare=settings.prepare, application_name=name)
     # What the heartbeater knows of the leases, for the completer (see worker/leases.py).
     leases = LeaseClock(settings.lease)
+    # What the worker knows of its claims: recorded by the fetcher, asked by the completer
+    # before it writes and by the heartbeater before it extends (see worker/claim_ledger.py).
+    ledger = ClaimLedger()
     completer = Completer(
         store,
         frozenset(n for n, t in app.tasks.items() if t.circuit_breaker is not None),
         leases,
+        ledger,
     )
     transactions = WorkerTransactions(
         dsn,
@@ -85,8 +91,8 @@ def assemble(
         prepare=settings.prepare,
         application_name=name,
         max_result_bytes=app.max_payload_bytes,
-        wake=lambda job: [job.queue] if completer.wakes(job.id, job.lease_token) else None,
-        unsettled=lambda job: completer.claim_unsettled(job.id, job.lease_token),
+        wake=lambda job: [job.queue] if ledger.wakes(job.id, job.lease_token) else None,
+        unsettled=lambda job: ledger.claim_unsettled(job.id, job.lease_token),
     )
     executor = Executor(
         app.tasks,
@@ -104,6 +110,7 @@ def assemble(
         store,
         executor,
         completer,
+        ledger=ledger,
         worker_id=worker_id,
         queues=settings.queues,
         task_names=sorted(app.tasks),
@@ -116,7 +123,7 @@ def assemble(
     completer.on_written = fetcher.outcomes_written
     heartbeater = Heartbeater(
         store,
-        Holdings(executor, completer),
+        Holdings(executor, completer, ledger),
         stats,
         worker_id=worker_id,
         lease=settings.lease,

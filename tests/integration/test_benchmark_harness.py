@@ -1,4 +1,4 @@
-"""The comparison harness runs end to end (tiny sizes, pgqueue and the raw ceiling only: the
+"""The comparison harness runs end to end (tiny sizes, pgqueue and the raw ceilings only: the
 peers need network installs). Figures are never asserted, only that every step produced one."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_compare_runs_pgqueue_and_the_raw_ceiling(pg_server, tmp_path):
             "--dsn",
             pg_server.admin_dsn,
             "--systems",
-            "raw,pgqueue",
+            "raw,raw_leased,pgqueue",
             "--workloads",
             ",".join(WORKLOADS),
             "--runs",
@@ -41,7 +41,7 @@ def test_compare_runs_pgqueue_and_the_raw_ceiling(pg_server, tmp_path):
         sizes_override=TINY,
     )
     for workload in WORKLOADS:
-        for system in ("raw", "pgqueue"):
+        for system in ("raw", "raw_leased", "pgqueue"):
             (value,) = results.figures[workload][system]
             assert value > 0, (workload, system)
     # Every drained job was run by a handler, and the drain finished.

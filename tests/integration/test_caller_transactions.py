@@ -665,3 +665,26 @@ def test_closed_aborted_and_mismatched_connections_are_refused(caller_db):
     ):
         tasks.add.enqueue(1, 2, conn=session)
     assert _job_count(admin, "calls.add") == 0
+
+
+def test_a_sqlalchemy_session_of_the_other_kind_is_refused_naming_the_method(caller_db):
+    """A sync Session to an async method, an AsyncSession to a sync one: each refused with the
+    method to call (the sync side's check is generated from the async one's)."""
+    pgq, tasks, admin = caller_db
+
+    async def both() -> None:
+        async with sqlalchemy_async_session(pgq.dsn, False, flush=False) as (session, _):
+            with pytest.raises(
+                UnsupportedConnectionError,
+                match=re.escape("(for an AsyncSession or AsyncConnection, call the async method)"),
+            ):
+                tasks.add.enqueue(1, 2, conn=session)
+        other = re.escape("(for a sync Session or Connection, call the sync method)")
+        with (
+            sqlalchemy_session(pgq.dsn, False, flush=False) as (sync_session, _),
+            pytest.raises(UnsupportedConnectionError, match=other),
+        ):
+            await tasks.add.enqueue_async(1, 2, conn=sync_session)
+
+    asyncio.run(both())
+    assert _job_count(admin, "calls.add") == 0

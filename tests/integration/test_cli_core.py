@@ -95,6 +95,27 @@ def test_enqueue_deduplication_flags(dsn, conn):
     assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone()[0] == 2
 
 
+def test_enqueue_keeps_a_key_after_the_job_and_waits_for_room(dsn, conn):
+    # Every enqueue option is a flag: --unique-for, --unique-state and --wait-if-full too.
+    kept = ("--idempotency-key", "k", "--unique-for", "1d", "--unique-state", "dead")
+    job_id = int(invoke("enqueue", "t", *kept, "--unique-state", "cancelled", "--dsn", dsn).output)
+    row = conn.execute(
+        "SELECT unique_for, unique_states FROM pgqueue.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == (timedelta(days=1), ["dead", "cancelled"])
+    invoke("queue", "set", "full", "--max-depth", "1", "--dsn", dsn)
+    invoke("enqueue", "t", "--queue", "full", "--dsn", dsn)
+    result = runner.invoke(
+        app, ["enqueue", "t", "--queue", "full", "--wait-if-full", "200ms", "--dsn", dsn]
+    )
+    assert result.exit_code == 1 and "full" in result.output, result.output
+    assert "Traceback" not in result.output
+    count = conn.execute("SELECT count(*) FROM pgqueue.jobs WHERE queue = 'full'").fetchone()
+    assert count == (1,)
+    bad = runner.invoke(app, ["enqueue", "t", "--unique-state", "lost", "--dsn", dsn])
+    assert bad.exit_code == 1 and "unique_states must name final states" in bad.output
+
+
 def test_enqueue_bad_input_is_a_clear_error_and_writes_nothing(dsn, conn):
     for args, message in [
         (["--args", "{oops"], "--args is not valid JSON"),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import psycopg
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -378,3 +379,20 @@ def test_search_pages_and_job_page_in_chromium_over_a_million_rows(app_dsn, conn
         assert text(browser, "#job-dependents").startswith(f"#{middle}")
         assert browser.execute_script("return window.cspViolations") == []
     reader.close()
+
+
+def test_the_overview_names_the_snapshot_that_holds_back_vacuum(dsn, pgq, browser):
+    with psycopg.connect(dsn, application_name="nightly report") as holder, dashboard(dsn) as board:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM pgqueue.jobs")
+        pid = holder.info.backend_pid
+        browser.get(board.url + "/")
+        wait_for(
+            lambda: browser.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"),
+            message="the page to load its state",
+        )
+        row = text(browser, f'#horizon tr[data-pid="{pid}"]')
+        assert "backend" in row and "nightly report" in row and "idle in transaction" in row
+        assert text(browser, "#horizon-age").startswith("oldest snapshot:")
+        assert text(browser, '#tables tr[data-table="jobs"]').startswith("jobs")
+        holder.rollback()

@@ -173,4 +173,10 @@ def test_cli_retention(app_dsn):
     bad = runner.invoke(cli_app, ["retention", "set", "--dead-letters", "soon", "--dsn", app_dsn])
     assert bad.exit_code != 0 and "invalid duration" in bad.output
     pruned = runner.invoke(cli_app, ["retention", "prune", "--json", "--dsn", app_dsn])
-    assert json.loads(pruned.output) == {"history": 0, "dead_letters": 0, "workflows": 0}
+    assert json.loads(pruned.output) == {
+        "history": 0,
+        "dead_letters": 0,
+        "workflows": 0,
+        "steps": 0,
+        "events": 0,
+    }

@@ -320,3 +320,33 @@ def test_a_producer_cannot_enqueue_an_id_that_is_taken_or_was_never_handed_out(a
     )
     assert admin.exit_code == 0 and "replayed 1" in admin.output, admin.output
     assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 71
+
+
+def test_a_producer_emits_events_but_reads_no_checkpoints(app_dsn, roles):
+    producer_dsn = as_role(app_dsn, roles.producer)
+    producer = PgQueue(producer_dsn)
+    try:
+        assert producer.emit_event("invoice-7-paid", {"amount": 12}) is True
+    finally:
+        producer.close()
+    with psycopg.connect(producer_dsn) as conn:
+        assert conn.execute("SELECT pgqueue.emit_event('invoice-7-paid', '1')").fetchone() == (
+            False,
+        )
+    for statement in [
+        "SELECT * FROM pgqueue.events",
+        "SELECT * FROM pgqueue.job_steps",
+        "SELECT * FROM pgqueue.job_step_status",
+        "SELECT * FROM pgqueue.event_status",
+        "DELETE FROM pgqueue.events",
+        "SELECT * FROM pgqueue.park_for_event(1, 1, 1, 'w', 'e', NULL)",
+    ]:
+        assert denied(producer_dsn, statement), statement
+    # The worker writes checkpoints and reads events; the admin reads both views.
+    for role, statement in [
+        (roles.worker, "SELECT count(*) FROM pgqueue.events"),
+        (roles.worker, "DELETE FROM pgqueue.job_steps WHERE job_id = 0"),
+        (roles.admin, "SELECT count(*) FROM pgqueue.job_step_status"),
+        (roles.admin, "SELECT count(*) FROM pgqueue.event_status"),
+    ]:
+        assert not denied(as_role(app_dsn, role), statement), (role, statement)

@@ -143,3 +143,28 @@ def test_attempts_continue_the_enqueuers_trace_in_worker_processes(app_dsn, pgq,
 
     [alone] = consumers[untraced]
     assert alone["parent_id"] is None and alone["trace_id"] != f"{TRACE_ID:032x}"
+
+
+def test_each_durable_step_runs_in_a_span_of_its_own(app_dsn, pgq, tmp_path):
+    job = pgq.enqueue(traced_app.stepped)
+    spans, _ = run_worker(app_dsn, tmp_path)
+    attempts = {
+        span["attributes"]["pgqueue.attempt"]: span
+        for span in spans
+        if span["kind"] == "CONSUMER" and span["attributes"]["messaging.message.id"] == str(job)
+    }
+    assert sorted(attempts) == [1, 2]
+    for attempt, replayed in ((1, False), (2, True)):
+        steps = [s for s in spans if s["parent_id"] == attempts[attempt]["span_id"]]
+        assert [(s["name"], s["attributes"]) for s in steps] == [
+            (
+                f"step {name}",
+                {
+                    "pgqueue.job.id": job,
+                    "pgqueue.step.name": name,
+                    "pgqueue.step.seq": seq,
+                    "pgqueue.step.replayed": replayed,
+                },
+            )
+            for seq, name in ((1, "double"), (2, "again"))
+        ]

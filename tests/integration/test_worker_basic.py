@@ -370,7 +370,7 @@ def test_prefetched_jobs_are_held_heartbeated_and_handed_back_unstarted(app_dsn,
     assert {r[0] for r in ledger(app_dsn, "start")} <= set(ids)
 
 
-def test_claim_after_a_key_takes_only_the_jobs_that_sort_after_it(app_dsn, pgq):
+def test_claim_after_a_key_takes_the_jobs_after_it_and_those_of_higher_priorities(app_dsn, pgq):
     ids = pgq.enqueue_many([pgq.spec("noop", {"n": i}, {}) for i in range(6)])
     urgent = pgq.enqueue("noop", {"n": 99}, priority=-1)
     params = {
@@ -387,11 +387,14 @@ def test_claim_after_a_key_takes_only_the_jobs_that_sort_after_it(app_dsn, pgq):
         ).fetchone()
         after = {"after_priority": [key[0]], "after_run_at": [key[1]], "after_id": [key[2]]}
         claimed = conn.execute(query("claim_jobs"), {**params, **after}).fetchall()
-        # After the key, in key order (not the urgent job, which sorts before it).
-        assert sorted(r[0] for r in claimed) == ids[3:5]
+        # The higher priority first (walked from the top of its priority), then after the key;
+        # not the jobs of the key's priority that sort before it.
+        assert sorted(r[0] for r in claimed) == sorted([urgent, ids[3]])
+        claimed = conn.execute(query("claim_jobs"), {**params, **after}).fetchall()
+        assert sorted(r[0] for r in claimed) == ids[4:6]
         top = {"after_priority": [None], "after_run_at": [None], "after_id": [None]}
         claimed = conn.execute(query("claim_jobs"), {**params, **top}).fetchall()
-        assert sorted(r[0] for r in claimed) == sorted([urgent, ids[0]])
+        assert sorted(r[0] for r in claimed) == ids[0:2]
 
 
 def test_a_higher_priority_job_overtakes_a_draining_backlog(app_dsn, pgq):

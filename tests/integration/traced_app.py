@@ -130,3 +130,17 @@ def fan_out() -> None:
     """Enqueues a workflow from inside its attempt: the members continue this trace."""
     seen("fan_out")
     chain(child.s(1), child.s(2), tags=["workflow"]).enqueue()
+
+
+def _double(n: int) -> int:
+    return n * 2
+
+
+@pgq.task(name="traced.stepped", backoff=ConstantBackoff(0))
+def stepped() -> None:
+    """Two steps; the first attempt fails after them, so the retry replays both."""
+    ctx = current_job()
+    ctx.step("double", _double, 2)
+    ctx.step("again", _double, 4)
+    if ctx.attempt == 1:
+        raise RuntimeError("fails once after its steps")

@@ -157,11 +157,13 @@ def test_completer_forgets_wake_ups_of_jobs_it_will_never_write():
     at = datetime.now(UTC)
     pending = ClaimedJob(3, "q", "t", {}, 1, 5, 7, 0, at, at)
     for job_id, token in ((1, 1), (2, 1), (3, 7)):
-        completer.wake_on_exit(job_id, token)
+        completer.ledger.wake_on_exit(job_id, token)
     completer.submit(Outcome(pending, "ack"))  # written soon: kept
-    completer.keep_wakes({(2, 1)})  # job 1's lease was lost: it gets no outcome
-    assert completer.waking() == 2
-    assert completer._to_wake([Outcome(pending, "ack")]) == ["q"]
+    completer.ledger.keep_wakes(
+        {(2, 1)} | set(completer.held())
+    )  # job 1's lease was lost: it gets no outcome
+    assert completer.ledger.waking() == 2
+    assert completer.ledger.to_wake([Outcome(pending, "ack")]) == ["q"]
 
 
 def test_limit_by_takes_each_jobs_key_from_an_argument():

@@ -185,6 +185,36 @@ function renderWorkers(workers) {
     "no workers running");
 }
 
+function bytes(value) {
+  if (value < 1024 * 1024) return Math.round(value / 1024) + " kB";
+  return (value / (1024 * 1024)).toFixed(1) + " MB";
+}
+
+// What holds back VACUUM (pgqueue.horizon) and pgqueue's tables' dead rows and sizes.
+function renderHorizon(horizon) {
+  const warning = document.getElementById("horizon-warning");
+  warning.hidden = !horizon.warning;
+  warning.textContent = horizon.warning ? "warning: " + horizon.warning : "";
+  document.getElementById("horizon-age").textContent = horizon.holders.length
+    ? `oldest snapshot: ${seconds(horizon.oldest_snapshot_age_seconds)}, ` +
+      `xmin age ${horizon.oldest_xmin_age.toLocaleString()} transactions`
+    : "no open snapshot holds back VACUUM";
+  fill("horizon", horizon.holders, (h) =>
+    el("tr", { "data-pid": h.pid ?? "", "data-holder": h.holder },
+      el("td", {}, h.holder + (h.catalog_only ? " (catalogs only)" : "")),
+      el("td", {}, h.pid === null ? "" : String(h.pid)), el("td", {}, h.name ?? ""),
+      el("td", {}, h.role ?? ""), el("td", {}, h.state ?? ""),
+      el("td", { "data-col": "age" }, seconds(h.age_seconds)),
+      num(h.xmin_age ?? "", "xmin_age")),
+    "nothing holds the horizon");
+  fill("tables", horizon.tables, (t) =>
+    el("tr", { "data-table": t.table_name },
+      el("td", {}, t.table_name), num(t.live_tuples, "live_tuples"),
+      num(t.dead_tuples, "dead_tuples"), num(bytes(t.table_bytes), "table_bytes"),
+      num(bytes(t.index_bytes), "index_bytes"), el("td", {}, when(t.last_vacuum))),
+    "no tables");
+}
+
 function renderFailures(failures) {
   fill("failures", failures, (f) =>
     el("tr", { "data-queue": f.queue, "data-task": f.task },
@@ -291,6 +321,7 @@ async function refresh() {
     renderRunning(state.running);
     renderWaiting(state.waiting);
     renderWorkers(state.workers);
+    renderHorizon(state.horizon);
     renderFailures(state.failures);
     renderDead(state.dead);
     renderCharts(state);

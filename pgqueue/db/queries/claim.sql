@@ -10,12 +10,15 @@
 -- When flow control applies to these queues or tasks (weights, limits, keyed jobs, a breaker
 -- not closed), a one-time filter skips the walk: the worker learns it from next_due and claims
 -- with claim_flow instead.
--- %(after_*)s hold, per queue, the key of the last job this worker's previous full claim took
--- (NULL: from the top). While a long backlog drains, the walk starts after that key instead of
--- stepping again over the index entries of every job claimed since the last VACUUM (B-tree keeps
--- them until then). Jobs that sort before the key (a higher priority enqueued since, a row a
--- concurrent statement had locked) are found by the next walk from the top: the worker walks
--- from the top at least every CLAIM_RESCAN seconds and after every claim that came back short.
+-- %(after_*)s hold, per queue, the largest key this worker's previous claims took (NULL: from
+-- the top; pgqueue/worker/claim_cursor.py). The walk starts after that key instead of stepping
+-- again over the index entries of every job claimed since the last VACUUM (B-tree keeps them
+-- until then, and while an old snapshot is held no scan may even mark them dead: each costs a
+-- heap visit). Jobs of a higher priority (a smaller number) than the key's are walked from the
+-- top of their priorities on every claim (the second branch: it crosses only what jobs of those
+-- priorities left behind). Jobs of the key's priority that sort before it (an earlier run_at: a
+-- row handed back, reaped, or locked by a concurrent statement during a walk) are found by the
+-- worker's next walk from the top, at least every CLAIM_MAX_RESCAN seconds.
 WITH candidates AS MATERIALIZED (
     SELECT c.id
       FROM unnest(%(queues)s::text[], %(after_priority)s::smallint[],
@@ -38,6 +41,16 @@ WITH candidates AS MATERIALIZED (
                 ORDER BY j.priority, j.run_at, j.id
                 LIMIT %(limit)s
                   FOR UPDATE SKIP LOCKED) AS r
+           UNION ALL
+           SELECT h.* FROM (
+               SELECT j.id, j.priority, j.run_at
+                 FROM pgqueue.jobs AS j
+                WHERE qa.active AND j.queue = q.name AND j.state = 'ready'
+                  AND j.priority < q.priority
+                  AND j.task = ANY(%(tasks)s::text[])
+                ORDER BY j.priority, j.run_at, j.id
+                LIMIT %(limit)s
+                  FOR UPDATE SKIP LOCKED) AS h
            UNION ALL
            SELECT s.* FROM (
                SELECT j.id, j.priority, j.run_at

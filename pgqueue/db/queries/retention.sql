@@ -105,3 +105,34 @@ SELECT pgqueue.settle_waiting(%(max_parents)s)
 -- name: prune_idempotency_keys
 DELETE FROM pgqueue.idempotency_keys
  WHERE key IN (SELECT key FROM pgqueue.idempotency_keys WHERE expires_at <= now() LIMIT 10000)
+
+-- name: prune_job_steps
+-- Retention: one small batch of steps whose job is in none of jobs, job_history and
+-- dead_letters any more (it succeeded without a record, or its record was pruned).
+WITH doomed AS MATERIALIZED (
+    SELECT s.job_id, s.seq
+      FROM pgqueue.job_steps AS s
+     WHERE NOT EXISTS (SELECT 1 FROM pgqueue.jobs AS j WHERE j.id = s.job_id)
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.job_history AS h WHERE h.id = s.job_id)
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.dead_letters AS d WHERE d.id = s.job_id)
+     LIMIT %(batch_size)s
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pgqueue.job_steps AS s USING doomed AS x
+     WHERE s.job_id = x.job_id AND s.seq = x.seq
+    RETURNING 1
+)
+SELECT count(*) FROM gone
+
+-- name: prune_events
+-- Retention: one small batch of events past their keep_until.
+WITH doomed AS MATERIALIZED (
+    SELECT e.name FROM pgqueue.events AS e
+     WHERE e.keep_until < now()
+     ORDER BY e.keep_until
+     LIMIT %(batch_size)s
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pgqueue.events AS e USING doomed AS x WHERE e.name = x.name RETURNING 1
+)
+SELECT count(*) FROM gone

@@ -38,80 +38,66 @@ SELECT 'history', to_jsonb(h) FROM pgqueue.job_history AS h WHERE h.id = %(id)s
 -- name: set_search_timeout
 SELECT pg_catalog.set_config('statement_timeout', %(timeout_ms)s, true)
 
+-- fragment: search_filter
+-- The filters every place shares, over the names each query gives its table's columns (`s`:
+-- id, state, queue, task, args, tags, meta, created_at, finished_at, errors, and error_text,
+-- the text besides the attempts' errors that the error filter also searches; '' when none).
+-- The names are a subquery's that the planner flattens, so each condition reaches the
+-- table's own column and its index.
+   AND (%(id)s::bigint IS NULL OR s.id = %(id)s)
+   AND (%(task)s::text IS NULL OR s.task = %(task)s)
+   AND (%(queue)s::text IS NULL OR s.queue = %(queue)s)
+   AND (%(states)s::text[] IS NULL OR s.state = ANY(%(states)s::text[]))
+   AND (%(args)s::jsonb IS NULL OR s.args @> %(args)s::jsonb)
+   AND (%(tags)s::text[] IS NULL OR s.tags @> %(tags)s::text[])
+   AND (%(meta)s::jsonb IS NULL OR s.meta @> %(meta)s::jsonb)
+   AND (%(since)s::timestamptz IS NULL OR s.created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR s.created_at < %(until)s)
+   AND (%(finished_since)s::timestamptz IS NULL OR s.finished_at >= %(finished_since)s)
+   AND (%(finished_until)s::timestamptz IS NULL OR s.finished_at < %(finished_until)s)
+   AND (%(error)s::text IS NULL
+        OR strpos(lower(s.error_text), lower(%(error)s)) > 0
+        OR (s.errors <> '[]'::jsonb AND EXISTS (
+           SELECT FROM jsonb_array_elements(s.errors) AS e
+            WHERE strpos(lower(concat_ws(': ', e ->> 'error', e ->> 'message')),
+                         lower(%(error)s)) > 0)))
+
 -- name: search_live_jobs
 -- Live jobs by id (the enqueue order): jobs has no index on created_at, and one would be paid
 -- by every claim.
-SELECT j.id, j.state, j.queue, j.task, j.priority, j.attempts, j.max_attempts, j.created_at,
-       j.run_at, NULL::timestamptz AS finished_at, j.errors -> -1 ->> 'error' AS error_class,
-       j.errors -> -1 ->> 'message' AS last_error, j.tags
-  FROM pgqueue.jobs AS j
- WHERE (%(after_id)s::bigint IS NULL OR j.id < %(after_id)s)
-   AND (%(id)s::bigint IS NULL OR j.id = %(id)s)
-   AND (%(task)s::text IS NULL OR j.task = %(task)s)
-   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-   AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
-   AND (%(args)s::jsonb IS NULL OR j.args @> %(args)s::jsonb)
-   AND (%(tags)s::text[] IS NULL OR j.tags @> %(tags)s::text[])
-   AND (%(meta)s::jsonb IS NULL OR j.meta @> %(meta)s::jsonb)
-   AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
-   AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
-   AND (%(error)s::text IS NULL OR (j.errors <> '[]'::jsonb AND EXISTS (
-           SELECT FROM jsonb_array_elements(j.errors) AS e
-            WHERE strpos(lower(concat_ws(': ', e ->> 'error', e ->> 'message')),
-                         lower(%(error)s)) > 0)))
- ORDER BY j.id DESC
+SELECT s.id, s.state, s.queue, s.task, s.priority, s.attempts, s.max_attempts, s.created_at,
+       s.run_at, s.finished_at, s.errors -> -1 ->> 'error' AS error_class,
+       s.errors -> -1 ->> 'message' AS last_error, s.tags
+  FROM (SELECT j.*, NULL::timestamptz AS finished_at, ''::text AS error_text
+          FROM pgqueue.jobs AS j) AS s
+ WHERE (%(after_id)s::bigint IS NULL OR s.id < %(after_id)s)
+{{search_filter}}
+ ORDER BY s.id DESC
  LIMIT %(limit)s
 
 -- name: search_job_history
-SELECT h.id, h.state, h.queue, h.task, h.priority, h.attempts, h.max_attempts, h.created_at,
-       NULL::timestamptz AS run_at, h.finished_at, h.errors -> -1 ->> 'error' AS error_class,
-       h.errors -> -1 ->> 'message' AS last_error, h.tags
-  FROM pgqueue.job_history AS h
+SELECT s.id, s.state, s.queue, s.task, s.priority, s.attempts, s.max_attempts, s.created_at,
+       NULL::timestamptz AS run_at, s.finished_at, s.errors -> -1 ->> 'error' AS error_class,
+       s.errors -> -1 ->> 'message' AS last_error, s.tags
+  FROM (SELECT h.*, ''::text AS error_text FROM pgqueue.job_history AS h) AS s
  WHERE (%(after_at)s::timestamptz IS NULL
-        OR (h.finished_at, h.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
-   AND (%(id)s::bigint IS NULL OR h.id = %(id)s)
-   AND (%(task)s::text IS NULL OR h.task = %(task)s)
-   AND (%(queue)s::text IS NULL OR h.queue = %(queue)s)
-   AND (%(states)s::text[] IS NULL OR h.state = ANY(%(states)s::text[]))
-   AND (%(args)s::jsonb IS NULL OR h.args @> %(args)s::jsonb)
-   AND (%(tags)s::text[] IS NULL OR h.tags @> %(tags)s::text[])
-   AND (%(meta)s::jsonb IS NULL OR h.meta @> %(meta)s::jsonb)
-   AND (%(since)s::timestamptz IS NULL OR h.created_at >= %(since)s)
-   AND (%(until)s::timestamptz IS NULL OR h.created_at < %(until)s)
-   AND (%(finished_since)s::timestamptz IS NULL OR h.finished_at >= %(finished_since)s)
-   AND (%(finished_until)s::timestamptz IS NULL OR h.finished_at < %(finished_until)s)
-   AND (%(error)s::text IS NULL OR (h.errors <> '[]'::jsonb AND EXISTS (
-           SELECT FROM jsonb_array_elements(h.errors) AS e
-            WHERE strpos(lower(concat_ws(': ', e ->> 'error', e ->> 'message')),
-                         lower(%(error)s)) > 0)))
- ORDER BY h.finished_at DESC, h.id DESC
+        OR (s.finished_at, s.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+{{search_filter}}
+ ORDER BY s.finished_at DESC, s.id DESC
  LIMIT %(limit)s
 
 -- name: search_dead_letters
-SELECT d.id, 'dead' AS state, d.queue, d.task, d.priority, d.attempts, d.max_attempts,
-       d.created_at, NULL::timestamptz AS run_at, d.dead_at AS finished_at,
-       d.errors -> -1 ->> 'error' AS error_class, coalesce(d.last_error, d.reason) AS last_error,
-       d.tags
-  FROM pgqueue.dead_letters AS d
+-- A dead letter's last error (or why it died) is searched besides its attempts' errors.
+SELECT s.id, s.state, s.queue, s.task, s.priority, s.attempts, s.max_attempts, s.created_at,
+       NULL::timestamptz AS run_at, s.finished_at, s.errors -> -1 ->> 'error' AS error_class,
+       coalesce(s.last_error, s.reason) AS last_error, s.tags
+  FROM (SELECT d.*, 'dead'::text AS state, d.dead_at AS finished_at,
+               coalesce(d.last_error, '') AS error_text
+          FROM pgqueue.dead_letters AS d) AS s
  WHERE (%(after_at)s::timestamptz IS NULL
-        OR (d.dead_at, d.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
-   AND (%(id)s::bigint IS NULL OR d.id = %(id)s)
-   AND (%(task)s::text IS NULL OR d.task = %(task)s)
-   AND (%(queue)s::text IS NULL OR d.queue = %(queue)s)
-   AND (%(args)s::jsonb IS NULL OR d.args @> %(args)s::jsonb)
-   AND (%(tags)s::text[] IS NULL OR d.tags @> %(tags)s::text[])
-   AND (%(meta)s::jsonb IS NULL OR d.meta @> %(meta)s::jsonb)
-   AND (%(since)s::timestamptz IS NULL OR d.created_at >= %(since)s)
-   AND (%(until)s::timestamptz IS NULL OR d.created_at < %(until)s)
-   AND (%(finished_since)s::timestamptz IS NULL OR d.dead_at >= %(finished_since)s)
-   AND (%(finished_until)s::timestamptz IS NULL OR d.dead_at < %(finished_until)s)
-   AND (%(error)s::text IS NULL
-        OR strpos(lower(coalesce(d.last_error, '')), lower(%(error)s)) > 0
-        OR EXISTS (
-           SELECT FROM jsonb_array_elements(d.errors) AS e
-            WHERE strpos(lower(concat_ws(': ', e ->> 'error', e ->> 'message')),
-                         lower(%(error)s)) > 0))
- ORDER BY d.dead_at DESC, d.id DESC
+        OR (s.finished_at, s.id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+{{search_filter}}
+ ORDER BY s.finished_at DESC, s.id DESC
  LIMIT %(limit)s
 
 -- name: workflow_of_job

@@ -118,6 +118,8 @@ def test_the_pruner_prunes_in_batches_and_settles_waiting_jobs_every_tenth_pass(
             "prune_history": [(0, None)],
             "prune_dead_letters": [(0, None)],
             "prune_key_buckets": [(0,)],
+            "prune_job_steps": [(0,)],
+            "prune_events": [(0,)],
             "settle_waiting": [(0,)],
         }
     )
@@ -130,6 +132,8 @@ def test_the_pruner_prunes_in_batches_and_settles_waiting_jobs_every_tenth_pass(
         "prune_workflows",
         "prune_history",
         "prune_dead_letters",
+        "prune_job_steps",
+        "prune_events",
         "prune_key_buckets",
         "settle_waiting",
     ]

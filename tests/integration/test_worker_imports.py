@@ -1,0 +1,64 @@
+"""``pgq work`` loads only what running jobs needs: what the other commands print with (rich),
+the dashboard and its views, metrics, cron parsing, tracing and Django stay unimported until
+used.
+
+Checked in a real ``pgq work`` process: its first job writes its ``sys.modules`` to a file
+(``tests/integration/startup_probe_app.py``). Start-up time itself is measured by
+``python -m benchmarks.startup``, never asserted here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from pgqueue import PgQueue
+from tests.helpers import spawn_worker, stop_workers, wait_for
+
+APP = "tests.integration.startup_probe_app:pgq"
+
+#: Packages (and pgqueue modules) ``pgq work`` must not load for a plain ``def`` task with
+#: default options: each is imported where it is used.
+HEAVY = (
+    "rich",  # the other commands' tables and colours
+    "prometheus_client",  # only with --metrics-port
+    "wsgiref",
+    "http.server",
+    "croniter",  # only when a cron schedule is parsed
+    "dateutil",
+    "opentelemetry",  # only with tracing installed and enabled
+    "django",  # only in a Django project
+    "alembic",  # only for pgq migrate
+    "sqlalchemy",
+    "jinja2",
+    "pgqueue.dashboard",  # only for pgq dashboard
+    "pgqueue.db.views",  # the read-only commands' queries
+    "pgqueue.cli.demo",
+)
+
+
+def loaded(modules: list[str], name: str) -> list[str]:
+    return [m for m in modules if m == name or m.startswith(name + ".")]
+
+
+def test_pgq_work_import_path_leaves_heavy_modules_out(dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "modules.txt"
+    log = tmp_path / "worker.log"
+    worker: subprocess.Popen[bytes] = spawn_worker(dsn, log=log, app=APP)
+    try:
+        client = PgQueue(dsn=dsn)
+        try:
+            client.enqueue("startup.modules", {"path": str(out)})
+        finally:
+            client.close()
+        wait_for(
+            lambda: out.exists() and out.read_text().endswith("\n"),
+            timeout=60,
+            message="the probe job to run",
+        )
+    finally:
+        stop_workers([worker])
+    modules = out.read_text().split()
+    assert "pgqueue.worker" in modules  # the probe ran inside a real worker
+    found = {name: loaded(modules, name)[:3] for name in HEAVY if loaded(modules, name)}
+    assert found == {}, f"pgq work imported {found}"
