@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 from pgqueue.db.job_rows import (
     ID,
     KEY,
+    all_now_unkeyed,
+    all_plain_ready,
     copy_row,
+    copy_rows,
     due_at,
     input_arrays,
     input_params,
     input_row,
     ready_row,
+    ready_rows,
     single_params,
 )
 from pgqueue.db.plan import CopyIn, Plan, Query
@@ -88,6 +93,14 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     keyed_tasks = sorted({spec.task for spec in specs if spec.concurrency_key is not None})
     if keyed_tasks:
         yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
+    if not fair_queues and len(specs) >= _COPY_THRESHOLD:
+        # The common batch, alike jobs without keys: one COPY whose rows are made in C.
+        if all_plain_ready(specs):
+            yield CopyIn("copy_ready_jobs", ready_rows(specs, ids))
+            return list(map(_new_job_id, repeat(JobId), ids))
+        if all_now_unkeyed(specs):
+            yield CopyIn("copy_jobs", copy_rows(specs, ids, db_now, "ready"))
+            return list(map(_new_job_id, repeat(JobId), ids))
     result: list[JobId | None] = [None] * len(specs)
     pending: Sequence[JobSpec | None] = specs
     if fair_queues:

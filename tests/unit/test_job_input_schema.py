@@ -81,7 +81,7 @@ def test_rows_follow_the_declared_order():
     arrays = job_rows.input_arrays([row])
     assert arrays["tags"] == ['["x"]'] and arrays["meta"] == ['{"m": 1}']
     copy_columns = query("copy_jobs").split("(", 1)[1].split(")", 1)[0].split(", ")
-    copied = dict(zip(copy_columns, job_rows.copy_row(spec, 42, None, "ready"), strict=True))  # type: ignore[arg-type]
+    copied = dict(zip(copy_columns, job_rows.copy_row(spec, 42, None, "ready"), strict=True))
     assert copied["meta"] == '{"m": 1}' and copied["id"] == 42 and copied["queue"] == "q"
     params = job_rows.single_params(spec)
     assert set(params) == {*re.findall(r"%\((\w+)\)s", query("insert_job"))}
@@ -89,3 +89,29 @@ def test_rows_follow_the_declared_order():
     assert job_rows.ready_row(spec, 1) is None
     assert job_rows.ready_row(JobSpec("t", "{}", "q", 0, 5), 1) == (1, "q", "t", "{}", 0, 5)
     assert job_rows.is_plain_ready(JobSpec("t", "{}", "q", 0, 5))
+
+
+def test_a_whole_batchs_rows_are_each_jobs_rows():
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    plain = [JobSpec("t", f'{{"i": {i}}}', "q", i % 3, 5) for i in range(4)]
+    assert job_rows.all_plain_ready(plain) and job_rows.all_now_unkeyed(plain)
+    assert job_rows.ready_rows(plain, [7, 8, 9, 10]) == [
+        job_rows.ready_row(spec, job_id) for spec, job_id in zip(plain, [7, 8, 9, 10], strict=True)
+    ]
+    options = [
+        JobSpec("t", "{}", "q", 0, 5, meta_json='{"m": 1}', tags=("x",)),
+        JobSpec("t", "{}", "q", 0, 5, result_ttl=timedelta(hours=1), caused_by=3),
+        JobSpec("t", "{}", "q", 0, 5, concurrency_key="c"),
+        JobSpec("t", "{}", "q", 0, 5, tags=()),
+    ]
+    assert job_rows.all_now_unkeyed(options)
+    for spec in options:
+        assert not job_rows.all_plain_ready([*plain, spec])
+    assert job_rows.copy_rows(options, [1, 2, 3, 4], now, "ready") == [
+        job_rows.copy_row(spec, job_id, now, "ready")
+        for spec, job_id in zip(options, [1, 2, 3, 4], strict=True)
+    ]
+    assert not job_rows.all_now_unkeyed([*options, JobSpec("t", "{}", "q", 0, 5, run_at=now)])
+    assert not job_rows.all_now_unkeyed([JobSpec("t", "{}", "q", 0, 5, idempotency_key="k")])
