@@ -16,6 +16,7 @@ from pgqueue.db.job_rows import (
     KEY,
     all_now_unkeyed,
     all_plain_ready,
+    copy_arrays,
     copy_row,
     copy_rows,
     due_at,
@@ -152,7 +153,7 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     if len(plain) >= _COPY_THRESHOLD:
         yield CopyIn("copy_jobs", [copy_row(*job) for job in plain])
     elif plain:
-        yield Query("insert_jobs", input_arrays([input_row(*job) for job in plain]))
+        yield Query("insert_plain_jobs", copy_arrays([copy_row(*job) for job in plain]))
     if keyed:
         yield from _insert_keyed(keyed, result)
     if moded:

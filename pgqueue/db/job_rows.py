@@ -143,6 +143,9 @@ FRAGMENTS: dict[str, str] = {
         f"WITH ORDINALITY AS u({', '.join(NAMES)}, n)"
     ),
     "job_input_copy_columns": ", ".join(c.name for c in _COPIED),
+    # The same columns from one array per column, for a small batch's plain INSERT.
+    "job_input_copy_values": ", ".join(map(_from_arrays, _COPIED)),
+    "job_input_copy_arrays": ", ".join(map(_array_param, _COPIED)),
     "job_input_ready_columns": ", ".join(c.name for c in (JOB_INPUT[0], *_CORE)),
 }
 
@@ -268,12 +271,14 @@ def all_now_unkeyed(specs: Iterable[JobSpec]) -> bool:
     return all(s.run_at is None and s.delay is None and s.idempotency_key is None for s in specs)
 
 
-def input_arrays(rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
+def input_arrays(
+    rows: Sequence[Sequence[Any]], declared: Sequence[Column] = JOB_INPUT
+) -> dict[str, list[Any]]:
     """Rows in :data:`JOB_INPUT` order to one array per attribute (the parameters of
     ``{{job_input_rows}}``); array attributes as JSON text."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in JOB_INPUT]
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in declared]
     arrays: dict[str, list[Any]] = {}
-    for column, values in zip(JOB_INPUT, columns, strict=True):
+    for column, values in zip(declared, columns, strict=True):
         if column.is_array:
             arrays[column.name] = [None if v is None else json.dumps(list(v)) for v in values]
         else:
@@ -283,3 +288,9 @@ def input_arrays(rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
 
 #: Where a row holds the id, the idempotency key and the result TTL.
 ID, KEY, RESULT_TTL = (NAMES.index(n) for n in ("id", "idempotency_key", "result_ttl"))
+
+
+def copy_arrays(rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
+    """:func:`copy_row` rows to one array per column (the parameters of
+    ``{{job_input_copy_arrays}}``)."""
+    return input_arrays(rows, _COPIED)

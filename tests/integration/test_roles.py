@@ -91,6 +91,15 @@ def test_producer_can_enqueue_but_not_read_or_change_jobs(app_dsn, roles):
         unique = producer.enqueue_many(
             [producer.spec("noop", {}, {"idempotency_key": "u1", "unique_for": 60})]
         )
+        # A small batch without keys (a plain multi-row INSERT) and a large one of alike jobs
+        # with options (one COPY) write the same columns.
+        small = producer.enqueue_many(
+            [producer.spec("noop", {}, {"result_ttl": 64, "tags": ["t"]}) for _ in range(3)]
+        )
+        alike = producer.enqueue_many(
+            [producer.spec("noop", {}, {"meta": {"m": 1}, "caused_by": first}) for _ in range(70)]
+        )
+        assert all(job.created for job in [*small, *alike])
         assert kept.created and unique[0].created
         # deduplication modes: the replace is an UPDATE, run by enqueue_job as its owner
         debounce = {"idempotency_key": "d", "unique_among": "pending", "on_conflict": "replace"}
@@ -111,7 +120,7 @@ def test_producer_can_enqueue_but_not_read_or_change_jobs(app_dsn, roles):
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "5s"
         assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "30s"
     assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == (
-        1 + 1 + 1 + 100 + 1 + 1 + 71 + 2 + 1 + 2
+        1 + 1 + 1 + 100 + 1 + 1 + 71 + 2 + 1 + 2 + 3 + 70
     )
     for job_id, seconds in ((kept, 60), (kept_plain, 61), (kept_many[0], 62), (kept_many[1], 63)):
         ttl = scalar(app_dsn, "SELECT result_ttl FROM pgqueue.jobs WHERE id = %s", (job_id,))

@@ -61,7 +61,7 @@ def test_insert_jobs_writes_every_stored_attribute():
 def test_each_statement_writes_the_options_and_reads_them_by_name():
     options = [c.name for c in JOB_INPUT if c.kind is Kind.OPTION]
     assert options, "result_ttl, meta and tags at least"
-    for name in ("insert_job", "copy_jobs"):
+    for name in ("insert_job", "copy_jobs", "insert_plain_jobs"):
         for option in options:
             assert re.search(rf"\b{option}\b", query(name)), (name, option)
     for name in ("enqueue_input", "insert_jobs", "enqueue_jobs_in_order"):

@@ -57,6 +57,13 @@ FROM STDIN
 COPY pgqueue.jobs ({{job_input_ready_columns}})
 FROM STDIN
 
+-- name: insert_plain_jobs
+-- A batch below the COPY's threshold of jobs without an idempotency key: the COPY's columns in
+-- one multi-row INSERT, no function call (pgqueue.insert_jobs is for keys and workflows).
+INSERT INTO pgqueue.jobs ({{job_input_copy_columns}})
+SELECT {{job_input_copy_values}}
+  FROM unnest({{job_input_copy_arrays}}) AS u({{job_input_copy_columns}})
+
 -- name: fair_ranks_of
 -- Bulk enqueue into fair queues: the first rank of each (queue, priority, key) of the batch;
 -- the batch's jobs of one group take consecutive ranks from there.
