@@ -2,6 +2,7 @@
 
     python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
                                         [--producers 1,8] [--tree PATH ...]
+                                        [--kinds sync,async,keyed]
 
 One job per transaction (autocommit), P producer threads with a connection each. Every round
 measures, each in a fresh process, one after the other:
@@ -10,8 +11,10 @@ measures, each in a fresh process, one after the other:
 * ``jobs INSERT``: pgqueue's own one-job statement (``insert_job``) sent by bare psycopg,
   prepared: the table, its constraints, indexes and triggers, no library;
 * ``PgQueue.enqueue``: the library call, of this checkout and of each ``--tree`` (a checkout
-  whose pgqueue the process imports instead), so a change is measured against its base in the
-  same rounds.
+  whose pgqueue the process imports instead, on a database its own revisions migrated), so a
+  change is measured against its base in the same rounds; ``--kinds async`` adds
+  ``enqueue_async`` (P tasks on one event loop), ``keyed`` a new idempotency key per job (the
+  SQL function's path).
 
 Prints, per variant and producer count, the median jobs/s and the median of the rounds' ratios
 to ``raw`` (the machine's load moves all of a round together; the ratios move less).
@@ -20,11 +23,13 @@ to ``raw`` (the machine's load moves all of a round together; the ratios move le
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,6 +66,17 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> float:
             conn = psycopg.connect(dsn, autocommit=True)
             return lambda: conn.execute(query("insert_job"), params, prepare=True).fetchone()
 
+    elif variant.startswith("PgQueue.enqueue_async"):
+        return _async_rate(dsn, producers, count)
+
+    elif variant.startswith("PgQueue.enqueue keyed"):
+        from pgqueue import PgQueue
+
+        def make() -> Callable[[], object]:
+            app = PgQueue(dsn, pool_size=1)
+            keys = (f"{id(app)}-{n}" for n in itertools.count())
+            return lambda: app.enqueue("bench.job", {}, idempotency_key=next(keys))
+
     else:
         from pgqueue import PgQueue
 
@@ -73,6 +89,30 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> float:
     return threaded_rate(producers, count // producers, make)
 
 
+def _async_rate(dsn: str, producers: int, count: int) -> float:
+    """Jobs/s of ``producers`` tasks on one event loop, each awaiting ``enqueue_async`` in turn
+    (one pooled connection per task), timed after a warm-up call each."""
+    import asyncio
+
+    from pgqueue import PgQueue
+
+    async def run() -> float:
+        app = PgQueue(dsn, pool_size=producers)
+        await asyncio.gather(*(app.enqueue_async("bench.job", {}) for _ in range(producers)))
+
+        async def producer() -> None:
+            for _ in range(count // producers):
+                await app.enqueue_async("bench.job", {})
+
+        started = time.perf_counter()
+        await asyncio.gather(*(producer() for _ in range(producers)))
+        rate = (count // producers) * producers / (time.perf_counter() - started)
+        await app.aclose()
+        return rate
+
+    return asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dsn", help="an existing server (default: a new embedded one)")
@@ -80,6 +120,11 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--producers", default="1,8")
     p.add_argument("--tree", type=Path, action="append", default=[], help="another checkout")
+    p.add_argument(
+        "--kinds",
+        default="sync",
+        help="library calls to measure: sync,async,keyed (comma-separated)",
+    )
     p.add_argument("--measure", help=argparse.SUPPRESS)  # a child process: one figure
     args = p.parse_args(argv)
     if args.measure:
@@ -90,10 +135,21 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
 
     trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     variants = [("raw", ROOT), ("jobs INSERT", ROOT)]
-    variants += [(f"PgQueue.enqueue {name}", tree) for name, tree in trees.items()]
+    for kind in args.kinds.split(","):
+        label = {"sync": "PgQueue.enqueue", "async": "PgQueue.enqueue_async"}.get(kind)
+        label = label or "PgQueue.enqueue keyed"
+        variants += [(f"{label} {name}", tree) for name, tree in trees.items()]
     producer_counts = [int(n) for n in args.producers.split(",")]
     with server(args.dsn) as admin:
         dsn = fresh_database(admin, "pgqueue_enqueue_single")
+        # Another checkout gets a database of its own, migrated by its own revisions (a client
+        # refuses a schema newer than it knows).
+        dsns = {ROOT: dsn}
+        for number, tree in enumerate(t for t in trees.values() if t != ROOT):
+            dsns[tree] = fresh_database(admin, f"pgqueue_enqueue_single_{number}", migrated=False)
+            upgrade = f"from pgqueue.db import migrate; migrate.upgrade({dsns[tree]!r})"
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            subprocess.run([sys.executable, "-c", upgrade], env=env, check=True, cwd=tree)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(RAW_DDL)
             durable = [
@@ -107,13 +163,18 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
                     env = {**os.environ, "PYTHONPATH": str(tree)}
                     command = [
                         sys.executable, str(Path(__file__).resolve()), "--measure", variant,
-                        "--dsn", dsn, "--producers", str(producers), "--count", str(args.count),
+                        "--dsn", dsns[tree], "--producers", str(producers),
+                        "--count", str(args.count),
                     ]  # fmt: skip
-                    out = subprocess.run(command, env=env, check=True, capture_output=True)
+                    out = subprocess.run(command, check=False, env=env, capture_output=True)
+                    if out.returncode:
+                        sys.exit(f"{variant}: {out.stderr.decode().strip()}")
                     value = float(out.stdout.decode().strip().splitlines()[-1])
                     figures.setdefault((variant, producers), []).append(value)
-                    with psycopg.connect(dsn, autocommit=True) as conn:
-                        conn.execute("TRUNCATE raw_jobs, pgqueue.jobs")
+                    with psycopg.connect(dsns[tree], autocommit=True) as conn:
+                        conn.execute("TRUNCATE pgqueue.jobs")
+                        if tree == ROOT:
+                            conn.execute("TRUNCATE raw_jobs")
             print(f"round {round_ + 1} done", flush=True)
         print(f"\n{args.count} jobs per figure, {args.rounds} rounds: median jobs/s (min-max),")
         print("median of the rounds' ratios to raw")

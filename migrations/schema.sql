@@ -46,6 +46,40 @@ CREATE TYPE pgqueue.claimed_job AS (
 );
 
 --
+-- Name: job_input; Type: TYPE; Schema: pgqueue; Owner: -
+--
+
+CREATE TYPE pgqueue.job_input AS (
+	id bigint,
+	run_at timestamp with time zone,
+	state text,
+	fair_rank bigint,
+	queue text,
+	task text,
+	args jsonb,
+	priority smallint,
+	max_attempts integer,
+	delay interval,
+	idempotency_key text,
+	concurrency_key text,
+	unique_for interval,
+	unique_states text[],
+	unique_among text,
+	on_conflict text,
+	throttle interval,
+	result_ttl interval,
+	meta jsonb,
+	tags text[],
+	caused_by bigint
+);
+
+--
+-- Name: TYPE job_input; Type: COMMENT; Schema: pgqueue; Owner: -
+--
+
+COMMENT ON TYPE pgqueue.job_input IS 'A job as enqueued: what pgqueue.enqueue_input and pgqueue.insert_jobs take';
+
+--
 -- Name: bucket_tokens(double precision, timestamp with time zone, double precision, double precision, timestamp with time zone); Type: FUNCTION; Schema: pgqueue; Owner: -
 --
 
@@ -838,21 +872,19 @@ CREATE FUNCTION pgqueue.enqueue(task text, args jsonb DEFAULT '{}'::jsonb, queue
 $$;
 
 --
--- Name: enqueue_job(text, jsonb, text, integer, timestamp with time zone, integer, text, text, interval, text[], jsonb, text[], text, text, interval); Type: FUNCTION; Schema: pgqueue; Owner: -
+-- Name: enqueue_input(pgqueue.job_input); Type: FUNCTION; Schema: pgqueue; Owner: -
 --
 
-CREATE FUNCTION pgqueue.enqueue_job(task text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 5, idempotency_key text DEFAULT NULL::text, concurrency_key text DEFAULT NULL::text, unique_for interval DEFAULT NULL::interval, unique_states text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, tags text[] DEFAULT NULL::text[], unique_among text DEFAULT 'live'::text, on_conflict text DEFAULT 'keep'::text, throttle interval DEFAULT NULL::interval, OUT id bigint, OUT created boolean, OUT replaced boolean) RETURNS record
+CREATE FUNCTION pgqueue.enqueue_input(job pgqueue.job_input, OUT id bigint, OUT created boolean, OUT replaced boolean) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
 DECLARE
-    due         timestamptz := coalesce(enqueue_job.run_at, now());
-    job_key     text := enqueue_job.idempotency_key;
-    keep_for    interval := enqueue_job.unique_for;
-    keep_states text[] := enqueue_job.unique_states;
-    -- NULL (live) for most jobs: the unique index's predicate reads it (see migration 0014).
-    until_started boolean;
+    due         timestamptz := coalesce(job.run_at, now() + job.delay, now());
+    job_key     text := job.idempotency_key;
+    keep_for    interval := job.unique_for;
+    keep_states text[] := job.unique_states;
     period      numeric;
     limit_depth integer;
     holder      bigint;
@@ -861,51 +893,48 @@ DECLARE
     -- Look the holder up before inserting with a mode (to replace it; throttled and pending
     -- keys are mostly enqueued again while held). A plain key is inserted first, as before the
     -- modes: most bring a new key, and then the insert alone is cheaper.
-    look        boolean := enqueue_job.on_conflict <> 'keep' OR enqueue_job.throttle IS NOT NULL
-                           OR enqueue_job.unique_among = 'pending';
+    look        boolean := job.on_conflict <> 'keep' OR job.throttle IS NOT NULL
+                           OR job.unique_among = 'pending';
     -- Our insert just met the key: go straight to its holder.
     met         boolean := false;
-    v_fair      boolean;
-    v_rank      bigint;
 BEGIN
-    IF enqueue_job.meta IS NOT NULL AND jsonb_typeof(enqueue_job.meta) <> 'object' THEN
+    IF job.meta IS NOT NULL AND jsonb_typeof(job.meta) <> 'object' THEN
         RAISE EXCEPTION 'meta must be a JSON object, got a JSON %',
-            jsonb_typeof(enqueue_job.meta) USING ERRCODE = '22023';
+            jsonb_typeof(job.meta) USING ERRCODE = '22023';
     END IF;
-    IF EXISTS (SELECT FROM unnest(enqueue_job.tags) AS t(tag) WHERE coalesce(t.tag, '') = '') THEN
+    IF EXISTS (SELECT FROM unnest(job.tags) AS t(tag) WHERE coalesce(t.tag, '') = '') THEN
         RAISE EXCEPTION 'tags must be non-empty strings' USING ERRCODE = '22023';
     END IF;
-    IF enqueue_job.unique_among IS DISTINCT FROM 'live'
-       AND enqueue_job.unique_among IS DISTINCT FROM 'pending' THEN
+    IF job.unique_among IS DISTINCT FROM 'live'
+       AND job.unique_among IS DISTINCT FROM 'pending' THEN
         RAISE EXCEPTION 'unique_among must be ''live'' or ''pending'', got %',
-            coalesce(quote_literal(enqueue_job.unique_among), 'NULL')
+            coalesce(quote_literal(job.unique_among), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF enqueue_job.on_conflict IS NULL
-       OR enqueue_job.on_conflict NOT IN ('keep', 'replace', 'replace_args') THEN
+    IF job.on_conflict IS NULL
+       OR job.on_conflict NOT IN ('keep', 'replace', 'replace_args') THEN
         RAISE EXCEPTION 'on_conflict must be ''keep'', ''replace'' or ''replace_args'', got %',
-            coalesce(quote_literal(enqueue_job.on_conflict), 'NULL')
+            coalesce(quote_literal(job.on_conflict), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF job_key IS NULL AND (enqueue_job.unique_among <> 'live'
-                            OR enqueue_job.on_conflict <> 'keep'
-                            OR enqueue_job.throttle IS NOT NULL) THEN
+    IF job_key IS NULL AND (job.unique_among <> 'live'
+                            OR job.on_conflict <> 'keep'
+                            OR job.throttle IS NOT NULL) THEN
         RAISE EXCEPTION 'unique_among, on_conflict and throttle need an idempotency_key'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF enqueue_job.unique_among = 'pending' THEN
-        IF enqueue_job.unique_for IS NOT NULL OR enqueue_job.throttle IS NOT NULL THEN
+    IF job.unique_among = 'pending' THEN
+        IF job.unique_for IS NOT NULL OR job.throttle IS NOT NULL THEN
             RAISE EXCEPTION 'unique_among => ''pending'' releases the key when the job starts; '
                             'unique_for and throttle keep it after the job finished'
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        until_started := true;
     END IF;
-    IF enqueue_job.throttle IS NOT NULL THEN
-        period := extract(epoch FROM enqueue_job.throttle);
-        IF period < 1 OR period <> trunc(period) OR enqueue_job.unique_for IS NOT NULL THEN
+    IF job.throttle IS NOT NULL THEN
+        period := extract(epoch FROM job.throttle);
+        IF period < 1 OR period <> trunc(period) OR job.unique_for IS NOT NULL THEN
             RAISE EXCEPTION 'throttle must be a whole number of seconds (at least 1), without '
-                            'unique_for, got %', enqueue_job.throttle
+                            'unique_for, got %', job.throttle
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         -- The period this transaction's clock is in, as its start in UTC (as readable in a row
@@ -913,17 +942,12 @@ BEGIN
         job_key := job_key || '@' || to_char(
             to_timestamp(floor(extract(epoch FROM now()) / period) * period) AT TIME ZONE 'UTC',
             'YYYY-MM-DD"T"HH24:MI:SS"Z"');
-        keep_for := enqueue_job.throttle;
+        keep_for := job.throttle;
         keep_states := ARRAY['succeeded', 'dead', 'cancelled'];
     END IF;
-    SELECT qs.max_depth, qs.fair INTO limit_depth, v_fair FROM pgqueue.queues AS qs
-     WHERE qs.name = enqueue_job.queue;
-    IF v_fair THEN
-        v_rank := pgqueue.fair_rank(enqueue_job.queue, enqueue_job.priority,
-                                    enqueue_job.concurrency_key);
-    END IF;
-    IF enqueue_job.concurrency_key IS NOT NULL THEN
-        PERFORM pgqueue.mark_keyed(ARRAY[enqueue_job.task]);
+    SELECT qs.max_depth INTO limit_depth FROM pgqueue.queues AS qs WHERE qs.name = job.queue;
+    IF job.concurrency_key IS NOT NULL THEN
+        PERFORM pgqueue.mark_keyed(ARRAY[job.task]);
     END IF;
     LOOP
         IF job_key IS NOT NULL THEN
@@ -946,7 +970,7 @@ BEGIN
                    AND (j.key_until_started IS NOT TRUE OR j.lease_token = 0);
             END IF;
             IF holder IS NOT NULL THEN
-                IF until_started AND enqueue_job.on_conflict = 'keep'
+                IF job.unique_among = 'pending' AND job.on_conflict = 'keep'
                    AND holder_state <> 'running' THEN
                     -- The caller relies on that job to run after what it wrote (a refresh
                     -- after this change): it must not start before the caller's transaction
@@ -965,8 +989,8 @@ BEGIN
                         CONTINUE;
                     END IF;
                 END IF;
-                IF enqueue_job.on_conflict = 'keep' OR holder_state = 'running'
-                   OR holder_task <> enqueue_job.task THEN
+                IF job.on_conflict = 'keep' OR holder_state = 'running'
+                   OR holder_task <> job.task THEN
                     id := holder;
                     created := false;
                     replaced := false;
@@ -976,10 +1000,10 @@ BEGIN
                 -- transaction (it skips locked rows) or come first: then this UPDATE finds it
                 -- running and matches nothing, and the loop looks again.
                 UPDATE pgqueue.jobs AS j
-                   SET args = coalesce(enqueue_job.args, '{}'::jsonb),
-                       run_at = CASE WHEN enqueue_job.on_conflict = 'replace' THEN due
+                   SET args = coalesce(job.args, '{}'::jsonb),
+                       run_at = CASE WHEN job.on_conflict = 'replace' THEN due
                                      ELSE j.run_at END,
-                       state = CASE WHEN enqueue_job.on_conflict <> 'replace' THEN j.state
+                       state = CASE WHEN job.on_conflict <> 'replace' THEN j.state
                                     WHEN due > now() THEN 'scheduled' ELSE 'ready' END
                  WHERE j.id = holder AND j.state <> 'running'
                    AND j.idempotency_key = job_key
@@ -999,31 +1023,24 @@ BEGIN
                 CONTINUE;  -- the holder finished meanwhile (its key may be kept): look again
             END IF;
         END IF;
-        IF limit_depth IS NOT NULL AND NOT pgqueue.take_queue_room(enqueue_job.queue,
+        IF limit_depth IS NOT NULL AND NOT pgqueue.take_queue_room(job.queue,
                                                                     limit_depth) THEN
             IF job_key IS NOT NULL AND NOT look THEN
                 look := true;  -- a job holding the key is returned whether or not there is room
                 CONTINUE;
             END IF;
             RAISE EXCEPTION 'queue % is full (max_depth %)',
-                quote_literal(enqueue_job.queue), limit_depth
+                quote_literal(job.queue), limit_depth
                 USING ERRCODE = 'PGQ01',
                       HINT = 'wait for workers to catch up, or raise the queue''s max_depth';
         END IF;
-        INSERT INTO pgqueue.jobs AS j
-            (queue, task, args, priority, run_at, state, max_attempts, idempotency_key,
-             concurrency_key, unique_for, unique_states, key_until_started, meta, tags,
-             fair_rank)
-        VALUES (enqueue_job.queue, enqueue_job.task, coalesce(enqueue_job.args, '{}'::jsonb),
-                enqueue_job.priority, due,
-                CASE WHEN due > now() THEN 'scheduled' ELSE 'ready' END,
-                enqueue_job.max_attempts, job_key, enqueue_job.concurrency_key, keep_for,
-                keep_states, until_started, enqueue_job.meta, nullif(enqueue_job.tags, '{}'),
-                v_rank)
-        ON CONFLICT (idempotency_key)
-           WHERE idempotency_key IS NOT NULL AND (key_until_started IS NOT TRUE OR lease_token = 0)
-           DO NOTHING
-        RETURNING j.id INTO id;
+        -- The row as settled here (the throttle's key and lifetime): insert_jobs writes it,
+        -- computing its state and a fair queue's rank.
+        job.run_at := due;
+        job.idempotency_key := job_key;
+        job.unique_for := keep_for;
+        job.unique_states := keep_states;
+        SELECT i.id INTO id FROM pgqueue.insert_jobs(ARRAY[job]) AS i;
         IF id IS NOT NULL THEN
             created := true;
             replaced := false;
@@ -1036,7 +1053,7 @@ BEGIN
                     SELECT k.job_id INTO kept FROM pgqueue.idempotency_keys AS k
                      WHERE k.key = job_key AND k.expires_at > now();
                     IF kept IS NOT NULL THEN
-                        DELETE FROM pgqueue.jobs AS j WHERE j.id = enqueue_job.id;
+                        DELETE FROM pgqueue.jobs AS j WHERE j.id = enqueue_input.id;
                         id := kept;
                         created := false;
                     END IF;
@@ -1049,6 +1066,37 @@ BEGIN
         look := true;
         met := true;
     END LOOP;
+END
+$$;
+
+--
+-- Name: enqueue_job(text, jsonb, text, integer, timestamp with time zone, integer, text, text, interval, text[], jsonb, text[], text, text, interval); Type: FUNCTION; Schema: pgqueue; Owner: -
+--
+
+CREATE FUNCTION pgqueue.enqueue_job(task text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 5, idempotency_key text DEFAULT NULL::text, concurrency_key text DEFAULT NULL::text, unique_for interval DEFAULT NULL::interval, unique_states text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, tags text[] DEFAULT NULL::text[], unique_among text DEFAULT 'live'::text, on_conflict text DEFAULT 'keep'::text, throttle interval DEFAULT NULL::interval, OUT id bigint, OUT created boolean, OUT replaced boolean) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    job pgqueue.job_input;
+BEGIN
+    job.task := enqueue_job.task;
+    job.args := enqueue_job.args;
+    job.queue := enqueue_job.queue;
+    job.priority := enqueue_job.priority;
+    job.run_at := enqueue_job.run_at;
+    job.max_attempts := enqueue_job.max_attempts;
+    job.idempotency_key := enqueue_job.idempotency_key;
+    job.concurrency_key := enqueue_job.concurrency_key;
+    job.unique_for := enqueue_job.unique_for;
+    job.unique_states := enqueue_job.unique_states;
+    job.meta := enqueue_job.meta;
+    job.tags := enqueue_job.tags;
+    job.unique_among := enqueue_job.unique_among;
+    job.on_conflict := enqueue_job.on_conflict;
+    job.throttle := enqueue_job.throttle;
+    SELECT e.id, e.created, e.replaced INTO id, created, replaced
+      FROM pgqueue.enqueue_input(job) AS e;
 END
 $$;
 
@@ -1199,31 +1247,40 @@ CREATE FUNCTION pgqueue.horizon_holders() RETURNS TABLE(holder text, pid integer
 $$;
 
 --
--- Name: insert_keyed_jobs(bigint[], text[], text[], text[], smallint[], timestamp with time zone[], text[], integer[], text[], text[], interval[], text[], jsonb[], jsonb[]); Type: FUNCTION; Schema: pgqueue; Owner: -
+-- Name: insert_jobs(pgqueue.job_input[]); Type: FUNCTION; Schema: pgqueue; Owner: -
 --
 
-CREATE FUNCTION pgqueue.insert_keyed_jobs(ids bigint[], queues text[], tasks text[], args text[], priorities smallint[], run_ats timestamp with time zone[], states text[], max_attempts integer[], keys text[], concurrency_keys text[], unique_fors interval[], unique_states text[], metas jsonb[], tag_lists jsonb[]) RETURNS TABLE(id bigint)
-    LANGUAGE sql SECURITY DEFINER
+CREATE FUNCTION pgqueue.insert_jobs(jobs pgqueue.job_input[]) RETURNS TABLE(id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    -- unique_states arrive as comma-separated text (unnest would flatten an array of arrays).
-    INSERT INTO pgqueue.jobs AS j (id, queue, task, args, priority, run_at, state,
-                                   max_attempts, idempotency_key, concurrency_key, unique_for,
-                                   unique_states, meta, tags, fair_rank)
-    SELECT u.id, u.queue, u.task, u.args::jsonb, u.priority, u.run_at, u.state,
-           u.max_attempts, u.key, u.ckey, u.ufor, string_to_array(u.ustates, ','),
-           u.meta, CASE WHEN u.tags IS NOT NULL
-                        THEN ARRAY(SELECT jsonb_array_elements_text(u.tags)) END,
-           u.rank
-      FROM unnest(ids, queues, tasks, args, priorities, run_ats, states, max_attempts, keys,
-                  concurrency_keys, unique_fors, unique_states, metas, tag_lists,
-                  pgqueue.fair_ranks(queues, priorities, concurrency_keys))
-           AS u(id, queue, task, args, priority, run_at, state, max_attempts, key, ckey, ufor,
-                ustates, meta, tags, rank)
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    INSERT INTO pgqueue.jobs AS j (id, queue, task, args, priority, run_at, state, max_attempts,
+                                   idempotency_key, concurrency_key, unique_for, unique_states,
+                                   key_until_started, fair_rank, result_ttl, meta, tags,
+                                   caused_by)
+    SELECT coalesce(u.id, nextval('pgqueue.jobs_id_seq')), u.queue, u.task,
+           coalesce(u.args, '{}'::jsonb), u.priority, d.due,
+           coalesce(u.state, CASE WHEN d.due > now() THEN 'scheduled' ELSE 'ready' END),
+           u.max_attempts, u.idempotency_key, u.concurrency_key, u.unique_for, u.unique_states,
+           CASE WHEN u.unique_among = 'pending' AND u.idempotency_key IS NOT NULL THEN true END,
+           coalesce(u.fair_rank, r.ranks[u.ordinality]), u.result_ttl, u.meta,
+           nullif(u.tags, '{}'), u.caused_by
+      FROM unnest(jobs) WITH ORDINALITY AS u
+     CROSS JOIN LATERAL (SELECT coalesce(u.run_at, now() + u.delay, now()) AS due) AS d
+     CROSS JOIN (SELECT pgqueue.fair_ranks(array_agg(x.queue ORDER BY x.ordinality),
+                                           array_agg(x.priority ORDER BY x.ordinality),
+                                           array_agg(x.concurrency_key ORDER BY x.ordinality))
+                        AS ranks
+                   FROM unnest(jobs) WITH ORDINALITY AS x) AS r
+     ORDER BY u.ordinality
     ON CONFLICT (idempotency_key)
        WHERE idempotency_key IS NOT NULL AND (key_until_started IS NOT TRUE OR lease_token = 0)
        DO NOTHING
-    RETURNING j.id
+    RETURNING j.id;
+END
 $$;
 
 --
@@ -2066,6 +2123,7 @@ CREATE TABLE pgqueue.jobs (
     tags text[],
     key_until_started boolean,
     fair_rank bigint,
+    caused_by bigint,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_concurrency_key_check CHECK (((length(concurrency_key) >= 1) AND (length(concurrency_key) <= 1000))),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1)),
@@ -2102,6 +2160,12 @@ COMMENT ON COLUMN pgqueue.jobs.tags IS 'The job''s tags (NULL: none), carried to
 --
 
 COMMENT ON COLUMN pgqueue.jobs.key_until_started IS 'true: the job holds its idempotency_key only until a worker first claims it (unique_among => ''pending''); NULL: until it finishes';
+
+--
+-- Name: COLUMN jobs.caused_by; Type: COMMENT; Schema: pgqueue; Owner: -
+--
+
+COMMENT ON COLUMN pgqueue.jobs.caused_by IS 'The id of the job that led to this one (the caused_by option of enqueue)';
 
 --
 -- Name: jobs_id_seq; Type: SEQUENCE; Schema: pgqueue; Owner: -
@@ -2940,6 +3004,12 @@ REVOKE ALL ON FUNCTION pgqueue.emit_event(name text, payload jsonb, keep interva
 REVOKE ALL ON FUNCTION pgqueue.enqueue(task text, args jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, idempotency_key text, concurrency_key text, meta jsonb, tags text[], unique_among text, on_conflict text, throttle interval) FROM PUBLIC;
 
 --
+-- Name: FUNCTION enqueue_input(job pgqueue.job_input, OUT id bigint, OUT created boolean, OUT replaced boolean); Type: ACL; Schema: pgqueue; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgqueue.enqueue_input(job pgqueue.job_input, OUT id bigint, OUT created boolean, OUT replaced boolean) FROM PUBLIC;
+
+--
 -- Name: FUNCTION enqueue_job(task text, args jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, idempotency_key text, concurrency_key text, unique_for interval, unique_states text[], meta jsonb, tags text[], unique_among text, on_conflict text, throttle interval, OUT id bigint, OUT created boolean, OUT replaced boolean); Type: ACL; Schema: pgqueue; Owner: -
 --
 
@@ -2964,10 +3034,10 @@ REVOKE ALL ON FUNCTION pgqueue.fair_ranks(queues text[], priorities smallint[], 
 REVOKE ALL ON FUNCTION pgqueue.horizon_holders() FROM PUBLIC;
 
 --
--- Name: FUNCTION insert_keyed_jobs(ids bigint[], queues text[], tasks text[], args text[], priorities smallint[], run_ats timestamp with time zone[], states text[], max_attempts integer[], keys text[], concurrency_keys text[], unique_fors interval[], unique_states text[], metas jsonb[], tag_lists jsonb[]); Type: ACL; Schema: pgqueue; Owner: -
+-- Name: FUNCTION insert_jobs(jobs pgqueue.job_input[]); Type: ACL; Schema: pgqueue; Owner: -
 --
 
-REVOKE ALL ON FUNCTION pgqueue.insert_keyed_jobs(ids bigint[], queues text[], tasks text[], args text[], priorities smallint[], run_ats timestamp with time zone[], states text[], max_attempts integer[], keys text[], concurrency_keys text[], unique_fors interval[], unique_states text[], metas jsonb[], tag_lists jsonb[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgqueue.insert_jobs(jobs pgqueue.job_input[]) FROM PUBLIC;
 
 --
 -- Name: FUNCTION job_ids_by_key(keys text[]); Type: ACL; Schema: pgqueue; Owner: -

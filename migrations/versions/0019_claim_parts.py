@@ -12,7 +12,7 @@ versioned on its own, so that a change re-versions only the part it touches.
   the parts, each once per claim (``claim_walk`` once per queue), never per row.
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-06
 """
 
@@ -23,7 +23,7 @@ from alembic import op
 from pgqueue.db.migrate import sql_script
 
 revision: str = "0019"
-down_revision: str | None = "0017"
+down_revision: str | None = "0018"
 branch_labels: str | None = None
 depends_on: str | None = None
 

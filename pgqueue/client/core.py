@@ -10,51 +10,41 @@ transaction and never commits; without it, it takes a pooled connection and comm
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import (
     AsyncIterator,
     Callable,
     Collection,
-    Coroutine,
     Iterable,
     Iterator,
     Mapping,
 )
 from contextlib import asynccontextmanager, contextmanager, nullcontext
-from dataclasses import replace
-from datetime import timedelta
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue.client import events
+from pgqueue.client.events import EventMethods
+from pgqueue.client.job_methods import JobMethods
 from pgqueue.client.names import TaskNames, check_arguments, registered_in_process
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
+from pgqueue.client.workflows import WorkflowMethods
 from pgqueue.db import plan as plans
-from pgqueue.db.admin import CancelResult, job_progress
-from pgqueue.db.admin import cancel as cancel_job
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.declarations import declarations
 from pgqueue.db.enqueue_plans import enqueue_many, enqueue_one
-from pgqueue.db.results import Deadline, read_outcome, wait_for_result
-from pgqueue.db.workflow_plans import enqueue_compiled
-from pgqueue.db.workflow_views import get_workflow, list_workflows
-from pgqueue.errors import ConfigurationError, InvalidJobError, UnknownTaskError
+from pgqueue.errors import ConfigurationError, UnknownTaskError
 from pgqueue.handler.batch import A, BatchTask, Item
 from pgqueue.rules import config, tracing
 from pgqueue.rules.gc_pause import gc_paused
 from pgqueue.rules.job_specs import JobId, JobSpec, make_spec
 from pgqueue.rules.options import BATCH_OPTION_NAMES, BatchTaskOptions, JobOptions, TaskOptions
 from pgqueue.rules.payload import check_name
-from pgqueue.rules.progress import Progress
 from pgqueue.rules.schedules import PeriodicOptions, Schedule, ScheduleTiming
 from pgqueue.rules.tasks import JobCall, P, R, Task, check_unique_by_names
-from pgqueue.rules.workflow.builders import Compiled, Workflow
-from pgqueue.rules.workflow.run import WorkflowRun
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -69,7 +59,7 @@ T = TypeVar("T")
 _COLLECTING = nullcontext()
 
 
-class PgQueue:
+class PgQueue(EventMethods, WorkflowMethods, JobMethods):
     """A queue living in one PostgreSQL database.
 
     ``dsn`` follows the usual resolution: the argument, else ``PGQUEUE_DSN``, else
@@ -526,39 +516,6 @@ class PgQueue:
             plan = partial(enqueue_many, sending.stamp_all(specs))
             return await self._write_async(plan, conn, atomic=True, wait=wait_if_full, bulk=True)
 
-    def publish(
-        self,
-        event: str,
-        payload: Mapping[str, Any] | None = None,
-        *,
-        conn: ConnectionArg | None = None,
-    ) -> list[JobId]:
-        """Enqueue one job for every task subscribed to ``event`` (``@pgq.task(on=event)``),
-        with ``payload`` as its arguments, in one transaction (the caller's with ``conn``).
-        Every subscriber's arguments are checked before anything is written. Returns the job
-        ids in subscription order ([] when nothing subscribes)."""
-        specs = self._event_specs(event, payload)
-        return self.enqueue_many(specs, conn=conn) if specs else []
-
-    async def publish_async(
-        self,
-        event: str,
-        payload: Mapping[str, Any] | None = None,
-        *,
-        conn: AsyncConnectionArg | None = None,
-    ) -> list[JobId]:
-        """The async twin of :meth:`publish`."""
-        specs = self._event_specs(event, payload)
-        return await self.enqueue_many_async(specs, conn=conn) if specs else []
-
-    def _event_specs(self, event: str, payload: Mapping[str, Any] | None) -> list[JobSpec]:
-        check_name(event, "event name")
-        if payload is not None and not isinstance(payload, Mapping):
-            raise InvalidJobError(
-                f"an event payload must be a JSON object (a mapping), got {type(payload).__name__}"
-            )
-        return [task.s(**dict(payload or {})).spec() for task in self.subscriptions.get(event, [])]
-
     def _write(
         self,
         plan: Callable[[], plans.Plan[T]],
@@ -613,207 +570,6 @@ class PgQueue:
             except psycopg.errors.InsufficientPrivilege as exc:
                 self._names.unreadable(exc)
             self._names.raise_unknown(names)
-
-    # -- workflows -------------------------------------------------------------------------
-
-    def enqueue_workflow(
-        self, workflow: Workflow, *, conn: ConnectionArg | None = None
-    ) -> WorkflowRun:
-        """Write a chain, group, chord or DAG atomically (in ``conn``'s transaction if given)."""
-        return self.enqueue_compiled(workflow.compile(), conn=conn)
-
-    async def enqueue_workflow_async(
-        self, workflow: Workflow, *, conn: AsyncConnectionArg | None = None
-    ) -> WorkflowRun:
-        """The async twin of :meth:`enqueue_workflow`."""
-        return await self.enqueue_compiled_async(workflow.compile(), conn=conn)
-
-    def enqueue_compiled(
-        self, compiled: Compiled, *, conn: ConnectionArg | None = None
-    ) -> WorkflowRun:
-        """Write a compiled workflow (``workflow.compile()``) atomically; returns its
-        :class:`~pgqueue.WorkflowRun`. Inside a trace, every member's metadata records it.
-        Every member's task name is checked as :meth:`enqueue` says."""
-        self.require_tasks(_task_names(compiled))
-        sending = tracing.sending([node.spec for node in compiled.nodes])
-        if sending is not None:
-            with sending:
-                stamped = _stamped(compiled, sending)
-                written = self.run(enqueue_compiled(stamped), conn, atomic=True)
-                return WorkflowRun.of(self, written.workflow_id, written.job_ids, stamped)
-        written = self.run(enqueue_compiled(compiled), conn, atomic=True)
-        return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
-
-    async def enqueue_compiled_async(
-        self, compiled: Compiled, *, conn: AsyncConnectionArg | None = None
-    ) -> WorkflowRun:
-        """The async twin of :meth:`enqueue_compiled`."""
-        await self.require_tasks_async(_task_names(compiled))
-        sending = tracing.sending([node.spec for node in compiled.nodes])
-        if sending is not None:
-            with sending:
-                stamped = _stamped(compiled, sending)
-                written = await self.run_async(enqueue_compiled(stamped), conn, atomic=True)
-                return WorkflowRun.of(self, written.workflow_id, written.job_ids, stamped)
-        written = await self.run_async(enqueue_compiled(compiled), conn, atomic=True)
-        return WorkflowRun.of(self, written.workflow_id, written.job_ids, compiled)
-
-    def workflow(self, workflow_id: int, *, conn: ConnectionArg | None = None) -> dict[str, Any]:
-        """A workflow with its state and every job's state (the ``pgqueue.workflow_jobs``
-        view); raises :class:`~pgqueue.WorkflowNotFoundError`."""
-        return self.run(get_workflow(int(workflow_id)), conn)
-
-    async def workflow_async(
-        self, workflow_id: int, *, conn: AsyncConnectionArg | None = None
-    ) -> dict[str, Any]:
-        """The async twin of :meth:`workflow`."""
-        return await self.run_async(get_workflow(int(workflow_id)), conn)
-
-    def workflows(
-        self, *, state: str | None = None, limit: int = 50, conn: ConnectionArg | None = None
-    ) -> list[dict[str, Any]]:
-        """Workflows, newest first (``pgqueue.workflow_overview``); ``state``: running,
-        failing, failed or succeeded."""
-        return self.run(list_workflows(state, limit), conn)
-
-    async def workflows_async(
-        self, *, state: str | None = None, limit: int = 50, conn: AsyncConnectionArg | None = None
-    ) -> list[dict[str, Any]]:
-        """The async twin of :meth:`workflows`."""
-        return await self.run_async(list_workflows(state, limit), conn)
-
-    # -- a job's results, progress and cancellation ----------------------------------------
-
-    @overload
-    def result(
-        self, job_id: JobId[Coroutine[Any, Any, T]], *, timeout: float | None = None
-    ) -> T: ...
-
-    @overload
-    def result(self, job_id: JobId[T], *, timeout: float | None = None) -> T: ...
-
-    @overload
-    def result(self, job_id: int, *, timeout: float | None = None) -> Any: ...
-
-    def result(self, job_id: int, *, timeout: float | None = None) -> Any:
-        """Wait for a job's result (its handler's return value, stored as JSON), typed by the
-        task's return annotation when this process registered the task (:mod:`pgqueue.rules.codec`:
-        a ``datetime``, a dataclass, ...).
-
-        Woken by NOTIFY when the job finishes. Raises :class:`~pgqueue.JobDeadError` or
-        :class:`~pgqueue.JobCancelledError` if it ended that way,
-        :class:`~pgqueue.ResultUnavailableError` if it does not keep its result (no
-        ``result_ttl``; also once such a job succeeded and left the queue) or the result
-        expired, :class:`~pgqueue.ResultTimeoutError` after ``timeout`` seconds (None: wait for
-        ever), :class:`~pgqueue.JobNotFoundError` for an id pgqueue never handed out.
-
-        For a type checker, the result of a ``JobId[R]`` (what ``task.enqueue(...)`` returns) is
-        an ``R`` (what the coroutine returns, for an ``async def`` task); of a bare id, ``Any``.
-        """
-        # Its own connection: the plan LISTENs on it, which a pooled connection must not keep.
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return self.run(wait_for_result(int(job_id), timeout, self._decode_result), conn)
-
-    @overload
-    async def result_async(
-        self, job_id: JobId[Coroutine[Any, Any, T]], *, timeout: float | None = None
-    ) -> T: ...
-
-    @overload
-    async def result_async(self, job_id: JobId[T], *, timeout: float | None = None) -> T: ...
-
-    @overload
-    async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any: ...
-
-    async def result_async(self, job_id: int, *, timeout: float | None = None) -> Any:
-        """The async twin of :meth:`result`. The calls on one event loop share one LISTEN
-        connection (:mod:`pgqueue.db.results_listener`) and read through the client's pool, so
-        awaiting results in many requests at once does not open a connection each."""
-        job_id = int(job_id)
-        deadline = Deadline(job_id, timeout)
-        listener = await self._pools.results_listener()
-        with listener.watch(job_id) as woken:
-            while True:
-                woken.clear()  # before the read: a notification after it still counts
-                finished, value = await self.run_async(read_outcome(job_id, self._decode_result))
-                if finished:
-                    return value
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), deadline.next_wait())
-
-    def _decode_result(self, task: str, value: Any) -> Any:
-        """A stored result typed by its task's return annotation, when this process registered
-        the task (:mod:`pgqueue.rules.codec`); else the JSON as stored."""
-        registered = self.tasks.get(task)
-        return value if registered is None else registered.binder.codec.decode_result(value)
-
-    def progress(self, job_id: int, *, conn: ConnectionArg | None = None) -> Progress | None:
-        """What the running job last reported with ``ctx.progress(...)`` (a fraction or a
-        dict), as written by its worker's latest heartbeat; None while it has reported nothing
-        in this attempt, or when it is not running (waiting, or finished: ask
-        :meth:`result`)."""
-        return cast("Progress | None", self.run(job_progress(job_id), conn))
-
-    async def progress_async(
-        self, job_id: int, *, conn: AsyncConnectionArg | None = None
-    ) -> Progress | None:
-        """The async twin of :meth:`progress`."""
-        return cast("Progress | None", await self.run_async(job_progress(job_id), conn))
-
-    def cancel(self, job_id: int, *, conn: ConnectionArg | None = None) -> CancelResult:
-        """Cancel a job: 'cancelled' (it was waiting and is gone), 'cancelling' (it is running;
-        its worker stops the handler and records it cancelled), or 'not_found'."""
-        return self.run(cancel_job(job_id), conn)
-
-    async def cancel_async(
-        self, job_id: int, *, conn: AsyncConnectionArg | None = None
-    ) -> CancelResult:
-        """The async twin of :meth:`cancel`."""
-        return await self.run_async(cancel_job(job_id), conn)
-
-    def emit_event(
-        self,
-        name: str,
-        payload: Any = None,
-        *,
-        conn: ConnectionArg | None = None,
-        keep: float | timedelta | None = None,
-    ) -> bool:
-        """Emit the event ``name`` with a JSON ``payload``, in ``conn``'s transaction (a
-        rolled-back emit wakes nobody); the first emit of a name wins (True), later ones
-        return False. ``keep``: how long it is kept for jobs that wait later (default: the
-        history retention, at least a day). See :mod:`pgqueue.client.events`."""
-        return events.emit_event(
-            self, name, payload, conn=conn, keep=keep, limit=self.max_payload_bytes
-        )
-
-    async def emit_event_async(
-        self,
-        name: str,
-        payload: Any = None,
-        *,
-        conn: AsyncConnectionArg | None = None,
-        keep: float | timedelta | None = None,
-    ) -> bool:
-        """The async twin of :meth:`emit_event`."""
-        return await events.emit_event_async(
-            self, name, payload, conn=conn, keep=keep, limit=self.max_payload_bytes
-        )
-
-
-def _stamped(compiled: Compiled, sending: tracing.Sending) -> Compiled:
-    """A copy of ``compiled`` whose members (and on_failure step) record the trace."""
-    nodes = [replace(node, spec=sending.stamp(node.spec)) for node in compiled.nodes]
-    step = compiled.on_failure
-    on_failure = None if step is None else replace(step, spec=sending.stamp(step.spec))
-    return replace(compiled, nodes=nodes, on_failure=on_failure)
-
-
-def _task_names(compiled: Compiled) -> set[str]:
-    names = {node.spec.task for node in compiled.nodes}
-    if compiled.on_failure is not None:
-        names.add(compiled.on_failure.spec.task)
-    return names
 
 
 def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:

@@ -1,16 +1,32 @@
 """Enqueue as plans: :func:`enqueue_one` and :func:`enqueue_many` write job specs
 (:mod:`pgqueue.rules.job_specs`); the sync and async clients both drive them (see
-:mod:`pgqueue.db.plan`). Jobs with ``depends_on`` go through the workflow plan.
+:mod:`pgqueue.db.plan`). Jobs with ``depends_on`` go through the workflow plan. Every row and
+column list comes from the job input's one declaration (:mod:`pgqueue.db.job_rows`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
-from pgqueue.db.job_rows import ID, JOB_COLUMNS, KEY, column_arrays, due_at
+from pgqueue.db.job_rows import (
+    ID,
+    KEY,
+    all_now_unkeyed,
+    all_plain_ready,
+    copy_arrays,
+    copy_row,
+    copy_rows,
+    due_at,
+    input_arrays,
+    input_params,
+    input_row,
+    ready_row,
+    ready_rows,
+    single_params,
+)
 from pgqueue.db.plan import CopyIn, Plan, Query
 from pgqueue.db.workflow_plans import enqueue_dependents
 from pgqueue.errors import InvalidJobError, QueueFullError
@@ -25,60 +41,37 @@ _COPY_THRESHOLD = 64
 
 
 def enqueue_one(spec: JobSpec) -> Plan[JobId]:
-    """One job: a plain ``INSERT`` for the common job, else ``pgqueue.enqueue_job`` (the SQL
-    function holds the idempotency, concurrency-key and max_depth logic).
-
-    A job that keeps its result may take a second statement and one with ``depends_on`` goes
-    through the workflow plan: both need one transaction (``spec.needs_transaction``).
+    """One job: a plain ``INSERT`` for the common job, else ``pgqueue.enqueue_input`` (the SQL
+    function holds the idempotency, concurrency-key and max_depth logic). Either writes the
+    whole job (its ``result_ttl`` too) in one statement; a job with ``depends_on`` goes through
+    the workflow plan, which needs a transaction (``spec.needs_transaction``).
     """
     if spec.depends_on:
         ids = yield from enqueue_dependents([spec])
         return ids[0]
-    job = {
-        "task": spec.task,
-        "args": spec.args_json,
-        "queue": spec.queue,
-        "priority": spec.priority,
-        "run_at": spec.run_at,
-        "delay": spec.delay,
-        "max_attempts": spec.max_attempts,
-        "meta": spec.meta_json,
-        "tags": spec.tag_list,
-    }
     if spec.idempotency_key is None and spec.concurrency_key is None:
         # One statement and no function call: about 8% more single-job enqueues per second.
-        inserted = yield Query("insert_job", {**job, "result_ttl": spec.result_ttl})
+        inserted = yield Query("insert_job", single_params(spec))
         if inserted:
             return JobId(inserted[0][0])
-        # A bounded queue: enqueue_job checks its room.
+        # A bounded or fair queue: enqueue_input checks its room and ranks the job.
     rows = yield Query(
-        "enqueue_job",
-        {
-            **job,
-            "idempotency_key": spec.idempotency_key,
-            "concurrency_key": spec.concurrency_key,
-            "unique_for": spec.unique_for,
-            "unique_states": list(spec.unique_states) if spec.unique_states else None,
-            "unique_among": spec.unique_among,
-            "on_conflict": spec.on_conflict,
-            "throttle": spec.throttle,
-        },
+        "enqueue_input",
+        input_params(spec),
         guarded=True,  # a full queue raises PGQ01 (QueueFullError): keep the caller's transaction
     )
     job_id, created, replaced = rows[0]
-    if created and spec.result_ttl is not None:
-        yield Query("set_result_ttl", {"ids": [job_id], "ttls": [spec.result_ttl]})
     return JobId(job_id, created, replaced)
 
 
 def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
-    """Many jobs in few statements: ids allocated up front, then COPY (or one multi-row INSERT).
+    """Many jobs in few statements: ids allocated up front, then COPY (or ``insert_jobs``).
 
-    Jobs with an idempotency key go through a multi-row ``INSERT ... ON CONFLICT DO NOTHING``;
-    a key repeated inside the batch yields the first job's id for every repeat, and a key held
-    by a live job or kept by a finished one (``unique_for``) yields that job's id. Jobs with a
-    deduplication mode (``unique_among="pending"``, ``on_conflict``, ``throttle``) go through
-    ``pgqueue.enqueue_job`` one by one, in input order, in one statement. Bounded
+    Jobs with an idempotency key go through ``pgqueue.insert_jobs`` (``ON CONFLICT DO
+    NOTHING``); a key repeated inside the batch yields the first job's id for every repeat, and
+    a key held by a live job or kept by a finished one (``unique_for``) yields that job's id.
+    Jobs with a deduplication mode (``unique_among="pending"``, ``on_conflict``, ``throttle``)
+    go through ``pgqueue.enqueue_input`` one by one, in input order, in one statement. Bounded
     queues (``max_depth``) are checked first: the whole batch is refused if it would overflow
     one. Jobs of fair queues (without an idempotency key) are written with their ranks, by a
     COPY of their own. Run the plan in a transaction: the jobs appear together or not at all.
@@ -101,87 +94,77 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     keyed_tasks = sorted({spec.task for spec in specs if spec.concurrency_key is not None})
     if keyed_tasks:
         yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
+    if not fair_queues and len(specs) >= _COPY_THRESHOLD:
+        # The common batch, alike jobs without keys: one COPY whose rows are made in C.
+        if all_plain_ready(specs):
+            yield CopyIn("copy_ready_jobs", ready_rows(specs, ids))
+            return list(map(_new_job_id, repeat(JobId), ids))
+        if all_now_unkeyed(specs):
+            yield CopyIn("copy_jobs", copy_rows(specs, ids, db_now, "ready"))
+            return list(map(_new_job_id, repeat(JobId), ids))
     result: list[JobId | None] = [None] * len(specs)
     pending: Sequence[JobSpec | None] = specs
     if fair_queues:
         pending = yield from _enqueue_fair(specs, ids, set(fair_queues), db_now, result)
-    plain: list[tuple[Any, ...]] = []
+    # Jobs without a key: (spec, id, run_at, state).
+    plain: list[tuple[JobSpec, int, datetime, str]] = []
     keyed: list[tuple[int, tuple[Any, ...]]] = []
     first_for_key: dict[str, int] = {}
     repeats: list[tuple[int, str]] = []
-    # Jobs with a deduplication mode: pgqueue.enqueue_job each, in input order.
-    moded: list[tuple[int, JobSpec, datetime]] = []
-    # Jobs that are ready now and carry no key take the column defaults for run_at (now(): the
-    # transaction's clock, the db_now read above), state and the keys: shorter rows to send.
+    # Jobs with a deduplication mode: pgqueue.enqueue_input each, in input order.
+    moded: list[tuple[int, tuple[Any, ...]]] = []
+    # Jobs that are ready now and carry no key or option take the column defaults for run_at
+    # (now(): the transaction's clock, the db_now read above), state and the rest: shorter rows.
     ready: list[tuple[Any, ...]] = []
+    ready_specs: list[JobSpec] = []
     for index, (job, job_id) in enumerate(zip(pending, ids, strict=True)):
         # (One pass, spelled out: this loop runs once per job of a bulk enqueue.)
         if job is None:
             continue  # written with its rank (_enqueue_fair)
         spec = job
-        key = spec.idempotency_key
-        now = spec.run_at is None and not spec.delay
-        if (
-            now
-            and key is None
-            and spec.concurrency_key is None
-            and spec.meta_json is None
-            and spec.tags is None
-        ):
-            ready.append(
-                (job_id, spec.queue, spec.task, spec.args_json, spec.priority, spec.max_attempts)
-            )
+        row = ready_row(spec, job_id)
+        if row is not None:
+            ready.append(row)
+            ready_specs.append(spec)
             result[index] = _new_job_id(JobId, job_id)
             continue
-        if now:
+        if spec.run_at is None and not spec.delay:
             run_at, state = db_now, "ready"
         else:
             run_at = due_at(spec, db_now)
             state = "scheduled" if run_at > db_now else "ready"
-        row = (job_id, spec.queue, spec.task, spec.args_json, spec.priority, run_at, state,
-               spec.max_attempts, key, spec.concurrency_key)  # fmt: skip
+        key = spec.idempotency_key
         if key is None:
-            plain.append((*row, spec.meta_json, spec.tags))
+            plain.append((spec, job_id, run_at, state))
             result[index] = _new_job_id(JobId, job_id)
         elif spec.has_mode:
-            moded.append((index, spec, run_at))
+            moded.append((index, input_row(spec, None, run_at, None)))
         elif key in first_for_key:
             repeats.append((index, key))
         else:
             first_for_key[key] = index
-            unique = ",".join(spec.unique_states) if spec.unique_states else None
-            keyed.append((index, (*row, spec.unique_for, unique, spec.meta_json, spec.tags)))
+            keyed.append((index, input_row(spec, job_id, run_at, state)))
     if len(ready) >= _COPY_THRESHOLD:
         yield CopyIn("copy_ready_jobs", ready)
     else:
         plain.extend(
-            (i, q, t, a, p, db_now, "ready", m, None, None, None, None)
-            for i, q, t, a, p, m in ready
+            (spec, row[0], db_now, "ready") for spec, row in zip(ready_specs, ready, strict=True)
         )
-    if plain:
-        if len(plain) >= _COPY_THRESHOLD:
-            yield CopyIn("copy_jobs", [(*r[:11], _tag_array(r[11])) for r in plain])
-        else:
-            yield Query("insert_jobs", column_arrays(plain, _PLAIN_COLUMNS))
+    if len(plain) >= _COPY_THRESHOLD:
+        yield CopyIn("copy_jobs", [copy_row(*job) for job in plain])
+    elif plain:
+        yield Query("insert_plain_jobs", copy_arrays([copy_row(*job) for job in plain]))
     if keyed:
         yield from _insert_keyed(keyed, result)
     if moded:
-        written = yield Query("enqueue_jobs_in_order", _moded_columns(moded))
-        for (index, _, _), (job_id, created, replaced) in zip(moded, written, strict=True):
+        written = yield Query("enqueue_jobs_in_order", input_arrays([row for _, row in moded]))
+        for (index, _), (job_id, created, replaced) in zip(moded, written, strict=True):
             result[index] = JobId(job_id, created, replaced)
     for index, key in repeats:
         first = result[first_for_key[key]]
         assert first is not None
         result[index] = JobId(first, False)
-    ids_out = [job_id for job_id in result if job_id is not None]
-    kept = [
-        (job_id, spec.result_ttl)
-        for job_id, spec in zip(ids_out, specs, strict=True)
-        if spec.result_ttl is not None and job_id.created
-    ]
-    if kept:
-        yield Query("set_result_ttl", {"ids": [i for i, _ in kept], "ttls": [t for _, t in kept]})
-    return ids_out
+    return [job_id for job_id in result if job_id is not None]
 
 
 def _enqueue_fair(
@@ -217,14 +200,10 @@ def _enqueue_fair(
             spec = specs[index]
             run_at = due_at(spec, db_now)
             state = "scheduled" if run_at > db_now else "ready"
-            rows.append(
-                (ids[index], spec.queue, spec.task, spec.args_json, spec.priority, run_at, state,
-                 spec.max_attempts, None, spec.concurrency_key, base + offset, spec.meta_json,
-                 _tag_array(spec.tags))
-            )  # fmt: skip
+            rows.append(copy_row(spec, ids[index], run_at, state, base + offset))
             result[index] = _new_job_id(JobId, ids[index])
             rest[index] = None
-    yield CopyIn("copy_fair_jobs", rows)
+    yield CopyIn("copy_jobs", rows)
     return rest
 
 
@@ -237,9 +216,7 @@ def _insert_keyed(
     fresh = [(index, row) for index, row in keyed if row[KEY] not in kept]
     created_ids: set[int] = set()
     if fresh:
-        inserted = yield Query(
-            "insert_jobs_keyed", column_arrays([row for _, row in fresh], _KEYED)
-        )
+        inserted = yield Query("insert_jobs", input_arrays([row for _, row in fresh]))
         created_ids = {row[0] for row in inserted}
     if created_ids:
         # A holder that finished (keeping its key) while we inserted: take our job back.
@@ -265,36 +242,3 @@ def _insert_keyed(
             raise InvalidJobError(
                 f"idempotency key {row[KEY]!r} was released while enqueueing; retry"
             )
-
-
-def _moded_columns(moded: Sequence[tuple[int, JobSpec, datetime]]) -> dict[str, list[Any]]:
-    """The parameters of enqueue_jobs_in_order: one array per enqueue_job argument."""
-    specs = [spec for _, spec, _ in moded]
-    return {
-        "tasks": [s.task for s in specs],
-        "args": [s.args_json for s in specs],
-        "queues": [s.queue for s in specs],
-        "priorities": [s.priority for s in specs],
-        "run_ats": [run_at for _, _, run_at in moded],
-        "max_attempts": [s.max_attempts for s in specs],
-        "keys": [s.idempotency_key for s in specs],
-        "concurrency_keys": [s.concurrency_key for s in specs],
-        "unique_fors": [s.unique_for for s in specs],
-        "unique_states": [",".join(s.unique_states) if s.unique_states else None for s in specs],
-        "metas": [s.meta_json for s in specs],
-        "tag_lists": [None if s.tags is None else json.dumps(s.tags) for s in specs],
-        "unique_among": [s.unique_among for s in specs],
-        "on_conflict": [s.on_conflict for s in specs],
-        "throttles": [s.throttle for s in specs],
-    }
-
-
-#: The parameters of insert_jobs: the first ten job columns, then metadata and tags.
-_PLAIN_COLUMNS = (*JOB_COLUMNS[:10], "metas", "tag_lists")
-#: The parameters of insert_jobs_keyed.
-_KEYED = (*JOB_COLUMNS, "metas", "tag_lists")
-
-
-def _tag_array(tags: tuple[str, ...] | None) -> list[str] | None:
-    """Tags as COPY writes them (a list becomes a ``text[]``)."""
-    return None if tags is None else list(tags)

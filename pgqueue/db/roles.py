@@ -2,10 +2,11 @@
 
 Three roles, each with only what its part of pgqueue needs:
 
-* **producer**: enqueue only. ``EXECUTE`` on ``pgqueue.enqueue_job``/``enqueue``/
-  ``job_ids_by_key``/``insert_keyed_jobs`` (``SECURITY DEFINER``, so it needs no ``SELECT`` on
-  jobs), ``INSERT`` on the
-  columns bulk enqueue writes, ``SELECT`` on ``id`` only (``RETURNING id``), the id sequence,
+* **producer**: enqueue only. ``EXECUTE`` on ``pgqueue.enqueue_input``/``enqueue_job``/
+  ``enqueue``/``insert_jobs``/``job_ids_by_key`` (``SECURITY DEFINER``, so it needs no
+  ``SELECT`` on jobs), ``INSERT`` on the columns a job is written with (one statement per
+  job, its ``result_ttl`` included: no ``UPDATE``), ``SELECT`` on ``id`` only (``RETURNING
+  id``), the id sequence,
   ``SELECT`` on ``idle_workers`` (the wake-up trigger reads it), on ``pgqueue_alembic_version``
   (the client's start-up check of the schema's revision) and on ``declared_tasks`` (the task
   names enqueue accepts).
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from pgqueue.db.job_rows import JOB_INPUT
 from pgqueue.errors import ConfigurationError
 
 SCHEMA = "pgqueue"
@@ -56,30 +58,15 @@ ROLE_SETTINGS: dict[str, dict[str, str]] = {
 # among them, so a producer cannot forge a running or half-used job. ``id`` is: COPY needs the
 # ids bulk enqueue reserved (no RETURNING), so instead of revoking it the database checks every
 # id a producer inserts (pgqueue.check_job_ids, run by the trigger jobs_check_new_ids).
-_ENQUEUE_COLUMNS = (
-    "id",
-    "queue",
-    "task",
-    "args",
-    "priority",
-    "run_at",
-    "state",
-    "max_attempts",
-    "idempotency_key",
-    "concurrency_key",
-    "unique_for",
-    "unique_states",
-    "result_ttl",
-    "meta",
-    "tags",
-    # a job's place in a fair queue (bulk enqueue COPYs it; pgqueue.fair_rank gives it)
-    "fair_rank",
-)
+# They are the job input's stored attributes (pgqueue.db.job_rows), fair_rank included (a job's
+# place in a fair queue: bulk enqueue COPYs it), so a new stored option needs no edit here.
+_ENQUEUE_COLUMNS = tuple(column.name for column in JOB_INPUT if column.stored)
 _PRODUCER_FUNCTIONS = (
+    "enqueue_input",
     "enqueue_job",
     "enqueue",
     "job_ids_by_key",
-    "insert_keyed_jobs",
+    "insert_jobs",
     "kept_keys",
     "drop_raced_keyed_jobs",
     "queue_depth_up_to",
@@ -186,9 +173,8 @@ def _grants(names: RoleNames) -> Iterator[sql.Composed]:
     yield sql.SQL("GRANT INSERT ({}) ON {} TO {}").format(columns, table("jobs"), producer)
     yield sql.SQL("GRANT SELECT (id) ON {} TO {}").format(table("jobs"), producer)
     yield sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(table("jobs_id_seq"), producer)
-    # result_ttl is set in the enqueue's own transaction (pgq.result); bounded queues are
-    # checked against their max_depth before a bulk enqueue, and fair queues' jobs are ranked.
-    yield sql.SQL("GRANT UPDATE (result_ttl) ON {} TO {}").format(table("jobs"), producer)
+    # Bounded queues are checked against their max_depth before a bulk enqueue, and fair
+    # queues' jobs are ranked. (No UPDATE: a job is written whole, its result_ttl included.)
     yield sql.SQL("GRANT SELECT (name, max_depth, fair) ON {} TO {}").format(
         table("queues"), producer
     )

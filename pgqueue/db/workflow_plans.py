@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from pgqueue.db.job_rows import JOB_COLUMNS, column_arrays, due_at, job_row
+from pgqueue.db.job_rows import RESULT_TTL, due_at, input_arrays, input_row
 from pgqueue.db.plan import Plan, Query, fetch_all, fetch_one, fetch_value
 from pgqueue.errors import InvalidJobError, JobNotFoundError
 from pgqueue.rules.job_specs import JobId, JobSpec
@@ -158,10 +158,11 @@ def _write(
         run_at = due_at(spec, db_now)
         waits = bool(node.parents) or any(p in live for p in spec.depends_on)
         state = "waiting" if waits else ("scheduled" if run_at > db_now else "ready")
-        job_rows.append(
-            (*job_row(job_id, spec, run_at, state, spec.result_ttl or result_ttl),
-             spec.concurrency_key, spec.meta_json, spec.tags)
-        )  # fmt: skip
+        row = input_row(spec, job_id, run_at, state)
+        if spec.result_ttl is None:
+            # A member keeps its result for its dependents (the workflow's TTL by default).
+            row = (*row[:RESULT_TTL], result_ttl, *row[RESULT_TTL + 1 :])
+        job_rows.append(row)
         edges.extend((parent, job_id) for parent in spec.depends_on if parent in live)
         node_rows.append(
             {
@@ -179,8 +180,8 @@ def _write(
     if keyed_tasks:
         # As for any job with a concurrency key: its task's claims check the keys from now on.
         yield Query("mark_keyed_tasks", {"tasks": keyed_tasks})
-    names = (*JOB_COLUMNS[:8], "result_ttls", "concurrency_keys", "metas", "tag_lists")
-    yield Query("insert_workflow_jobs", column_arrays(job_rows, names))
+    # pgqueue.insert_jobs ranks the members of fair queues.
+    yield Query("insert_jobs", input_arrays(job_rows))
     yield Query("insert_workflow_nodes", {"workflow_id": workflow_id, "nodes": Jsonb(node_rows)})
     if edges:
         yield Query(

@@ -100,6 +100,8 @@ class JobSpec:
     on_conflict: str = "keep"
     #: At most one job per key per period.
     throttle: timedelta | None = None
+    #: The id of the job that led to this one.
+    caused_by: int | None = None
 
     def with_args_json(self, args_json: str, idempotency_key: str | None = None) -> JobSpec:
         """A copy with other arguments (and the key derived from them, if any). Bulk enqueue
@@ -110,7 +112,7 @@ class JobSpec:
             self.delay, idempotency_key or self.idempotency_key, self.concurrency_key,
             self.unique_for, self.unique_states, self.wait_if_full, self.result_ttl,
             self.depends_on, self.meta_json, self.tags, self.unique_by, self.unique_among,
-            self.on_conflict, self.throttle,
+            self.on_conflict, self.throttle, self.caused_by,
         )  # fmt: skip
 
     def with_meta_json(self, meta_json: str | None) -> JobSpec:
@@ -125,14 +127,20 @@ class JobSpec:
         return list(self.tags) if self.tags is not None else None
 
     @property
+    def unique_state_list(self) -> list[str] | None:
+        """The final states that keep the key, as a list (``text[]``), or None."""
+        return list(self.unique_states) if self.unique_states else None
+
+    @property
     def has_mode(self) -> bool:
         """A deduplication mode other than the default (held while live, keep the holder)."""
         return self.unique_among != "live" or self.on_conflict != "keep" or bool(self.throttle)
 
     @property
     def needs_transaction(self) -> bool:
-        """Writing this job takes more than one statement, so they must share a transaction."""
-        return self.result_ttl is not None or bool(self.depends_on)
+        """Writing this job takes more than one statement (``depends_on``: the workflow plan),
+        so they must share a transaction."""
+        return bool(self.depends_on)
 
 
 #: The most rows one listing returns (the CLI's --limit takes the same range).

@@ -450,6 +450,18 @@ class JobOptions(JobDefaults, total=False):
         ),
     ]
     """Ids of jobs that must succeed first (the job waits until they have)."""
+    caused_by: Annotated[
+        int | None,
+        Check(lambda v, w: check_int(v, w, 1, MAX_JOB_ID)),
+        Flag(
+            "Id of the job that led to this one (stored with the job).",
+            metavar="ID",
+            low=1,
+            high=MAX_JOB_ID,
+        ),
+    ]
+    """The id of the job that led to this one (a handler's own job, a failed job's follow-up):
+    stored with the job, so ``WHERE caused_by = ...`` finds what a job set off."""
 
 
 class TaskOptions(JobDefaults, total=False):

@@ -384,6 +384,17 @@ def test_bulk_mixes_ready_delayed_and_keyed_jobs(pgq, conn):
     assert [r[0] for r in conn.execute("SELECT id FROM pgqueue.jobs ORDER BY id")] == sorted(ids)
 
 
+def test_a_bulk_of_alike_jobs_with_options_stores_each_option(pgq, conn):
+    # A batch of jobs due now without idempotency keys is one COPY whatever their options.
+    opts = {"meta": {"m": 1}, "tags": ["a", "b"], "result_ttl": 60, "concurrency_key": "c"}
+    ids = pgq.enqueue_many([pgq.spec("t", {"i": i}, opts) for i in range(70)])
+    assert len(ids) == 70 and all(job_id.created for job_id in ids)
+    rows = conn.execute(
+        "SELECT DISTINCT state, meta, tags, result_ttl, concurrency_key FROM pgqueue.jobs"
+    ).fetchall()
+    assert rows == [("ready", {"m": 1}, ["a", "b"], timedelta(seconds=60), "c")]
+
+
 def test_bulk_enqueue_gives_the_garbage_collector_back_on(dsn):
     with PgQueue(dsn) as app:
         assert gc.isenabled()

@@ -82,9 +82,24 @@ def test_producer_can_enqueue_but_not_read_or_change_jobs(app_dsn, roles):
         assert keyed[1].created and keyed[2] == keyed[1] and not keyed[2].created
         # flow control and results through the same role
         kept = producer.enqueue("noop", {}, result_ttl=60, concurrency_key="customer-1")
+        # A job that keeps its result is written whole: no UPDATE privilege needed.
+        kept_plain = producer.enqueue("noop", {}, result_ttl=61)
+        kept_many = producer.enqueue_many(
+            [producer.spec("noop", {}, {"result_ttl": 62, "idempotency_key": "r"})]
+            + [producer.spec("noop", {}, {"result_ttl": 63}) for _ in range(70)]
+        )
         unique = producer.enqueue_many(
             [producer.spec("noop", {}, {"idempotency_key": "u1", "unique_for": 60})]
         )
+        # A small batch without keys (a plain multi-row INSERT) and a large one of alike jobs
+        # with options (one COPY) write the same columns.
+        small = producer.enqueue_many(
+            [producer.spec("noop", {}, {"result_ttl": 64, "tags": ["t"]}) for _ in range(3)]
+        )
+        alike = producer.enqueue_many(
+            [producer.spec("noop", {}, {"meta": {"m": 1}, "caused_by": first}) for _ in range(70)]
+        )
+        assert all(job.created for job in [*small, *alike])
         assert kept.created and unique[0].created
         # deduplication modes: the replace is an UPDATE, run by enqueue_job as its owner
         debounce = {"idempotency_key": "d", "unique_among": "pending", "on_conflict": "replace"}
@@ -104,7 +119,12 @@ def test_producer_can_enqueue_but_not_read_or_change_jobs(app_dsn, roles):
         assert conn.execute("SELECT pgqueue.enqueue('noop')").fetchone()[0] > 0
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "5s"
         assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "30s"
-    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == 1 + 1 + 1 + 100 + 1 + 2 + 1 + 2
+    assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.jobs") == (
+        1 + 1 + 1 + 100 + 1 + 1 + 71 + 2 + 1 + 2 + 3 + 70
+    )
+    for job_id, seconds in ((kept, 60), (kept_plain, 61), (kept_many[0], 62), (kept_many[1], 63)):
+        ttl = scalar(app_dsn, "SELECT result_ttl FROM pgqueue.jobs WHERE id = %s", (job_id,))
+        assert ttl == timedelta(seconds=seconds)
     assert scalar(app_dsn, "SELECT args FROM pgqueue.jobs WHERE id = %s", (debounced,)) == {"n": 2}
     assert scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (delayed,)) == (
         "scheduled"
@@ -126,6 +146,7 @@ def test_producer_can_enqueue_but_not_read_or_change_jobs(app_dsn, roles):
     for statement, params in [
         ("DELETE FROM pgqueue.jobs WHERE id = %s", (secret,)),
         ("UPDATE pgqueue.jobs SET args = '{}' WHERE id = %s", (secret,)),
+        ("UPDATE pgqueue.jobs SET result_ttl = '1 hour' WHERE id = %s", (secret,)),
         ("UPDATE pgqueue.jobs SET state = 'running' WHERE id = %s", (secret,)),
         ("TRUNCATE pgqueue.jobs", None),
         ("SELECT pgqueue.cancel(%s)", (secret,)),
@@ -263,9 +284,9 @@ def test_a_producer_cannot_enqueue_an_id_that_is_taken_or_was_never_handed_out(a
 
     def keyed(conn: psycopg.Connection[Any], job_id: int) -> None:
         conn.execute(
-            "SELECT * FROM pgqueue.insert_keyed_jobs(ARRAY[%s]::bigint[], '{default}', '{noop}',"
-            " '{\"{}\"}', '{0}', ARRAY[now()], '{ready}', '{5}', ARRAY[%s], '{NULL}', '{NULL}',"
-            " '{NULL}', '{NULL}', '{NULL}')",
+            "SELECT * FROM pgqueue.insert_jobs(ARRAY[jsonb_populate_record("
+            "NULL::pgqueue.job_input, jsonb_build_object('id', %s::bigint, 'queue', 'default',"
+            " 'task', 'noop', 'priority', 0, 'max_attempts', 5, 'idempotency_key', %s::text))])",
             (job_id, f"key-{job_id}"),
         )
 

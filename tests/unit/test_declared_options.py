@@ -87,7 +87,7 @@ def test_unset_options_are_none_and_each_flag_sets_its_option() -> None:
         *("--concurrency-key", "c", "--depends-on", "7", "--depends-on", "8"),
         *("--result-ttl", "1h", "--meta", '{"tenant": "acme"}', "--tag", "a", "--tag", "b"),
         *("--unique-for", "1d", "--unique-state", "dead", "--wait-if-full", "2s"),
-        *("--run-at", "2030-01-01T00:00:00+00:00", "--throttle", "1m"),
+        *("--run-at", "2030-01-01T00:00:00+00:00", "--throttle", "1m", "--caused-by", "6"),
     )
     assert chosen["run_at"] == datetime.fromisoformat("2030-01-01T00:00:00+00:00")
     del chosen["run_at"]
@@ -109,6 +109,7 @@ def test_unset_options_are_none_and_each_flag_sets_its_option() -> None:
         "unique_for": 86400.0,
         "unique_states": ["dead"],
         "wait_if_full": 2.0,
+        "caused_by": 6,
     }
     assert enqueue_kwargs("--unique")["unique_by"] is True
     assert enqueue_kwargs("--unique-by", "a", "--unique-by", "b")["unique_by"] == ["a", "b"]

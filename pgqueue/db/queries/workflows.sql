@@ -29,22 +29,6 @@ INSERT INTO pgqueue.workflows (name, on_failure)
 VALUES (%(name)s, %(on_failure)s::jsonb)
 RETURNING id
 
--- name: insert_workflow_jobs
--- Jobs of fair queues get their ranks (pgqueue.fair_ranks: NULL when no queue is fair).
-INSERT INTO pgqueue.jobs (id, queue, task, args, priority, run_at, state, max_attempts,
-                          result_ttl, concurrency_key, meta, tags, fair_rank)
-SELECT id, queue, task, args::jsonb, priority, run_at, state, max_attempts, result_ttl, ckey,
-       meta, CASE WHEN tags IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(tags)) END,
-       rank
-  FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::text[],
-              %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(states)s::text[],
-              %(max_attempts)s::integer[], %(result_ttls)s::interval[],
-              %(concurrency_keys)s::text[], %(metas)s::jsonb[], %(tag_lists)s::jsonb[],
-              pgqueue.fair_ranks(%(queues)s::text[], %(priorities)s::smallint[],
-                                 %(concurrency_keys)s::text[]))
-       AS u(id, queue, task, args, priority, run_at, state, max_attempts, result_ttl, ckey,
-            meta, tags, rank)
-
 -- name: insert_workflow_nodes
 INSERT INTO pgqueue.workflow_nodes (job_id, workflow_id, name, parents, dependents, receive,
                                     result_arg, parent_results)
