@@ -37,12 +37,14 @@ def durable_dsn(module_dsn: str) -> Iterator[str]:
             os.environ["PGQUEUE_DSN"] = before
 
 
+# Leases of 30 s: on a loaded machine a 5 s lease could run out between heartbeats and give a
+# job an attempt the tests do not expect (the lost-lease test takes the lease itself).
 @pytest.fixture(scope="module")
 def worker(durable_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One real worker for the module; yields its log."""
     log = tmp_path_factory.mktemp("durable") / "worker.log"
     proc = spawn_worker(
-        durable_dsn, "--queue", "durable", "--concurrency", "4", "--lease", "5s", app=APP, log=log
+        durable_dsn, "--queue", "durable", "--concurrency", "4", "--lease", "30s", app=APP, log=log
     )
     try:
         wait_for(lambda: "worker started" in log.read_text(), timeout=60, message="the worker")
@@ -57,7 +59,7 @@ def process_worker(durable_dsn: str, tmp_path_factory: pytest.TempPathFactory) -
     log = tmp_path_factory.mktemp("durable") / "process-worker.log"
     proc = spawn_worker(
         durable_dsn, "--pool", "process", "--queue", "durable_proc", "--concurrency", "2",
-        "--lease", "5s", app=APP, log=log,
+        "--lease", "30s", app=APP, log=log,
     )  # fmt: skip
     try:
         wait_for(lambda: "worker started" in log.read_text(), timeout=60, message="the worker")
