@@ -54,13 +54,15 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> float:
             return lambda: conn.execute(RAW_INSERT, ("{}",), prepare=True)
 
     elif variant == "jobs INSERT":
+        from pgqueue.db.job_rows import single_params
         from pgqueue.db.queries import query
+        from pgqueue.rules.job_specs import JobSpec
 
-        params = {
-            "queue": "default", "task": "bench.job", "args": "{}", "priority": 0,
-            "run_at": None, "delay": None, "max_attempts": 5, "result_ttl": None, "meta": None,
-            "tags": None,
-        }  # fmt: skip
+        # The statement's parameters as the client makes them (every column the job input
+        # declares), for one plain job.
+        params = single_params(
+            JobSpec(task="bench.job", args_json="{}", queue="default", priority=0, max_attempts=5)
+        )
 
         def make() -> Callable[[], object]:
             conn = psycopg.connect(dsn, autocommit=True)

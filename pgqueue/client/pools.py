@@ -249,8 +249,8 @@ class Pools:
 
 @contextmanager
 def _schema_hint() -> Iterator[None]:
-    """Turn "relation pgqueue.jobs does not exist" (or a column or function an older schema
-    lacks) into an error that says what to do, and a full queue (SQLSTATE PGQ01) into
+    """Turn "relation pgqueue.jobs does not exist" (or a column, function or type an older
+    schema lacks) into an error that says what to do, and a full queue (SQLSTATE PGQ01) into
     :class:`QueueFullError`. On ``conn=`` this is all there is: the start-up check of the
     schema's revision runs on the client's own connections only."""
     try:
@@ -260,6 +260,7 @@ def _schema_hint() -> Iterator[None]:
         psycopg.errors.UndefinedFunction,
         psycopg.errors.InvalidSchemaName,
         psycopg.errors.UndefinedColumn,
+        psycopg.errors.UndefinedObject,  # a type an older schema lacks (pgqueue.job_input)
     ) as exc:
         if "pgqueue" not in str(exc) and not isinstance(exc, psycopg.errors.UndefinedColumn):
             raise

@@ -174,6 +174,13 @@ class ClaimCursor:
         else:
             self.interval = min(self.interval * 2, self.max_rescan)
 
+    def look_from_top(self) -> None:
+        """The next claim walks from the top (keeping the keys): before a worker concludes that
+        nothing is ready (a burst worker's end, an idle worker's wait), so that no job waiting
+        before the key (a dependent made ready, a retry come due, a job handed back) is
+        missed."""
+        self._again = True
+
     def reset(self) -> None:
         """Forget the keys: the next claim walks from the top (and rewalks come at ``rescan``)."""
         self._settled = [None] * self._size

@@ -204,6 +204,10 @@ class Fetcher(Service):
             self.flow = True
             self._next_sleep = 0.0
             return
+        if not rows and not lingering:
+            # About to end (burst) or wait for a NOTIFY (idle): the claims that decide it look
+            # from the top, not only past the cursor's key.
+            self.cursor.look_from_top()
         if self.burst and self._burst_finished(bool(rows)):
             self.on_burst_done()
             self.stop()

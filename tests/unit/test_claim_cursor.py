@@ -179,3 +179,16 @@ def test_after_a_short_claim_the_walk_starts_after_what_settled_claims_took():
     assert cursor.params()["after_id"] == [3, 2]  # short again: settled claims only
     clock.now += 0.125
     assert cursor.params()["after_id"] == [5, 2]
+
+
+def test_look_from_top_makes_the_next_claim_walk_from_the_top_and_keeps_the_key():
+    clock = Clock()
+    cursor = ClaimCursor(["a", "b"], clock=clock, settle=0)
+    cursor.params()
+    cursor.claimed([row(2, "a", 0, 2)], False)
+    assert cursor.params()["after_id"] == [2, None]
+    cursor.claimed([], False)
+    cursor.look_from_top()
+    assert cursor.params() == TOP
+    cursor.claimed([], False)
+    assert cursor.params()["after_id"] == [2, None]
