@@ -40,6 +40,7 @@ def load_steps(job_id: int) -> Plan[list[Checkpoint]]:
 def write_step(
     job_id: int,
     token: int,
+    worker_id: str,
     *,
     seq: int,
     name: str,
@@ -50,11 +51,12 @@ def write_step(
     error: str | None = None,
 ) -> Plan[bool]:
     """A step's checkpoint (``result``: its JSON) or its failure (``error``: a JSON object):
-    one statement, written only while ``token`` is the job's lease. False: the lease was lost
-    (or the step had succeeded already), nothing written."""
+    one statement, written only while ``token`` is the job's lease, held by ``worker_id``.
+    False: the lease was lost (or the step had succeeded already), nothing written."""
     params = {
         "id": job_id,
         "token": token,
+        "worker": worker_id,
         "seq": seq,
         "name": name,
         "state": state,

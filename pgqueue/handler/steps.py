@@ -233,6 +233,7 @@ class Step:
         return durable.write_step(
             job.id,
             job.lease_token,
+            self.ctx.worker_id,
             seq=self.seq,
             name=self.name,
             state=durable.SUCCEEDED,
@@ -247,6 +248,7 @@ class Step:
         return durable.write_step(
             job.id,
             job.lease_token,
+            self.ctx.worker_id,
             seq=self.seq,
             name=self.name,
             state=durable.FAILED,

@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -582,6 +582,22 @@ class Run:
             "SELECT id FROM pgqueue.jobs WHERE state = 'running'"
             " AND (%(w)s::uuid[] IS NULL OR worker_id = ANY(%(w)s::uuid[]))",
             {"w": list(worker_ids) if worker_ids is not None else None},
+        )
+        return [row[0] for row in rows]
+
+    def lost_claims(self, fault: Fault, until: datetime) -> list[int]:
+        """Jobs started twice under one lease token, the first time just before ``fault`` (from
+        a second before it was injected until ``until``, its heal): the database lost that
+        claim (a crash or failover before its COMMIT was durable; an idle worker starts a job
+        while its claim's COMMIT is on its way) and handed the token out again. The fault
+        interrupted them, whether or not they were running when the held jobs were sampled.
+        A job run twice under one token at any other time is not excused."""
+        rows = query(
+            self.ledger_dsn,
+            "SELECT DISTINCT job_id FROM chaos_ledger WHERE event = 'start'"
+            " GROUP BY job_id, token"
+            " HAVING count(*) > 1 AND min(at) BETWEEN %s AND %s",
+            (fault.at - timedelta(seconds=1), until),
         )
         return [row[0] for row in rows]
 

@@ -287,6 +287,10 @@ def postgres_restarts(env: Env, size: str) -> Report:
             # crash count as interrupted too.
             fault.held = sorted({*held, *chaos.held()})
         chaos.drain()
+        # Claims a crash lost after they started their jobs (see Run.lost_claims).
+        for fault in chaos.faults:
+            lost = chaos.lost_claims(fault, fault.healed_at or fault.at)
+            fault.held = sorted({*fault.held, *lost})
         return chaos.report()
 
 
@@ -778,6 +782,11 @@ def failover(env: Env, size: str, synchronous: bool = True, lag: float = 0.0) ->
             fault.held = sorted({*held, *chaos.held()})
             chaos.deadlocks_before = chaos.deadlocks()  # the new primary's own statistics
             chaos.drain()
+            # And the jobs whose claim was on its way (committed on the old primary but not yet
+            # on the standby, or not at all) when it died: they ran already, the new primary
+            # hands them out again.
+            lost_claims = chaos.lost_claims(fault, promoted_at)
+            fault.held = sorted({*fault.held, *lost_claims})
             exited = chaos.fleet.exited()
             report = chaos.report()
         first_done = scalar(dsn, "SELECT min(at) FROM chaos_done WHERE at > %s", (promoted_at,))
@@ -812,6 +821,7 @@ def failover(env: Env, size: str, synchronous: bool = True, lag: float = 0.0) ->
     report.notes["stale ack warnings"] = logs.count("stale ack ignored") + logs.count(
         "ack found nothing to write"
     )
+    report.notes["claims the failover lost (run again under their token)"] = len(lost_claims)
     report.notes["writes of claims the database lost"] = logs.count(
         "does not know this worker's claim"
     )

@@ -19,16 +19,20 @@ from pgqueue.db import durable
 from pgqueue.db import plan as plans
 from tests.helpers import scalar
 
+#: The worker that running_job's claims name.
+WORKER = "3f2a6c1e-0d4b-4a8e-9c57-2b1f0e6d8a90"
+
 
 def running_job(pgq: PgQueue, dsn: str) -> tuple[int, int]:
-    """A job as a worker's claim leaves it: running, under a lease; its id and token."""
+    """A job as a worker's (WORKER's) claim leaves it: running, under a lease; its id and
+    token."""
     job = pgq.enqueue("some.task", {}, queue="durable")
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "UPDATE pgqueue.jobs SET state = 'running', attempts = attempts + 1,"
             " lease_token = lease_token + 1, lease_expires_at = now() + interval '1 minute',"
-            " started_at = now() WHERE id = %s RETURNING lease_token",
-            (job,),
+            " started_at = now(), worker_id = %s WHERE id = %s RETURNING lease_token",
+            (WORKER, job),
         ).fetchone()
     assert row is not None
     return int(job), int(row[0])
@@ -158,9 +162,25 @@ def test_park_sleep_parks_the_job_fenced_and_without_counting_the_attempt(pgq, d
     }  # fmt: skip
     # Parked, it holds no lease: the same token cannot park (or checkpoint) it again.
     assert run(dsn, durable.park_sleep(job, token, seq=2, name="sleep#2", delay=1)) is None
-    written = durable.write_step(job, token, seq=2, name="x", state="succeeded", attempts=1,
-                                 elapsed=0.0, result="1")  # fmt: skip
+    written = durable.write_step(job, token, WORKER, seq=2, name="x", state="succeeded",
+                                 attempts=1, elapsed=0.0, result="1")  # fmt: skip
     assert run(dsn, written) is False
+
+
+def test_a_checkpoint_is_written_only_under_its_token_and_worker(pgq, dsn):
+    job, token = running_job(pgq, dsn)
+
+    def write(token: int, worker: str) -> bool:
+        plan = durable.write_step(job, token, worker, seq=1, name="x", state="succeeded",
+                                  attempts=1, elapsed=0.0, result="1")  # fmt: skip
+        return bool(run(dsn, plan))
+
+    # Another worker's claim under the same token (the server lost the first one's claim in a
+    # crash and handed the token out again), an old token: nothing written.
+    assert write(token, "00000000-0000-4000-8000-000000000000") is False
+    assert write(token - 1, WORKER) is False
+    assert write(token, WORKER) is True
+    assert step_row(dsn, job)["state"] == "succeeded"
 
 
 def test_park_sleep_until_a_time(pgq, dsn):

@@ -110,18 +110,22 @@ class Parking(TransactionHost):
         return psycopg.connect(self.dsn, autocommit=True)
 
 
+#: The worker that _context's claims name.
+WORKER = "5b0c2e7d-8a41-4f3e-b6d9-1c7e3a2f4b60"
+
+
 def _context(pgq: PgQueue, dsn: str, host: TransactionHost) -> JobContext:
     job = pgq.enqueue("some.task", {})
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "UPDATE pgqueue.jobs SET state = 'running', attempts = 1, lease_token = 1,"
-            " lease_expires_at = now() + interval '1 minute' WHERE id = %s"
+            " lease_expires_at = now() + interval '1 minute', worker_id = %s WHERE id = %s"
             " RETURNING id, queue, task, args, attempts, max_attempts, lease_token, priority,"
             " created_at, run_at",
-            (job,),
+            (WORKER, job),
         ).fetchone()
     assert row is not None
-    ctx = JobContext(ClaimedJob(*row), "worker")
+    ctx = JobContext(ClaimedJob(*row), WORKER)
     ctx.transactions = host
     return ctx
 
@@ -171,7 +175,7 @@ def _context_again(ctx: JobContext, dsn: str) -> JobContext:
             (ctx.id,),
         ).fetchone()
     assert token is not None
-    again = JobContext(ctx.job._replace(lease_token=token[0]), "worker")
+    again = JobContext(ctx.job._replace(lease_token=token[0]), WORKER)
     again.transactions = ctx.transactions
     return again
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.helpers import ledger, scalar, thread_worker, wait_for
-from tests.integration import worker_app
+from tests.integration import durable_app, worker_app
 
 APP = worker_app.pgq
 
@@ -89,3 +89,45 @@ def test_a_claim_that_does_not_commit_writes_nothing_and_the_job_runs_again(
         assert [row[0] for row in ledger(app_dsn, "end")] == [job, job]
     assert scalar(app_dsn, "SELECT count(*) FROM pgqueue.dead_letters") == 0
     assert scalar(app_dsn, "SELECT nextval('claim_commits')") >= 3  # claimed twice
+
+
+@pytest.mark.parametrize(
+    ("task", "kwargs"),
+    [
+        ("order", {"amount": 5}),
+        ("order_async", {"amount": 5}),
+        ("transfer", {"fail_inside": False}),
+        ("transfer_async", {"fail_inside": False}),
+    ],
+)
+def test_a_step_of_a_job_started_while_its_claim_commits_is_checkpointed_once(
+    app_dsn, pgq, task, kwargs
+):
+    """A step's checkpoint, fenced by the lease token, waits for the claim that gave the job
+    (it would otherwise see the row as it was before the claim, and take the job for lost)."""
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute(durable_app.EFFECTS_DDL)
+    install_trigger(app_dsn, sleep=1.0, fail=False)
+    with thread_worker(durable_app.pgq, app_dsn, queues=["durable"], poll_interval=600):
+        wait_for(lambda: idle(app_dsn), message="the worker to go idle")
+        job = pgq.enqueue(getattr(durable_app, task), kwargs)
+        state = wait_for(
+            lambda: scalar(app_dsn, "SELECT state FROM pgqueue.job_history WHERE id = %s", (job,)),
+            timeout=20,
+            message="the job to finish",
+        )
+    assert state == "succeeded"
+    # Both tasks fail their first attempt after the step(s): the second replays them.
+    assert scalar(app_dsn, "SELECT attempts FROM pgqueue.job_history WHERE id = %s", (job,)) == (
+        3 if task.startswith("transfer") else 2
+    )
+    if task.startswith("order"):
+        charged = [row for row in ledger(app_dsn, "charge") if row[0] == job]
+        assert [row[1] for row in charged] == [1]
+    else:
+        effects = scalar(
+            app_dsn,
+            "SELECT array_agg(attempt ORDER BY id) FROM durable_effects WHERE job_id = %s",
+            (job,),
+        )
+        assert effects == [1]

@@ -17,14 +17,22 @@ SELECT seq, name, kind, state, attempts, result
 -- transactional step's: its effects and its checkpoint commit together). 'succeeded' with the
 -- step's JSON result, or 'failed' with its error (the step runs again on the next attempt).
 -- A succeeded step is never written again. elapsed: the step's seconds by the worker's clock.
+-- The row is locked by its id alone and the fence checked on what the lock returns: an idle
+-- worker starts a job while its claim's COMMIT is on its way, and a fence in the locking scan
+-- would test the row as it was before that claim (not running: the job taken for lost),
+-- where the lock waits for the claim's transaction and returns the row as it left it. The
+-- worker is checked too: a claim the server lost (a crash before its WAL flush) can hand the
+-- same token to another worker.
+WITH j AS MATERIALIZED (
+    SELECT id, lease_token, state, worker_id FROM pgqueue.jobs WHERE id = %(id)s FOR SHARE
+)
 INSERT INTO pgqueue.job_steps AS s (job_id, seq, name, kind, state, attempts, started_at,
                                     finished_at, result, error, size)
 SELECT j.id, %(seq)s, %(name)s, 'step', %(state)s, %(attempts)s,
        now() - make_interval(secs => %(elapsed)s), now(), %(result)s::jsonb, %(error)s::jsonb,
        octet_length(%(result)s::text)
-  FROM pgqueue.jobs AS j
- WHERE j.id = %(id)s AND j.lease_token = %(token)s AND j.state = 'running'
-   FOR SHARE
+  FROM j
+ WHERE j.lease_token = %(token)s AND j.state = 'running' AND j.worker_id = %(worker)s::uuid
 ON CONFLICT ON CONSTRAINT job_steps_pkey DO UPDATE
    SET name = excluded.name, kind = excluded.kind, state = excluded.state,
        attempts = s.attempts + excluded.attempts, started_at = excluded.started_at,
