@@ -110,7 +110,7 @@ _CLEAR = {
 
 @dataclass
 class Worked:
-    seconds: float  # from the first job seen started to all seen done
+    seconds: float  # from the last poll seeing no job started to the first seeing all done
     statements: int | None  # sent to the system's database while the worker ran
 
 
@@ -160,14 +160,14 @@ class _Side:
         conn = psycopg.connect(self.dsn, autocommit=True)
         worker = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
         try:
-            # The window: from the first poll that sees a job started to the first that sees
+            # The window: from the last poll that sees no job started to the first that sees
             # them all done (polls every 10 ms), so neither worker's start-up is counted.
-            deadline, started = time.monotonic() + timeout, None
+            deadline, idle = time.monotonic() + timeout, time.perf_counter()
             while True:
                 done, untouched = self._progress(conn, jobs)
                 now = time.perf_counter()
-                if started is None and untouched < jobs:
-                    started = now
+                if untouched >= jobs:
+                    idle = now
                 if done >= jobs:
                     break
                 if time.monotonic() > deadline or worker.poll() not in (None, 0):
@@ -179,7 +179,7 @@ class _Side:
                 worker.terminate()
             worker.wait(timeout=60)
         count = statements.read(self.admin, self.database).total if counting else None
-        return Worked(now - (started or now), count)
+        return Worked(now - idle, count)
 
 
 def compare_workers(
