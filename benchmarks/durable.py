@@ -1,6 +1,6 @@
 """The cost of a durable step: statements and time per checkpoint, against a plain job.
 
-    python -m benchmarks.durable [--dsn DSN] [--jobs 500] [--runs 3]
+    python -m benchmarks.durable [--dsn DSN] [--jobs 500] [--runs 3] [--worker-jobs 1000]
 
 Runs ``--jobs`` jobs of each kind with ``pgqueue.testing.drain`` (claim, handler, ack: the
 worker's own statements, one job at a time in this process, on the queue's pool), so the jobs
@@ -9,6 +9,14 @@ a function that returns a small dict. Per checkpoint: (time of a job with K step
 plain job) / K, and the statements each kind sends, counted by ``pg_stat_statements`` (the
 run's first step reads the job's checkpoints: ``load_steps``, one query per run; each step that
 runs writes one fenced statement: ``write_step``). Prints medians of ``--runs`` (min, max).
+
+Then the same workflows (0, 3 and 10 steps, ``--worker-jobs`` of each) through each system's own
+worker, side by side with DBOS (``benchmarks.drivers.dbos_driver``, in its own pinned venv, its
+system database on the same server): a real ``pgq work --burst`` at 64 slots, and DBOS's queue at
+``worker_concurrency`` 64. Jobs are enqueued first; jobs/s is timed by 10 ms polls of the
+database, from the last one seeing no job started to the first seeing all done. Per checkpoint:
+the time and the statements over a zero-step workflow of the same system, and DBOS / pgqueue.
+``--no-drain`` skips the first part; ``--systems pgqueue`` leaves DBOS out.
 """
 
 from __future__ import annotations
