@@ -9,6 +9,8 @@
 * ``benchmarks/.peers-venv-oban`` and ``benchmarks/.peers-venv-chancy``: Oban-py and Chancy, each
   alone (``benchmarks/peers/{oban,chancy}-requirements.txt``), so neither pins the other's
   psycopg or the shared venv's;
+* ``benchmarks/.peers-venv-dbos``: DBOS Transact (``benchmarks/peers/dbos-requirements.txt``),
+  for the durable-steps comparison (``python -m benchmarks.durable``);
 * ``benchmarks/peers/graphile/node_modules``: ``npm ci`` from the committed package-lock.json.
 
 Each is (re)installed when its pin file changes (a stamp file records the installed hash).
@@ -34,6 +36,7 @@ FAMILIES = {
     "arq": (HERE / ".peers-venv-arq", HERE / "peers" / "arq-requirements.txt"),
     "oban": (HERE / ".peers-venv-oban", HERE / "peers" / "oban-requirements.txt"),
     "chancy": (HERE / ".peers-venv-chancy", HERE / "peers" / "chancy-requirements.txt"),
+    "dbos": (HERE / ".peers-venv-dbos", HERE / "peers" / "dbos-requirements.txt"),
 }
 
 
