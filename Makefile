@@ -30,15 +30,23 @@ PYTEST_WORKERS ?= $(if $(PGQUEUE_TEST_DSN),0,4)
 # process started for the module, module_dsn) is made once, and the chaos scenarios (one module,
 # each scenario a fleet near the machine's capacity) run one after another.
 XDIST_ARGS = -n $(PYTEST_WORKERS) $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile)
-TEST_STEPS := lint typecheck pytest docs package-check
+TEST_STEPS := lint typecheck pytest last-checks
+# What `make test`'s last step also runs beside the docs and the package check (.ci/run adds
+# test-versions: the other Pythons' tests, which otherwise ran after everything else).
+TEST_ALSO ?=
 
-.PHONY: demo test lint typecheck pytest system-deps test-versions package-check cli-docs api-docs schema \
+.PHONY: demo test lint typecheck pytest last-checks system-deps test-versions package-check cli-docs api-docs schema \
 	docs bench compare chaos clean venv-python venvs
 
 # The venvs are made by uv (from PyPI, installed once into .uv/): a dev install takes it seconds
 # where pip took one to three minutes, which was the largest fixed cost of a CI run. --seed puts
-# pip in each venv too (the benchmarks install their peers with it).
+# pip in each venv too (the benchmarks install their peers with it). --compile-bytecode: uv
+# (unlike pip) writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (CI) no
+# Python process writes them either: every `pgq`, worker and manage.py the tests start would
+# compile psycopg, typer, rich, Django... from source again (a third of a second of CPU or more
+# each, over a thousand processes a run).
 UV := .uv/bin/uv
+UV_INSTALL := $(UV) pip install --quiet --compile-bytecode
 $(UV):
 	$(PYTHON) -m venv .uv
 	.uv/bin/pip install --quiet uv
@@ -46,7 +54,7 @@ $(UV):
 
 $(BIN)/.installed: pyproject.toml $(UV) | venv-python
 	test -x $(BIN)/python || $(UV) venv --quiet --seed --python $(PYTHON) $(VENV)
-	$(UV) pip install --quiet --python $(BIN)/python -e '.[dev]'
+	$(UV_INSTALL) --python $(BIN)/python -e '.[dev]'
 	touch $@
 
 # Every venv `make test` and `make test-versions` use, made side by side (`make -j3 venvs`, as
@@ -77,6 +85,12 @@ test:
 	done; \
 	echo "make test: passed in $$(( $$(date +%s) - start )) s ($${times# })" | sed 's/,)$$/)/'
 
+# The docs build, the package check and TEST_ALSO side by side, after the suite: none needs
+# another, and each mostly waits (on pip, on the built wheel's install, on its own servers),
+# so together they take little longer than the longest.
+last-checks:
+	$(MAKE) --no-print-directory -j3 --output-sync PYTHON="$(PYTHON)" docs package-check $(TEST_ALSO)
+
 # The sync twins generated from their async sources (scripts/async_to_sync.py) are up to date,
 # then ruff.
 lint: $(BIN)/.installed
@@ -95,7 +109,12 @@ typecheck: $(BIN)/.installed
 
 # --durations: the slowest tests listed at the end, to keep an eye on CI's time.
 pytest: $(BIN)/.installed system-deps
+	$(BIN)/python -m compileall -q -j0 $(OWN_CODE)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(XDIST_ARGS) --durations=15 $(PYTEST_ARGS)
+
+# The project's own modules, compiled before a test run for the same reason as the venvs'
+# (--compile-bytecode above): the processes the tests start import them from the tree.
+OWN_CODE := pgqueue tests benchmarks scripts migrations
 
 # PostgreSQL 15 with pg_cron, PgBouncer, Chromium: a no-op once they are installed.
 system-deps:
@@ -104,6 +123,7 @@ system-deps:
 test-versions: $(addprefix test-python-,$(EXTRA_PYTHONS))
 
 test-python-%: .venv-%/.installed
+	.venv-$*/bin/python -m compileall -q -j0 $(OWN_CODE)
 	PATH="$(CURDIR)/.venv-$*/bin:$$PATH" .venv-$*/bin/pytest -q -p no:cacheprovider \
 		-x $(XDIST_ARGS) $(VERSION_TESTS)
 
@@ -112,7 +132,7 @@ test-python-%: .venv-%/.installed
 .venv-%/.installed: pyproject.toml $(UV)
 	test -x .venv-$*/bin/python || { python="$$(bash scripts/find-python $*)" && \
 		$(UV) venv --quiet --seed --python "$$python" .venv-$*; }
-	$(UV) pip install --quiet --python .venv-$*/bin/python -e '.[dev]'
+	$(UV_INSTALL) --python .venv-$*/bin/python -e '.[dev]'
 	touch $@
 
 # The sdist and wheel as users get them (scripts/wheel_smoke.py, under a minute once pip's cache

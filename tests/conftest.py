@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -33,6 +34,12 @@ from pgqueue import PgQueue
 from pgqueue.db import embedded, migrate
 from tests.helpers import LEDGER_DDL
 from tests.seeds import Seeds
+
+# The machines the suite runs on are shared and the suite runs in parallel: a generated input
+# may take seconds when the machine stalls. What the property tests check does not depend on
+# how fast their inputs come, so neither a slow draw nor a slow example fails them.
+settings.register_profile("pgqueue", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("pgqueue")
 
 TEMPLATE = "pgqueue_test_template"
 _SEEDS = pytest.StashKey["Seeds"]()

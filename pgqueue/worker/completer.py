@@ -27,10 +27,12 @@ from pgqueue.worker.bad_rows import BreakerCounts, RowIsolation
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.outcome import (
+    CANCEL_REQUESTED,
     Outcome,
     Written,
     ack_params,
     acked,
+    cancel_instead,
     fail_params,
     failed,
     park_sleep_params,
@@ -201,6 +203,19 @@ class Completer(Service):
             report.extend(part)
             self.breakers.count(part)
 
+        def park_written(chunk: list[Outcome], part: Written) -> None:
+            # A job whose cancel was requested while it ran is not parked: it is written
+            # cancelled with the other outcomes (below), still under its lease.
+            cancelled = {id(o) for o, what in part if what == CANCEL_REQUESTED}
+            for outcome in chunk:
+                if id(outcome) in cancelled:
+                    cancel_instead(outcome)
+                    others.append(outcome)
+            written(
+                [o for o in chunk if id(o) not in cancelled],
+                [(o, what) for o, what in part if id(o) not in cancelled],
+            )
+
         async def statement(name: str, chunk: list[Outcome]) -> Written:
             part = await self._statement(name, chunk)
             if any(o.ambiguous for o in chunk):
@@ -213,17 +228,14 @@ class Completer(Service):
             kept = await isolation.write(
                 "ack_jobs", acks, lambda c: statement("ack_jobs", c), written, logged
             )
-        if others:
-            kept = (
-                await isolation.write(
-                    "fail_jobs", others, lambda c: statement("fail_jobs", c), written, logged
-                )
-                or kept
-            )
         if sleeps:
             kept = (
                 await isolation.write(
-                    "park_sleeps", sleeps, lambda c: statement("park_sleeps", c), written, logged
+                    "park_sleeps",
+                    sleeps,
+                    lambda c: statement("park_sleeps", c),
+                    park_written,
+                    logged,
                 )
                 or kept
             )
@@ -233,13 +245,21 @@ class Completer(Service):
                     "park_for_events",
                     waits,
                     lambda c: statement("park_for_events", c),
-                    written,
+                    park_written,
                     logged,
                 )
                 or kept
             )
         if parks and self.on_parked is not None:
             self.on_parked()
+        if others:
+            others.sort(key=_by_id)  # with the parks a cancel request overtook
+            kept = (
+                await isolation.write(
+                    "fail_jobs", others, lambda c: statement("fail_jobs", c), written, logged
+                )
+                or kept
+            )
         if kept is not None:
             raise kept  # the service logs it and tries again after a backoff
 

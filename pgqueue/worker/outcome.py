@@ -337,10 +337,30 @@ def park_wait_params(chunk: list[Outcome]) -> dict[str, Any]:
     }
 
 
-def parked(chunk: list[Outcome], rows: list[Row], lost: str = "lost") -> Written:
-    """What a park statement did with each outcome: parked, or stale (the lease was lost)."""
-    done = {row[0] for row in rows if row[-1] != lost}
-    return [(o, "parked" if o.job.id in done else "stale") for o in chunk]
+#: What a park statement says of a job whose cancel was requested while it ran: not parked
+#: (it would wake later and run on), to be written cancelled instead.
+CANCEL_REQUESTED = "cancel_requested"
+
+
+def parked(chunk: list[Outcome], rows: list[Row]) -> Written:
+    """What a park statement did with each outcome (its rows end with the job's state):
+    parked, stale (the lease was lost: no row, or 'lost'), or :data:`CANCEL_REQUESTED`."""
+    states = {row[0]: row[-1] for row in rows}
+
+    def what(outcome: Outcome) -> str:
+        state = states.get(outcome.job.id, "lost")
+        if state == "lost":
+            return "stale"
+        return CANCEL_REQUESTED if state == CANCEL_REQUESTED else "parked"
+
+    return [(o, what(o)) for o in chunk]
+
+
+def cancel_instead(outcome: Outcome) -> None:
+    """A park the job's cancel request overtook: the outcome becomes a cancel (written by
+    ``fail_jobs`` like a handler's that stopped on the request)."""
+    outcome.kind = "cancelled"
+    outcome.park = None
 
 
 def clamped_delay(seconds: float) -> float:

@@ -5,7 +5,9 @@ The worker keeps a pool of connections for these blocks apart from its own (a ha
 transaction may stay open as long as the handler likes; the services' statements must never
 wait for a connection behind one): a sync pool for handlers in threads and an async one for
 ``async def`` handlers, each opened on first use, up to ``size`` connections (the worker's
-slots unless ``--transaction-connections`` says otherwise). They name the worker in
+slots unless ``--transaction-connections`` says otherwise). An async block on an event loop
+other than the worker's (Django runs an async task on asgiref's loop in a handler thread) gets
+a connection of its own instead: a pool serves only its own loop. They name the worker in
 ``application_name``, as its own connections do. A child process of ``--pool process`` keeps a
 connection of its own (:class:`ChildTransactions`) and reports each change of the block's state
 to its worker, which must know a job is being completed before a heartbeat finds its row gone.
@@ -70,6 +72,8 @@ class WorkerTransactions(TransactionHost):
         self._pool: ConnectionPool | None = None
         self._async_pool: AsyncConnectionPool | None = None
         self._async_opening: asyncio.Lock | None = None
+        # The worker's event loop (made in Worker.run): the async pool lives on it.
+        self._loop = _running_loop()
         # Reconnecting quickly after an outage, as the worker's own pool does (psycopg_pool's
         # own backoff would leave handlers waiting long after the database is back).
         self._failures = ConnectFailures("handlers' transaction pool")
@@ -110,6 +114,16 @@ class WorkerTransactions(TransactionHost):
 
     @asynccontextmanager
     async def connection_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
+            # An async handler run on an event loop of its own in a handler thread (Django runs
+            # an async task inside asgiref's async_to_sync): a pool serves the loop it was
+            # opened on only, and the worker's lives on the worker's loop. A connection of the
+            # block's own, closed with it.
+            async with await psycopg.AsyncConnection.connect(
+                self.dsn, connect_timeout=10, **self.kwargs
+            ) as conn:
+                yield conn
+            return
         pool = self._async_pool
         if pool is None:
             if self._async_opening is None:
@@ -137,6 +151,13 @@ class WorkerTransactions(TransactionHost):
         pool, self._pool = self._pool, None
         if pool is not None:
             await asyncio.to_thread(pool.close, 5)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class ChildTransactions(TransactionHost):

@@ -8,10 +8,13 @@ test counts how many times each ran.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import psycopg
+
 from pgqueue import EventTimeout, PgQueue, current_job
-from tests.integration.durable_app import mark
+from tests.integration.durable_app import _dsn, mark
 
 pgq = PgQueue()
 
@@ -61,3 +64,34 @@ async def waiter(event: str, timeout: float | None = None) -> Any:
         return "timed out"
     mark("woken")
     return payload
+
+
+def _gate() -> None:
+    """Mark ``gated``, then wait (a minute at most) until the test marks ``open`` for this job."""
+    ctx = current_job()
+    mark("gated")
+    deadline = time.monotonic() + 60
+    with psycopg.connect(_dsn(), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            opened = conn.execute(
+                "SELECT 1 FROM ledger WHERE job_id = %s AND event = 'open'", (ctx.id,)
+            ).fetchone()
+            if opened:
+                return
+            time.sleep(0.05)
+
+
+@pgq.task(queue="parking", max_attempts=1, result_ttl=3600)
+def gated_sleep() -> None:
+    """Sleeps for an hour once the test opens its gate (see ``_gate``)."""
+    _gate()
+    current_job().sleep(3600)
+    mark("after")
+
+
+@pgq.task(queue="parking", max_attempts=1, result_ttl=3600)
+def gated_wait() -> None:
+    """Waits for an event never emitted once the test opens its gate (see ``_gate``)."""
+    _gate()
+    current_job().wait_for_event("never-emitted-gated")
+    mark("after")

@@ -194,6 +194,35 @@ def test_a_waiting_job_can_be_cancelled(worker, client, parking_dsn):
     assert finished(parking_dsn, job) == "cancelled"
 
 
+@pytest.mark.parametrize("task", [parking_app.gated_sleep, parking_app.gated_wait])
+def test_a_cancel_requested_while_the_job_parks_cancels_it(worker, client, parking_dsn, task):
+    """The cancel reaches the running job after its handler asked to sleep or wait and before
+    the park is written: the job is cancelled, not parked with the request forgotten (to wake
+    days later and run on)."""
+    job = task.enqueue()
+    wait_for(lambda: "gated" in calls(parking_dsn, job), message="the handler to start")
+    with psycopg.connect(parking_dsn) as holder:
+        # The job's row held, the handler parks: the worker's park waits on the row.
+        holder.execute("SELECT 1 FROM pgqueue.jobs WHERE id = %s FOR UPDATE", (job,))
+        with psycopg.connect(parking_dsn, autocommit=True) as gate:
+            gate.execute(
+                "INSERT INTO ledger (job_id, attempt, event) VALUES (%s, 1, 'open')", (job,)
+            )
+        wait_for(
+            lambda: scalar(
+                parking_dsn,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE %s",
+                ("%park%" if task is parking_app.gated_wait else "%state = 'scheduled'%",),
+            ),
+            message="the park to wait for the job's row",
+        )
+        assert holder.execute("SELECT pgqueue.cancel(%s)", (job,)).fetchone() == ("cancelling",)
+    assert wait_done(parking_dsn, job, timeout=30) == "cancelled"
+    assert live(parking_dsn, job) is None
+    assert "after" not in calls(parking_dsn, job)
+
+
 def test_a_sleep_in_a_process_pool_child(process_worker, client, parking_dsn):
     job = parking_app.three_steps.enqueue(pause=1.0, queue="parking_proc")
     row = parked(parking_dsn, job)

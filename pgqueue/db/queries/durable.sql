@@ -88,34 +88,49 @@ SELECT seq, name, kind, state, attempts, started_at, finished_at,
 -- name: park_sleeps
 -- The worker's completer: park_sleep for a batch of sleeping jobs, in one statement (ids in
 -- ascending order, as every statement that locks several jobs takes them). Each job is fenced
--- by its lease token; a row back per job parked (its wake time), none for a lost lease.
+-- by its lease token; a row back per job parked (its wake time, 'parked'), none for a lost
+-- lease. A job whose cancel was requested while it ran is not parked (it would wake days later
+-- and run on, the request forgotten): 'cancel_requested', and the completer writes it
+-- cancelled. The rows are locked first and the request read from what the lock returns, so a
+-- cancel committed while this statement waited for a row is seen.
 WITH input AS (
     SELECT *
       FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(seqs)s::integer[],
                   %(names)s::text[], %(delays)s::double precision[], %(untils)s::timestamptz[])
            AS i(id, token, seq, name, delay, until)
+), held AS MATERIALIZED (
+    SELECT j.id, j.cancel_requested
+      FROM pgqueue.jobs AS j
+      JOIN input AS i ON i.id = j.id
+     WHERE j.lease_token = i.token AND j.state = 'running'
+     ORDER BY j.id
+       FOR NO KEY UPDATE OF j
 ), parked AS (
     UPDATE pgqueue.jobs AS j
        SET state = 'scheduled',
            run_at = coalesce(i.until, now() + make_interval(secs => i.delay)),
            attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL, worker_id = NULL
-      FROM input AS i
-     WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+      FROM input AS i, held AS h
+     WHERE j.id = i.id AND h.id = i.id AND NOT h.cancel_requested
     RETURNING j.id, j.run_at, i.seq, i.name
+), slept AS (
+    INSERT INTO pgqueue.job_steps AS s (job_id, seq, name, kind, state, attempts, started_at,
+                                        wake_at)
+    SELECT p.id, p.seq, p.name, 'sleep', 'waiting', 1, now(), p.run_at
+      FROM parked AS p
+    ON CONFLICT ON CONSTRAINT job_steps_pkey DO UPDATE
+       SET name = excluded.name, kind = 'sleep', state = 'waiting', attempts = s.attempts + 1,
+           started_at = excluded.started_at, wake_at = excluded.wake_at
+    RETURNING s.job_id, s.wake_at
 )
-INSERT INTO pgqueue.job_steps AS s (job_id, seq, name, kind, state, attempts, started_at,
-                                    wake_at)
-SELECT p.id, p.seq, p.name, 'sleep', 'waiting', 1, now(), p.run_at
-  FROM parked AS p
-ON CONFLICT ON CONSTRAINT job_steps_pkey DO UPDATE
-   SET name = excluded.name, kind = 'sleep', state = 'waiting', attempts = s.attempts + 1,
-       started_at = excluded.started_at, wake_at = excluded.wake_at
-RETURNING s.job_id, s.wake_at
+SELECT job_id, wake_at, 'parked' AS state FROM slept
+UNION ALL
+SELECT id, NULL, 'cancel_requested' FROM held WHERE cancel_requested
 
 -- name: park_for_events
 -- The worker's completer: pgqueue.park_for_event for a batch of waiting jobs, in one
 -- statement, in the order given (ascending ids). One row per job: 'succeeded', 'timed_out',
--- 'parked' or 'lost' (see pgqueue.park_for_event).
+-- 'parked', 'lost' or 'cancel_requested' (see pgqueue.park_for_event).
 SELECT i.id, w.state
   FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[], %(seqs)s::integer[],
               %(names)s::text[], %(events)s::text[], %(timeouts)s::double precision[])
