@@ -11,6 +11,7 @@ _db = conninfo_to_dict(os.environ["PGQ_DJANGO_DSN"])
 
 SECRET_KEY = "tests-only-not-secret"
 USE_TZ = True
+ROOT_URLCONF = "tests.integration.django_tasks.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
