@@ -115,8 +115,9 @@ def emit_event(
     it commits or rolls back with the caller's transaction (a rolled-back emit wakes nobody),
     outside it commits at once. The first emit of a name wins (True); later ones return False.
     ``keep``: how long the event is kept for jobs that wait later (default: the history
-    retention, at least a day). :meth:`PgQueue.emit_event <pgqueue.PgQueue.emit_event>` on
-    :func:`queue` ``(using)``."""
+    retention, at least a day). The same as ``queue(using).emit_event(name, payload,
+    conn=connections[using], keep=keep)``; a ``using`` that is not in ``DATABASES`` is a
+    :class:`~pgqueue.ConfigurationError`."""
     from django.db import connections
 
     return queue(using).emit_event(name, payload, conn=connections[using], keep=keep)
