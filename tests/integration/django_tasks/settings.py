@@ -38,7 +38,7 @@ TASKS = {
     },
     "retrying": {
         "BACKEND": "pgqueue.contrib.django.tasks.PgQueueBackend",
-        "QUEUES": ["default"],
+        "QUEUES": ["default", "own-worker"],
         "OPTIONS": {"TASK_OPTIONS": {"max_attempts": 3, "backoff": lambda attempt: 0}},
     },
 }

@@ -4,6 +4,8 @@ outside system is an ``Event`` row (``name``), so the tests count them."""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 from django.db import connection
@@ -40,6 +42,19 @@ def durable_order(order_id: int) -> dict[str, Any]:
     entry = ctx.step("ledger", record_in_ledger, order_id, ctx.attempt == 1, transaction=connection)
     if ctx.attempt == 2:
         raise TimeoutError("the carrier timed out")
+    ship = ctx.step("ship", call, f"ship {order_id}")
+    return {"charge": charge, "entry": entry, "ship": ship, "attempt": ctx.attempt}
+
+
+@task(backend="retrying", queue_name="own-worker")
+def crashing_order(order_id: int) -> dict[str, Any]:
+    """The worker dies (SIGKILL) on the first attempt after both steps committed; the attempt
+    that recovers the job replays them."""
+    ctx = current_job()
+    charge = ctx.step("charge", call, f"charge {order_id}")
+    entry = ctx.step("ledger", record_in_ledger, order_id, False, transaction=connection)
+    if ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
     ship = ctx.step("ship", call, f"ship {order_id}")
     return {"charge": charge, "entry": entry, "ship": ship, "attempt": ctx.attempt}
 

@@ -5,10 +5,12 @@ resumes, and events emitted by a view in its ``atomic()`` block."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
+from unittest import expectedFailure
 
 from django.db import connection
 from django.tasks import TaskResult, TaskResultStatus
@@ -61,7 +63,8 @@ class DurableTaskTestCase(TransactionTestCase):
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
-        cls.worker = start_worker()
+        # The queue "own-worker" is served by the workers a test starts for itself.
+        cls.worker = start_worker("--queue", "default")
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -92,6 +95,29 @@ class DurableTaskTestCase(TransactionTestCase):
             steps,
             [("charge", "succeeded", 1), ("ledger", "succeeded", 2), ("ship", "succeeded", 1)],
         )
+
+    def test_steps_replay_after_the_worker_was_killed(self) -> None:
+        result = durable.crashing_order.enqueue(14)
+        lease = ("--queue", "own-worker", "--lease", "2", "--reaper-interval", "0.5")
+        doomed = start_worker(*lease)
+        try:
+            doomed.wait(timeout=60)
+        finally:
+            doomed.kill()
+        self.assertEqual(doomed.returncode, -signal.SIGKILL)
+        self.assertEqual([calls("charge 14"), calls("ledger 14"), calls("ship 14")], [1, 1, 0])
+        recovering = start_worker(*lease)
+        try:
+            wait_finished(result, timeout=60)
+        finally:
+            print(stop_worker(recovering)[-2000:])
+        self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL, result.errors)
+        entry = Event.objects.get(name="ledger 14")
+        self.assertEqual(
+            result.return_value,
+            {"charge": "charge 14", "entry": entry.id, "ship": "ship 14", "attempt": 2},
+        )
+        self.assertEqual([calls("charge 14"), calls("ship 14")], [1, 1])
 
     def test_a_task_that_takes_django_context_has_the_job_context_too(self) -> None:
         result = wait_finished(durable.durable_with_context.enqueue(8))
@@ -188,3 +214,21 @@ class DurableTaskTestCase(TransactionTestCase):
         self.assertEqual(sleeping.status, TaskResultStatus.SUCCESSFUL, sleeping.errors)
         self.assertEqual(sleeping.return_value, "reminded 13")
         self.assertEqual(await Event.objects.filter(name="charge 13").acount(), 1)
+
+    # A known bug of the worker (pgqueue/worker/transactions.py): an async Django task runs in
+    # asgiref's async_to_sync, on an event loop of the handler thread's own; its first
+    # step_async opens the worker's async transaction pool on that loop, which ends with the
+    # run, and the worker's close() of the pool at shutdown raises CancelledError: the worker
+    # exits with a traceback. The steps themselves run right (the test above).
+    @expectedFailure
+    def test_a_worker_that_ran_an_async_tasks_steps_stops_cleanly(self) -> None:
+        task = durable.sleepy_async.using(backend="retrying", queue_name="own-worker")
+        result = task.enqueue(15, 0.2)
+        worker = start_worker("--queue", "own-worker")
+        try:
+            wait_finished(result, timeout=60)
+        finally:
+            output = stop_worker(worker)
+        self.assertEqual(result.return_value, "reminded 15")
+        self.assertNotIn("Traceback", output, output[-3000:])
+        self.assertEqual(worker.returncode, 0, output[-3000:])
