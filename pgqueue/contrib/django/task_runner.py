@@ -76,17 +76,15 @@ def run_django_task(ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) ->
     )
     sender = type(backend)  # the backend that enqueued it, as Django's backends send
     task_started.send(sender=sender, task_result=result)
+    parked: JobParked | None = None
     try:
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *args, **kwargs)
         else:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)
-    except JobParked:
-        # Not a failure: the job leaves the worker and runs again at its wake time.
-        _finish(result, TaskResultStatus.READY)
-        task_finished.send(sender=sender, task_result=result)
-        raise
+    except JobParked as signal:
+        parked = signal
     except BaseException as exc:
         final = ctx.attempt >= ctx.max_attempts or not _retryable(backend, ctx.task, exc)
         kind = type(exc)
@@ -99,6 +97,12 @@ def run_django_task(ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) ->
         _finish(result, TaskResultStatus.FAILED if final else TaskResultStatus.READY)
         task_finished.send(sender=sender, task_result=result)
         raise
+    if parked is not None:
+        # Not a failure: the job leaves the worker and runs again at its wake time. Sent
+        # outside the except block: Django's receiver logs the exception being handled.
+        _finish(result, TaskResultStatus.READY)
+        task_finished.send(sender=sender, task_result=result)
+        raise parked
     object.__setattr__(result, "_return_value", value)
     _finish(result, TaskResultStatus.SUCCESSFUL)
     task_finished.send(sender=sender, task_result=result)

@@ -215,6 +215,18 @@ class DurableTaskTestCase(TransactionTestCase):
         self.assertEqual(sleeping.return_value, "reminded 13")
         self.assertEqual(await Event.objects.filter(name="charge 13").acount(), 1)
 
+    def test_a_parked_run_is_logged_without_a_traceback(self) -> None:
+        result = durable.sleepy.using(backend="retrying", queue_name="own-worker").enqueue(16, 0.2)
+        worker = start_worker("--queue", "own-worker")
+        try:
+            wait_finished(result, timeout=60)
+        finally:
+            output = stop_worker(worker)
+        self.assertEqual(result.return_value, "reminded 16")
+        # Django's log of task_finished: READY after the run that parked, no traceback.
+        self.assertIn(f"Task id={result.id} path={durable.sleepy.module_path} state=READY", output)
+        self.assertNotIn("JobParked", output)
+
     # A known bug of the worker (pgqueue/worker/transactions.py): an async Django task runs in
     # asgiref's async_to_sync, on an event loop of the handler thread's own; its first
     # step_async opens the worker's async transaction pool on that loop, which ends with the
