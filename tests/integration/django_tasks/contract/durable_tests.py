@@ -194,6 +194,16 @@ class DurableTaskTestCase(TransactionTestCase):
             ],
         )
 
+    def test_a_waiting_task_cancelled_reads_failed(self) -> None:
+        result = durable.wait_packed.enqueue(17, 60.0)
+        wait_parked(result, "charge 17")
+        self.assertEqual(queue().cancel(int(result.id), conn=connection), "cancelled")
+        result.refresh()
+        self.assertEqual(result.status, TaskResultStatus.FAILED)
+        self.assertIs(result.is_finished, True)
+        self.assertIsNotNone(result.finished_at)
+        self.assertEqual(calls("ship 17"), 0)
+
     def test_a_wait_times_out(self) -> None:
         result = wait_finished(durable.wait_packed.enqueue(11, 1.0))
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL, result.errors)
