@@ -46,7 +46,7 @@ def ok(args: list[str], env: dict[str, str], timeout: float = 170) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", ["backend_tests", "worker_tests"])
+@pytest.mark.parametrize("module", ["backend_tests", "worker_tests", "durable_tests"])
 def test_django_task_backend_contract(fresh_db: str, module: str) -> None:
     """Django's test runner over the backend's contract tests (a test database of its own,
     made by Django's runner from this one's server)."""

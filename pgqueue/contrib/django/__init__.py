@@ -21,18 +21,22 @@ Enqueue in the request's transaction by passing Django's connection::
     with transaction.atomic():
         user = User.objects.create(email=email)
         send_welcome.enqueue(user.id, conn=connection)  # exists iff the transaction commits
+
+:func:`emit_event` emits an event that durable jobs wait for on Django's connection, so it
+joins the caller's ``atomic()`` the same way: a rolled-back emit wakes nobody.
 """
 
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from functools import partial
 from typing import Any, cast
 
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 
-__all__ = ["dsn", "queue"]
+__all__ = ["aemit_event", "dsn", "emit_event", "queue"]
 
 # OPTIONS that Django's PostgreSQL backend reads itself: not libpq parameters.
 _DJANGO_ONLY_OPTIONS = frozenset(
@@ -97,3 +101,37 @@ def queue(alias: str = "default", **options: Any) -> PgQueue:
                 "one place (the first call) and call queue() without them elsewhere"
             )
         return made[0]
+
+
+def emit_event(
+    name: str,
+    payload: Any = None,
+    *,
+    keep: float | timedelta | None = None,
+    using: str = "default",
+) -> bool:
+    """Emit the event ``name`` (with a JSON ``payload``) that durable jobs wait for
+    (``ctx.wait_for_event``), on Django's connection ``using``: inside ``transaction.atomic()``
+    it commits or rolls back with the caller's transaction (a rolled-back emit wakes nobody),
+    outside it commits at once. The first emit of a name wins (True); later ones return False.
+    ``keep``: how long the event is kept for jobs that wait later (default: the history
+    retention, at least a day). The same as ``queue(using).emit_event(name, payload,
+    conn=connections[using], keep=keep)``; a ``using`` that is not in ``DATABASES`` is a
+    :class:`~pgqueue.ConfigurationError`."""
+    from django.db import connections
+
+    return queue(using).emit_event(name, payload, conn=connections[using], keep=keep)
+
+
+async def aemit_event(
+    name: str,
+    payload: Any = None,
+    *,
+    keep: float | timedelta | None = None,
+    using: str = "default",
+) -> bool:
+    """:func:`emit_event` from async code: on Django's connection in its sync thread, as
+    Django's own async ORM calls and ``aenqueue()`` run."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(emit_event)(name, payload, keep=keep, using=using)

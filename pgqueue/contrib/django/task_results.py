@@ -1,5 +1,6 @@
 """A Django ``TaskResult`` read from a pgqueue job, wherever the job is now: live (``READY`` or
-``RUNNING``), in ``job_history`` (``SUCCESSFUL``, or ``FAILED`` when cancelled) or a dead
+``RUNNING``; a durable task parked by a sleep or an event wait is ``READY``: on no worker, to
+run again), in ``job_history`` (``SUCCESSFUL``, or ``FAILED`` when cancelled) or a dead
 letter (``FAILED``). Each failed attempt's error (kept in the job's ``errors``) is a
 ``TaskError``; the worker of each attempt is in ``worker_ids``."""
 
@@ -13,6 +14,7 @@ from django.tasks import task_backends
 from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.utils.module_loading import import_string
 
+from pgqueue.db.durable import job_steps
 from pgqueue.db.search import job_detail
 from pgqueue.errors import InvalidJobError
 
@@ -59,19 +61,33 @@ def read_result(
     errors = detail.get("errors") or []
     state = detail["state"]
     place = detail["place"]
-    started = detail.get("started_at")
+    run_start = _time(detail.get("started_at"))
     attempt_starts = [e.get("started_at") for e in errors if e.get("started_at")]
-    current_ran = state in ("running", "succeeded") or (state == "cancelled" and bool(started))
+    last_failed = _time(_last(attempt_starts))
+    # A durable task that sleeps or waits is parked between its runs: scheduled, with the
+    # start of the run that parked it, which no failed attempt's error holds.
+    parked = (
+        state == "scheduled"
+        and run_start is not None
+        and (last_failed is None or run_start > last_failed)
+    )
+    current_ran = (
+        state in ("running", "succeeded")
+        or (state == "cancelled" and run_start is not None)
+        or parked
+    )
     enqueued = _time(detail.get("created_at"))
     # Both times are PostgreSQL's now(), the start of their transactions: a worker's claim
     # transaction may have begun (idle, waiting for the NOTIFY) before the enqueue's did, so a
     # start can read a few milliseconds before the enqueue. No attempt starts before its job.
-    last_attempted = _not_before(
-        _time(started) if current_ran else _time(_last(attempt_starts)), enqueued
-    )
-    first_started = (
-        _not_before(_time(attempt_starts[0]), enqueued) if attempt_starts else last_attempted
-    )
+    last_attempted = _not_before(run_start if current_ran else last_failed, enqueued)
+    # A run that resumed a parked task started after the run that first ran it: its first
+    # checkpoint was written in that first run.
+    first_starts = [_time(attempt_starts[0]) if attempt_starts else last_attempted]
+    if last_attempted is not None:
+        steps = backend.pgq.run(job_steps(job_id), connection)
+        first_starts += [_time(step["started_at"]) for step in steps[:1]]
+    first_started = _not_before(_earliest(first_starts), enqueued)
     finished = {"history": detail.get("finished_at"), "dead": detail.get("dead_at")}.get(place)
     worker_ids = [str(e["worker_id"]) for e in errors if e.get("worker_id")]
     if current_ran and detail.get("worker_id"):
@@ -135,6 +151,11 @@ def exception_path(name: str) -> str:
 
 def _last(values: Sequence[Any]) -> Any:
     return values[-1] if values else None
+
+
+def _earliest(moments: Sequence[datetime | None]) -> datetime | None:
+    known = [m for m in moments if m is not None]
+    return min(known) if known else None
 
 
 def _time(value: object) -> datetime | None:

@@ -6,6 +6,11 @@ Django's backends do: ``task_started`` before, ``task_finished`` after (``FAILED
 attempt, ``READY`` when pgqueue will retry it), the return value normalised to JSON, the
 ``TaskContext`` for ``takes_context`` tasks. An error propagates, so pgqueue records it (with
 its traceback) and retries or dead-letters the job as the task's options say.
+
+A durable task that sleeps or waits for an event (``current_job().sleep()``, ...) ends its run
+parked: ``task_finished`` is sent with ``READY`` (the task will run again, as after a failed
+attempt that pgqueue retries, but with no error), and the run that resumes it sends
+``task_started`` again, so every ``task_started`` has its ``task_finished``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pgqueue import JobContext
 from pgqueue.contrib.django.task_results import JOB_META_KEY, django_task, task_errors
 from pgqueue.db.search import job_detail
 from pgqueue.errors import ConfigurationError
+from pgqueue.handler.parking import JobParked
 
 # The attribute of a handler that says which Django task it runs.
 _RUNS = "django_task_path"
@@ -70,12 +76,15 @@ def run_django_task(ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) ->
     )
     sender = type(backend)  # the backend that enqueued it, as Django's backends send
     task_started.send(sender=sender, task_result=result)
+    parked: JobParked | None = None
     try:
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *args, **kwargs)
         else:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)
+    except JobParked as signal:
+        parked = signal
     except BaseException as exc:
         final = ctx.attempt >= ctx.max_attempts or not _retryable(backend, ctx.task, exc)
         kind = type(exc)
@@ -88,6 +97,12 @@ def run_django_task(ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) ->
         _finish(result, TaskResultStatus.FAILED if final else TaskResultStatus.READY)
         task_finished.send(sender=sender, task_result=result)
         raise
+    if parked is not None:
+        # Not a failure: the job leaves the worker and runs again at its wake time. Sent
+        # outside the except block: Django's receiver logs the exception being handled.
+        _finish(result, TaskResultStatus.READY)
+        task_finished.send(sender=sender, task_result=result)
+        raise parked
     object.__setattr__(result, "_return_value", value)
     _finish(result, TaskResultStatus.SUCCESSFUL)
     task_finished.send(sender=sender, task_result=result)

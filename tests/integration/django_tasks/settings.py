@@ -11,6 +11,7 @@ _db = conninfo_to_dict(os.environ["PGQ_DJANGO_DSN"])
 
 SECRET_KEY = "tests-only-not-secret"
 USE_TZ = True
+ROOT_URLCONF = "tests.integration.django_tasks.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
@@ -37,7 +38,7 @@ TASKS = {
     },
     "retrying": {
         "BACKEND": "pgqueue.contrib.django.tasks.PgQueueBackend",
-        "QUEUES": ["default"],
+        "QUEUES": ["default", "own-worker"],
         "OPTIONS": {"TASK_OPTIONS": {"max_attempts": 3, "backoff": lambda attempt: 0}},
     },
 }

@@ -11,6 +11,7 @@ from django.tasks.signals import task_finished, task_started
 
 from pgqueue.contrib.django import queue
 from pgqueue.contrib.django.tasks import task as pgqueue_task
+from tests.integration.django_tasks.billing import durable  # noqa: F401 - its tasks, for the worker
 from tests.integration.django_tasks.billing.models import Event
 from tests.integration.django_tasks.shop.models import Order
 
