@@ -10,7 +10,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
-from unittest import expectedFailure
 
 from django.db import connection
 from django.tasks import TaskResult, TaskResultStatus
@@ -237,12 +236,10 @@ class DurableTaskTestCase(TransactionTestCase):
         self.assertIn(f"Task id={result.id} path={durable.sleepy.module_path} state=READY", output)
         self.assertNotIn("JobParked", output)
 
-    # A known bug of the worker (pgqueue/worker/transactions.py): an async Django task runs in
-    # asgiref's async_to_sync, on an event loop of the handler thread's own; its first
-    # step_async opens the worker's async transaction pool on that loop, which ends with the
-    # run, and the worker's close() of the pool at shutdown raises CancelledError: the worker
-    # exits with a traceback. The steps themselves run right (the test above).
-    @expectedFailure
+    # An async Django task runs in asgiref's async_to_sync, on an event loop of the handler
+    # thread's own: its step_async must not open the worker's async transaction pool on that
+    # loop, which ends with the run (the worker's close() of the pool at shutdown then raised
+    # CancelledError and the worker exited with a traceback).
     def test_a_worker_that_ran_an_async_tasks_steps_stops_cleanly(self) -> None:
         task = durable.sleepy_async.using(backend="retrying", queue_name="own-worker")
         result = task.enqueue(15, 0.2)
