@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.chaos import scenarios
+from tests.chaos import durable, scenarios
 from tests.chaos.harness import Env, Report
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -150,7 +150,7 @@ def test_failover_to_a_lagging_asynchronous_standby_loses_only_the_lag(dsn, tmp_
 
 def test_durable_jobs_under_sigkill_and_restarts(own_server, tmp_path):
     env = Env(own_server.dsn, tmp_path, restart=lambda: own_server.restart("immediate"))
-    report = show(scenarios.durable_jobs(env, "ci"))
+    report = show(durable.durable_jobs(env, "ci"))
     # Nothing lost; B's effects exactly once; no step function ran after its checkpoint
     # committed; re-runs within the interrupted; every wait woken by its committed emit.
     report.check()
