@@ -135,6 +135,9 @@ def durable_jobs(env: Env, size: str) -> Report:
         **{
             "emits rolled back": emitter.rolled_back,
             "emitter errors (retried)": emitter.errors,
+            # Who took part in a deadlock pg_stat_database counted, if anyone said so.
+            "emits aborted by a deadlock": emitter.deadlocks,
+            "deadlock errors in worker logs": chaos.fleet.log_text().count("deadlock detected"),
         },
     )
     return report
@@ -172,6 +175,8 @@ class Emitter:
         self.emitted: set[int] = set()
         self.rolled_back = 0
         self.errors = 0
+        #: Emits PostgreSQL aborted to break a deadlock (tried again; among the errors).
+        self.deadlocks = 0
         self._next_early = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
@@ -235,8 +240,9 @@ class Emitter:
         while True:
             try:
                 return action()
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as exc:
                 self.errors += 1
+                self.deadlocks += isinstance(exc, psycopg.errors.DeadlockDetected)
                 if self._conn is not None:
                     with contextlib.suppress(psycopg.Error):
                         self._conn.close()

@@ -32,7 +32,10 @@ The checks, per run (:class:`Report`):
 * **stale acks / stale writes accepted**: audit violations (must be 0);
 * **recovery**: for each fault, from the fault until every job it interrupted was finished
   (for a fault that interrupted none: from the heal to the next finished job); the largest;
-* **pickup latency**: from enqueue (``created_at``) to the first start.
+* **pickup latency**: from enqueue (``created_at``) to the first start;
+* **durable jobs** (scenario 14, :mod:`tests.chaos.durable`): step functions run after their
+  checkpoint committed (must be 0), re-runs (at most the interrupted), waits not woken by their
+  committed event, sleeps cut short, steps missing (all 0).
 """
 
 from __future__ import annotations
