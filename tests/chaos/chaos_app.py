@@ -27,6 +27,7 @@ pgq = PgQueue()
 # One ledger writer per process (a worker has one event loop). It group-commits: rows written
 # while an INSERT is in flight go out together in the next one, and each handler waits until its
 # own row is committed, so an effect is durable before the handler returns (and before the ack).
+# A handler stopped while its row waits to go out leaves none (see _flush).
 _writers: dict[str, _LedgerWriter] = {}
 
 
@@ -54,8 +55,16 @@ class _LedgerWriter:
                     )
                     await pool.open(wait=True)
                     self.pool = pool
-                columns = [list(c) for c in zip(*(row for row, _ in batch), strict=True)]
                 async with self.pool.connection() as conn:
+                    # A row whose handler was stopped while it waited (a lost lease, a crash
+                    # or a shutdown: its await cancelled) is not written: the execution ended
+                    # before its effect, which must not land later (seconds later, when the
+                    # database is back) as if it had happened then. Nothing awaits between
+                    # this and the INSERT going out.
+                    batch = [(row, done) for row, done in batch if not done.cancelled()]
+                    if not batch:
+                        continue
+                    columns = [list(c) for c in zip(*(row for row, _ in batch), strict=True)]
                     await conn.execute(
                         "INSERT INTO chaos_ledger (job_id, n, token, attempt, worker, pid, event)"
                         " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::int[],"
