@@ -111,17 +111,19 @@ def durable_jobs(env: Env, size: str) -> Report:
         chaos.start_workers()
         emitter = Emitter(chaos)
         emitter.start()
-        chaos.start_producer()
-        for i in range(faults):
-            time.sleep(gap)
-            if chaos.finished():
-                break
-            if i % 3 == 2:
-                _restart(chaos, env)
-            else:
-                _kill(chaos, chaos.rng.choice(chaos.fleet.alive()))
-        chaos.drain()
-        emitter.stop()
+        try:
+            chaos.start_producer()
+            for i in range(faults):
+                time.sleep(gap)
+                if chaos.finished():
+                    break
+                if i % 3 == 2:
+                    _restart(chaos, env)
+                else:
+                    _kill(chaos, chaos.rng.choice(chaos.fleet.alive()))
+            chaos.drain()
+        finally:
+            emitter.stop()  # (and raises what stopped it, if anything did)
         for fault in chaos.faults:
             if fault.kind == "restart":  # claims the crash lost (see Run.lost_claims)
                 lost = chaos.lost_claims(fault, fault.healed_at or fault.at)
@@ -212,11 +214,11 @@ class Emitter:
         wait for (not emitted yet)."""
         enqueued = self.chaos.enqueued
         due = [n for n in range(self._next_early, enqueued) if n % EARLY_EVERY == 0]
-        self._next_early = enqueued
         waited = self._connection().execute(
             "SELECT event FROM pgqueue.job_steps WHERE state = 'waiting' AND event IS NOT NULL"
         )
         due += sorted(int(event.removeprefix("chaos-")) for (event,) in waited)
+        self._next_early = enqueued  # (only once the look went through: else it is tried again)
         return [n for n in dict.fromkeys(due) if n not in self.emitted]
 
     def _emit(self, n: int) -> None:
