@@ -94,7 +94,7 @@ def durable_jobs(env: Env, size: str) -> Report:
     crash."""
     assert env.restart is not None, "this scenario needs a server it may restart"
     settings = Settings(
-        jobs=pick(size, 480, 5000),
+        jobs=pick(size, 400, 5000),
         workers=pick(size, 3, 4),
         concurrency=8,
         lease=3.0,
