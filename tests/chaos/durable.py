@@ -46,7 +46,18 @@ import psycopg
 
 from pgqueue import PgQueue
 from tests.chaos.chaos_app import event_name
-from tests.chaos.harness import Env, Report, Run, Settings, kill_and_respawn, now, pick, query, run
+from tests.chaos.harness import (
+    Env,
+    Report,
+    Run,
+    Settings,
+    count_lost_claims,
+    crash_server,
+    kill_and_respawn,
+    pick,
+    query,
+    run,
+)
 
 NAME = "14. durable jobs: SIGKILL + restart -m immediate"
 STEPS = ("A", "B", "C")
@@ -118,16 +129,13 @@ def durable_jobs(env: Env, size: str) -> Report:
                 if chaos.finished():
                     break
                 if i % 3 == 2:
-                    _restart(chaos, env)
+                    crash_server(chaos, env)
                 else:
                     _kill(chaos, chaos.rng.choice(chaos.fleet.alive()))
             chaos.drain()
         finally:
             emitter.stop()  # (and raises what stopped it, if anything did)
-        for fault in chaos.faults:
-            if fault.kind == "restart":  # claims the crash lost (see Run.lost_claims)
-                lost = chaos.lost_claims(fault, fault.healed_at or fault.at)
-                fault.held = sorted({*fault.held, *lost})
+        count_lost_claims(chaos)
         report = chaos.report()
         durable_figures(chaos, report)
     kinds = Counter(f.kind for f in chaos.faults)
@@ -143,17 +151,6 @@ def durable_jobs(env: Env, size: str) -> Report:
         },
     )
     return report
-
-
-def _restart(chaos: Run, env: Env) -> None:
-    """As scenario 4: what runs before the crash, and what still runs when the server is back
-    (read before the workers reconnect: a crash keeps every committed claim and nothing else)."""
-    assert env.restart is not None
-    held = chaos.held()
-    fault = chaos.fault("restart", held)
-    env.restart()
-    fault.healed_at = now()
-    fault.held = sorted({*held, *chaos.held()})
 
 
 def _kill(chaos: Run, index: int) -> None:

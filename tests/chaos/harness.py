@@ -820,6 +820,31 @@ def kill_and_respawn(chaos: Run, index: int) -> None:
     chaos.fleet.spawn(index)
 
 
+def crash_server(chaos: Run, env: Env) -> Fault:
+    """``env.restart`` (``pg_ctl restart -m immediate``: a crash), the jobs it interrupted
+    counted: those running just before it, and those still running when the server is back. A
+    crash keeps every committed claim and ack and nothing else, so the rows still running then
+    are exactly the jobs held at the crash itself (read before the workers reconnect); jobs
+    claimed between the first sample and the crash count too. After the drain,
+    :func:`count_lost_claims` adds the claims the crash lost."""
+    assert env.restart is not None, "this scenario needs a server it may restart"
+    held = chaos.held()
+    fault = chaos.fault("restart", held)
+    env.restart()
+    fault.healed_at = now()
+    fault.held = sorted({*held, *chaos.held()})
+    return fault
+
+
+def count_lost_claims(chaos: Run) -> None:
+    """Once drained: each crash also interrupted the claims it lost after they started their
+    jobs (see :meth:`Run.lost_claims`)."""
+    for fault in chaos.faults:
+        if fault.kind == "restart":
+            lost = chaos.lost_claims(fault, fault.healed_at or fault.at)
+            fault.held = sorted({*fault.held, *lost})
+
+
 def _percentile(ordered: Sequence[float], q: float) -> float | None:
     """As percentile_cont: linear between the two nearest ranks."""
     if not ordered:

@@ -27,6 +27,8 @@ from tests.chaos.harness import (
     Report,
     Run,
     Settings,
+    count_lost_claims,
+    crash_server,
     kill_and_respawn,
     now,
     pick,
@@ -261,20 +263,9 @@ def postgres_restarts(env: Env, size: str) -> Report:
             time.sleep(pick(size, 2.0, 4.0))
             if chaos.finished():
                 break
-            held = chaos.held()
-            fault = chaos.fault("restart", held)
-            env.restart()
-            fault.healed_at = now()
-            # The jobs held at the crash itself: a crash keeps every committed claim and ack and
-            # nothing else, so the rows still running when the server is back are exactly those
-            # (read before the workers reconnect). Jobs claimed between the sample above and the
-            # crash count as interrupted too.
-            fault.held = sorted({*held, *chaos.held()})
+            crash_server(chaos, env)
         chaos.drain()
-        # Claims a crash lost after they started their jobs (see Run.lost_claims).
-        for fault in chaos.faults:
-            lost = chaos.lost_claims(fault, fault.healed_at or fault.at)
-            fault.held = sorted({*fault.held, *lost})
+        count_lost_claims(chaos)
         return chaos.report()
 
 
