@@ -23,7 +23,9 @@ exactly once: step B's):
   from below by the database's own record: for a plain step, ``job_steps.finished_at``, the
   ``now()`` of its one-statement write (which starts after the function's ledger row committed,
   and commits after it starts); for the transactional step, the effect row's
-  ``clock_timestamp()``, inside the transaction that committed it with the checkpoint;
+  ``clock_timestamp()``, inside the transaction that committed it with the checkpoint. An
+  execution is dated by its ledger row (committed before the function goes on; the row of a
+  handler stopped before it went out is dropped: see ``_LedgerWriter`` in chaos_app);
 * **re-runs are bounded**: executions beyond one per step and job happen only when a run was
   interrupted before its checkpoint committed; there are at most as many as interrupted jobs;
 * every completed job has its three checkpoints and an execution of each;
