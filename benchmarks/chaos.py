@@ -18,8 +18,8 @@ from pathlib import Path
 
 from benchmarks.common import machine
 from pgqueue.db import embedded
-from tests.chaos.harness import Report, format_table
-from tests.chaos.scenarios import SCENARIOS, Env, poison_pill
+from tests.chaos.harness import Env, Report, format_table
+from tests.chaos.scenarios import SCENARIOS, poison_pill
 from tests.conftest import OwnServer
 
 
@@ -77,6 +77,11 @@ def main() -> None:
         print("Effects written in the completion's transaction (ctx.transaction()), beside the")
         print("plain ledger, by the same jobs:\n")
         print(format_table(reports, tx=True))
+        print()
+    if any(report.durable_jobs for report in reports):
+        print("Durable jobs: step functions executed, re-run, and run after their checkpoint")
+        print("had committed; the transactional step's effects; event waits and sleeps:\n")
+        print(format_table(reports, durable=True))
         print()
     for report in reports:
         if report.notes:

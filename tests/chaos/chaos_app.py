@@ -12,6 +12,7 @@ queue does not stop the effect from happening (the interesting case for duplicat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -19,13 +20,14 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import PgQueue, current_job
+from pgqueue import EventTimeout, PgQueue, current_job
 
 pgq = PgQueue()
 
 # One ledger writer per process (a worker has one event loop). It group-commits: rows written
 # while an INSERT is in flight go out together in the next one, and each handler waits until its
 # own row is committed, so an effect is durable before the handler returns (and before the ack).
+# A handler stopped while its row waits to go out leaves none (see _flush).
 _writers: dict[str, _LedgerWriter] = {}
 
 
@@ -53,8 +55,16 @@ class _LedgerWriter:
                     )
                     await pool.open(wait=True)
                     self.pool = pool
-                columns = [list(c) for c in zip(*(row for row, _ in batch), strict=True)]
                 async with self.pool.connection() as conn:
+                    # A row whose handler was stopped while it waited (a lost lease, a crash
+                    # or a shutdown: its await cancelled) is not written: the execution ended
+                    # before its effect, which must not land later (seconds later, when the
+                    # database is back) as if it had happened then. Nothing awaits between
+                    # this and the INSERT going out.
+                    batch = [(row, done) for row, done in batch if not done.cancelled()]
+                    if not batch:
+                        continue
+                    columns = [list(c) for c in zip(*(row for row, _ in batch), strict=True)]
                     await conn.execute(
                         "INSERT INTO chaos_ledger (job_id, n, token, attempt, worker, pid, event)"
                         " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::int[],"
@@ -113,6 +123,55 @@ async def poison(n: int) -> None:
     """Kills its worker process every time it runs."""
     await record("start", n)
     os._exit(1)
+
+
+# -- durable jobs (scenario 14) ----------------------------------------------------------------
+
+#: How long a durable job waits for its event: far beyond what the emitter takes, short enough
+#: that a wait nobody woke ends the run with figures (the report counts it) instead of a hang.
+EVENT_TIMEOUT_S = 120.0
+
+
+def event_name(n: int) -> str:
+    return f"chaos-{n}"
+
+
+def sleep_seconds(n: int, ms: float) -> float:
+    """Job n's durable sleep: between 0 and ``ms`` milliseconds, spread by n."""
+    return ms / 1000 * (n * 7919 % 997) / 996
+
+
+async def _plain_step(step: str, n: int) -> int:
+    """A plain step's function: its execution is its ledger row, committed before it returns
+    (and so before the checkpoint's statement starts). Returns the run's lease token."""
+    await record(f"step:{step}", n)
+    return current_job().job.lease_token
+
+
+async def _transactional_step(conn: Any, n: int) -> int:
+    """A transactional step's function: the execution recorded on the ledger's own connection
+    first, then the effect on the step's connection (committed with the checkpoint, or not at
+    all: the transactional ledger must end with exactly one row per job)."""
+    await record("step:B", n)
+    await conn.execute(TX_INSERT, _tx_row(n))
+    return current_job().job.lease_token
+
+
+@pgq.task(name="chaos.durable", max_attempts=1000)
+async def durable(n: int, ms: float = 0.0, tx: bool = False) -> None:
+    """Steps, a durable sleep and a wait: step A (plain), step B (transactional, with ``tx``),
+    a sleep of up to ``ms``, a wait for the event ``chaos-<n>``, step C. Each run writes a
+    start record, the run that completes an end record."""
+    ctx = current_job()
+    await record("start", n)
+    await ctx.step_async("A", _plain_step, "A", n)
+    if tx:
+        await ctx.step_async("B", _transactional_step, n, transaction=True)
+    await ctx.sleep_async(sleep_seconds(n, ms))
+    with contextlib.suppress(EventTimeout):  # the wait's step is 'timed_out': the check counts it
+        await ctx.wait_for_event_async(event_name(n), timeout=EVENT_TIMEOUT_S)
+    await ctx.step_async("C", _plain_step, "C", n)
+    await record("end", n)
 
 
 # -- sync handlers (run in child processes under --pool process) ------------------------------

@@ -32,7 +32,10 @@ The checks, per run (:class:`Report`):
 * **stale acks / stale writes accepted**: audit violations (must be 0);
 * **recovery**: for each fault, from the fault until every job it interrupted was finished
   (for a fault that interrupted none: from the heal to the next finished job); the largest;
-* **pickup latency**: from enqueue (``created_at``) to the first start.
+* **pickup latency**: from enqueue (``created_at``) to the first start;
+* **durable jobs** (scenario 14, :mod:`tests.chaos.durable`): step functions run after their
+  checkpoint committed (must be 0), re-runs (at most the interrupted), waits not woken by their
+  committed event, sleeps cut short, steps missing (all 0).
 """
 
 from __future__ import annotations
@@ -200,6 +203,23 @@ class Settings:
     #: Every tx_every-th job also writes its effect in its completion's transaction (the
     #: transactional ledger); 0: none does.
     tx_every: int = 0
+    #: More enqueue options for every job (the producer enqueues by task name: the task's own
+    #: defaults do not apply).
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Env:
+    """Where a scenario runs: a migrated database, a scratch directory, and for the restart
+    scenarios a way to restart the server."""
+
+    dsn: str
+    workdir: Path
+    restart: Callable[[], None] | None = None
+
+
+def pick(size: str, ci: Any, full: Any) -> Any:
+    return full if size == "full" else ci
 
 
 @dataclass
@@ -228,6 +248,18 @@ class Report:
     tx_duplicates: int = 0
     tx_lost: int = 0
     tx_plain_duplicates: int = 0
+    #: Durable jobs (scenario 14): jobs with steps; executions of their step functions (the
+    #: ledger), those beyond one per step and job (re-runs: within the interrupted), those
+    #: that started after the step's checkpoint had committed (must be 0), steps of a
+    #: completed job without a checkpoint or an execution (0), waits that did not end with
+    #: the committed emit's payload (0), and sleeps a job woke from before their time (0).
+    durable_jobs: int = 0
+    step_runs: int = 0
+    step_reruns: int = 0
+    steps_run_after_checkpoint: int = 0
+    steps_missing: int = 0
+    waits_not_woken: int = 0
+    sleeps_cut_short: int = 0
     recovery_s: float | None = None
     p50_ms: float | None = None
     p99_ms: float | None = None
@@ -250,9 +282,31 @@ class Report:
                 f"transactional effects not exactly once: {self.tx_duplicates} duplicates, "
                 f"{self.tx_lost} missing"
             )
+        if self.durable_jobs:
+            problems += self._durable_problems()
         if self.dead != expect_dead:
             problems.append(f"{self.dead} dead-lettered, expected {expect_dead}")
         assert not problems, f"{self.scenario}: {'; '.join(problems)} ({self})"
+
+    def _durable_problems(self) -> list[str]:
+        """Durable jobs: a completed step never runs again, re-runs only of interrupted ones."""
+        problems = []
+        if self.steps_run_after_checkpoint:
+            problems.append(
+                f"{self.steps_run_after_checkpoint} step functions ran after their step's "
+                "checkpoint had committed"
+            )
+        if self.step_reruns > self.interrupted:
+            problems.append(f"{self.step_reruns} step re-runs > {self.interrupted} interrupted")
+        if self.steps_missing:
+            problems.append(f"{self.steps_missing} steps of completed jobs never checkpointed")
+        if self.waits_not_woken:
+            problems.append(
+                f"{self.waits_not_woken} waits did not end with their event's committed payload"
+            )
+        if self.sleeps_cut_short:
+            problems.append(f"{self.sleeps_cut_short} jobs resumed before their sleep's end")
+        return problems
 
     def row(self) -> dict[str, Any]:
         def ms(value: float | None) -> str:
@@ -282,6 +336,22 @@ class Report:
             "plain duplicates (these jobs)": self.tx_plain_duplicates,
             "tx duplicates": self.tx_duplicates,
             "tx lost": self.tx_lost,
+        }
+
+    def durable_row(self) -> dict[str, Any]:
+        """What the durable jobs' steps did (scenario 14)."""
+        return {
+            "scenario": self.scenario,
+            "jobs": self.durable_jobs,
+            "faults": self.faults,
+            "interrupted": self.interrupted,
+            "step executions": self.step_runs,
+            "step re-runs": self.step_reruns,
+            "run after checkpoint": self.steps_run_after_checkpoint,
+            "tx step duplicates": self.tx_duplicates,
+            "tx step lost": self.tx_lost,
+            "waits not woken": self.waits_not_woken,
+            "sleeps cut short": self.sleeps_cut_short,
         }
 
 
@@ -496,8 +566,8 @@ class Run:
 
     def _enqueue_batch(self, pgq: PgQueue, numbers: range) -> None:
         # Faults must not use up a job's attempts: only the poison pill may die of them.
-        options = {"max_attempts": 1000}
         s = self.settings
+        options = {"max_attempts": 1000, **s.options}
         specs = [
             pgq.spec(self.task, {"n": n, "ms": s.job_ms, **self._blocks(n)}, options)
             for n in numbers
@@ -737,6 +807,44 @@ class Run:
         self.fleet.stop(timeout=10)
 
 
+def kill_and_respawn(chaos: Run, index: int) -> None:
+    """SIGKILL fleet process ``index`` (the jobs it holds interrupted) and start it again."""
+    # Stop it first so the jobs it holds can be counted exactly, then kill it.
+    chaos.fleet.signal(index, signal.SIGSTOP)
+    held = chaos.held(chaos.worker_ids(index))
+    chaos.fleet.signal(index, signal.SIGKILL)
+    proc = chaos.fleet.procs[index]
+    assert proc is not None
+    proc.wait()
+    chaos.fault("SIGKILL", held)
+    chaos.fleet.spawn(index)
+
+
+def crash_server(chaos: Run, env: Env) -> Fault:
+    """``env.restart`` (``pg_ctl restart -m immediate``: a crash), the jobs it interrupted
+    counted: those running just before it, and those still running when the server is back. A
+    crash keeps every committed claim and ack and nothing else, so the rows still running then
+    are exactly the jobs held at the crash itself (read before the workers reconnect); jobs
+    claimed between the first sample and the crash count too. After the drain,
+    :func:`count_lost_claims` adds the claims the crash lost."""
+    assert env.restart is not None, "this scenario needs a server it may restart"
+    held = chaos.held()
+    fault = chaos.fault("restart", held)
+    env.restart()
+    fault.healed_at = now()
+    fault.held = sorted({*held, *chaos.held()})
+    return fault
+
+
+def count_lost_claims(chaos: Run) -> None:
+    """Once drained: each crash also interrupted the claims it lost after they started their
+    jobs (see :meth:`Run.lost_claims`)."""
+    for fault in chaos.faults:
+        if fault.kind == "restart":
+            lost = chaos.lost_claims(fault, fault.healed_at or fault.at)
+            fault.held = sorted({*fault.held, *lost})
+
+
 def _percentile(ordered: Sequence[float], q: float) -> float | None:
     """As percentile_cont: linear between the two nearest ranks."""
     if not ordered:
@@ -756,10 +864,15 @@ def run(name: str, dsn: str, settings: Settings, workdir: Path, **kwargs: Any) -
         chaos.close()
 
 
-def format_table(reports: Sequence[Report], tx: bool = False) -> str:
+def format_table(reports: Sequence[Report], tx: bool = False, durable: bool = False) -> str:
     """The figures as a Markdown table (``tx``: the transactional ledger's, for the runs that
-    wrote it)."""
-    rows = [r.tx_row() for r in reports if r.tx_jobs] if tx else [r.row() for r in reports]
+    wrote it; ``durable``: the durable jobs' steps, for the runs that had any)."""
+    if durable:
+        rows = [r.durable_row() for r in reports if r.durable_jobs]
+    elif tx:
+        rows = [r.tx_row() for r in reports if r.tx_jobs]
+    else:
+        rows = [r.row() for r in reports]
     if not rows:
         return ""
     headers = list(rows[0])

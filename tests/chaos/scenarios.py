@@ -1,7 +1,8 @@
 """The fault-injection scenarios, each at two sizes: ``ci`` (a few seconds each, run by
 ``pytest -m chaos``) and ``full`` (``python -m benchmarks.chaos``).
 
-Every scenario returns a :class:`~tests.chaos.harness.Report`; the caller checks it.
+Every scenario returns a :class:`~tests.chaos.harness.Report`; the caller checks it. Scenario 14
+(durable jobs) lives in :mod:`tests.chaos.durable`.
 """
 
 from __future__ import annotations
@@ -14,31 +15,28 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from pgqueue.db.queries import query as named
-from tests.chaos.harness import Report, Run, Settings, now, query, run, scalar
+from tests.chaos.durable import durable_jobs
+from tests.chaos.harness import (
+    Env,
+    Report,
+    Run,
+    Settings,
+    count_lost_claims,
+    crash_server,
+    kill_and_respawn,
+    now,
+    pick,
+    query,
+    run,
+    scalar,
+)
 from tests.chaos.proxy import TRANSACTION_COMMIT, Proxy
-
-
-@dataclass
-class Env:
-    """Where a scenario runs: a migrated database, a scratch directory, and for the restart
-    scenario a way to restart the server."""
-
-    dsn: str
-    workdir: Path
-    restart: Callable[[], None] | None = None
-
-
-def pick(size: str, ci: Any, full: Any) -> Any:
-    return full if size == "full" else ci
-
 
 # -- 1. SIGKILL ------------------------------------------------------------------------------
 
@@ -70,18 +68,6 @@ def sigkill_workers(env: Env, size: str) -> Report:
                     kill_and_respawn(chaos, chaos.rng.choice(chaos.fleet.alive()))
         chaos.drain()
         return chaos.report()
-
-
-def kill_and_respawn(chaos: Run, index: int) -> None:
-    # Stop it first so the jobs it holds can be counted exactly, then kill it.
-    chaos.fleet.signal(index, signal.SIGSTOP)
-    held = chaos.held(chaos.worker_ids(index))
-    chaos.fleet.signal(index, signal.SIGKILL)
-    proc = chaos.fleet.procs[index]
-    assert proc is not None
-    proc.wait()
-    chaos.fault("SIGKILL", held)
-    chaos.fleet.spawn(index)
 
 
 # -- 2. SIGSTOP past the lease --------------------------------------------------------------
@@ -277,20 +263,9 @@ def postgres_restarts(env: Env, size: str) -> Report:
             time.sleep(pick(size, 2.0, 4.0))
             if chaos.finished():
                 break
-            held = chaos.held()
-            fault = chaos.fault("restart", held)
-            env.restart()
-            fault.healed_at = now()
-            # The jobs held at the crash itself: a crash keeps every committed claim and ack and
-            # nothing else, so the rows still running when the server is back are exactly those
-            # (read before the workers reconnect). Jobs claimed between the sample above and the
-            # crash count as interrupted too.
-            fault.held = sorted({*held, *chaos.held()})
+            crash_server(chaos, env)
         chaos.drain()
-        # Claims a crash lost after they started their jobs (see Run.lost_claims).
-        for fault in chaos.faults:
-            lost = chaos.lost_claims(fault, fault.healed_at or fault.at)
-            fault.held = sorted({*fault.held, *lost})
+        count_lost_claims(chaos)
         return chaos.report()
 
 
@@ -848,4 +823,5 @@ SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "children": child_crashes,
     "failover": failover,
     "failover-async": failover_async,
+    "durable": durable_jobs,
 }

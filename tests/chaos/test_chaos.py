@@ -7,9 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.chaos import scenarios
-from tests.chaos.harness import Report
-from tests.chaos.scenarios import Env
+from tests.chaos import durable, scenarios
+from tests.chaos.harness import Env, Report
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -147,3 +146,18 @@ def test_failover_to_a_lagging_asynchronous_standby_loses_only_the_lag(dsn, tmp_
     assert report.notes["enqueued during the lag"] > 0
     assert report.lost <= report.notes["enqueues the failover rolled back"]
     assert report.notes["rolled back from before the lag"] == 0
+
+
+def test_durable_jobs_under_sigkill_and_restarts(own_server, tmp_path):
+    env = Env(own_server.dsn, tmp_path, restart=lambda: own_server.restart("immediate"))
+    report = show(durable.durable_jobs(env, "ci"))
+    # Nothing lost; B's effects exactly once; no step function ran after its checkpoint
+    # committed; re-runs within the interrupted; every wait woken by its committed emit.
+    report.check()
+    assert report.notes["restarts"] >= 1 and report.notes["SIGKILLs"] >= 2
+    assert report.interrupted > 0, "no fault hit a running job: the scenario proved little"
+    assert report.durable_jobs == report.enqueued == report.tx_jobs
+    # Both ways an event reaches a wait happened, and rolled-back emits were there to ignore.
+    assert report.notes["events emitted before the wait"] > 0
+    assert report.notes["events emitted while it waited"] > 0
+    assert report.notes["emits rolled back"] > 0
