@@ -95,3 +95,10 @@ def gated_wait() -> None:
     _gate()
     current_job().wait_for_event("never-emitted-gated")
     mark("after")
+
+
+@pgq.task(queue="parking", max_attempts=1, result_ttl=3600)
+def follow(value: int) -> str:
+    """A chain's next job after a durable one: gets its result."""
+    mark("follow")
+    return f"followed {value}"

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgqueue import PgQueue
+from pgqueue import PgQueue, chain
 from tests.helpers import PGQ, ROOT, ledger, scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import parking_app
 from tests.integration.test_dashboard_browser import browser  # noqa: F401 - a fixture
@@ -221,6 +221,26 @@ def test_a_cancel_requested_while_the_job_parks_cancels_it(worker, client, parki
     assert wait_done(parking_dsn, job, timeout=30) == "cancelled"
     assert live(parking_dsn, job) is None
     assert "after" not in calls(parking_dsn, job)
+
+
+def test_a_durable_member_of_a_chain_releases_its_dependent_when_it_finishes(
+    worker, client, parking_dsn
+):
+    """A member that sleeps is parked, not finished: its dependent waits for its end (and its
+    result), and its steps run once."""
+    run = chain(parking_app.three_steps.s(pause=2.0), parking_app.follow.s()).enqueue()
+    first, second = run.job_ids
+    parked(parking_dsn, first)
+    assert live(parking_dsn, second)["state"] == "waiting"
+    assert run.result(timeout=30) == "followed 1"
+    assert calls(parking_dsn, first) == ["one", "two", "three"]
+    followed_at = scalar(
+        parking_dsn, "SELECT at FROM ledger WHERE job_id = %s AND event = 'follow'", (second,)
+    )
+    three_at = scalar(
+        parking_dsn, "SELECT at FROM ledger WHERE job_id = %s AND event = 'three'", (first,)
+    )
+    assert followed_at > three_at
 
 
 def test_a_sleep_in_a_process_pool_child(process_worker, client, parking_dsn):
