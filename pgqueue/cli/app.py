@@ -10,29 +10,15 @@ import typer
 
 from pgqueue._version import __version__
 from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
-from pgqueue.cli.common import (
-    DsnOption,
-    JsonOption,
-    ReadDsnOption,
-    escape,
-    example,
-    friendly_errors,
-    in_range,
-    with_reader,
-)
+from pgqueue.cli.common import DsnOption, JsonOption, escape, example, friendly_errors, in_range
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.cli.events_cmds import events_app
 from pgqueue.cli.flow_cmds import breaker_app, queue_app, task_app
 from pgqueue.cli.job_options import job_options, with_job_options
-from pgqueue.cli.output import (
-    FormatOption,
-    JsonFormatOption,
-    OutputFormat,
-    chosen,
-    print_rows,
-)
+from pgqueue.cli.output import print_rows
 from pgqueue.cli.pg_cron_cmds import add_deprecated_spellings, pg_cron_app
+from pgqueue.cli.reading import Reader, reader_options
 from pgqueue.cli.retention_cmds import retention_app
 from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue
@@ -253,20 +239,16 @@ with_job_options(enqueue)
 
 
 @app.command("stats", epilog=example("pgq stats --json"))
-def stats(
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
-) -> None:
+@reader_options
+def stats(*, reader: Reader) -> None:
     """Queue depth per queue (the pgqueue.queue_stats view)."""
     from pgqueue.db.views import queue_stats
 
-    rows = with_reader(dsn, read_dsn, queue_stats)
+    rows = reader.read(queue_stats)
     print_rows(
         rows,
         ["queue", "waiting", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
-        fmt=chosen(fmt, as_json),
+        fmt=reader.out,
         title="queues",
     )
 
