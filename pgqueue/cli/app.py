@@ -10,7 +10,15 @@ import typer
 
 from pgqueue._version import __version__
 from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
-from pgqueue.cli.common import DsnOption, JsonOption, escape, example, friendly_errors, in_range
+from pgqueue.cli.common import (
+    DsnOption,
+    JsonOption,
+    command_group,
+    escape,
+    example,
+    friendly_errors,
+    in_range,
+)
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.cli.events_cmds import events_app
@@ -37,11 +45,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-db_app = typer.Typer(
-    help="The database pgqueue uses (and the embedded server).",
-    epilog=example("pgq db status"),
-    no_args_is_help=True,
-)
+db_app = command_group("The database pgqueue uses (and the embedded server).", "pgq db status")
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(cron_app, name="cron")

@@ -13,6 +13,7 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
+    command_group,
     example,
     friendly_errors,
     in_range,
@@ -29,10 +30,8 @@ from pgqueue.cli.output import (
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.job_specs import MAX_ROWS
 
-dlq_app = typer.Typer(
-    help="Dead letters: jobs that failed for good.",
-    epilog=example("pgq dlq list --task emails.send"),
-    no_args_is_help=True,
+dlq_app = command_group(
+    "Dead letters: jobs that failed for good.", "pgq dlq list --task emails.send"
 )
 
 TaskOpt = Annotated[str | None, typer.Option("--task", help="Only this task.")]

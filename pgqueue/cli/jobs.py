@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from pgqueue.cli import search_cmd
-from pgqueue.cli.common import MAX_JOB_ID, example, friendly_errors, in_range
+from pgqueue.cli.common import MAX_JOB_ID, command_group, example, friendly_errors, in_range
 from pgqueue.cli.output import OutputFormat, cell, console, dump_json, print_fields, print_rows
 from pgqueue.cli.reading import Reader, reader_options
 from pgqueue.client import PgQueue
@@ -17,10 +17,9 @@ from pgqueue.db import durable, search
 from pgqueue.errors import PgQueueError
 from pgqueue.rules.job_specs import MAX_ROWS
 
-jobs_app = typer.Typer(
-    help="Jobs: list live ones, search all of them (live, finished, dead), inspect one.",
-    epilog=example("pgq jobs list --state running"),
-    no_args_is_help=True,
+jobs_app = command_group(
+    "Jobs: list live ones, search all of them (live, finished, dead), inspect one.",
+    "pgq jobs list --state running",
 )
 
 

@@ -11,6 +11,7 @@ from pgqueue.cli.common import (
     MAX_BATCH,
     DsnOption,
     JsonOption,
+    command_group,
     duration,
     example,
     in_range,
@@ -19,10 +20,9 @@ from pgqueue.cli.common import (
 from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
 from pgqueue.db.retention import KEEP_FOREVER
 
-retention_app = typer.Typer(
-    help="Retention of job history, results and dead letters (all workers share it).",
-    epilog=example("pgq retention show"),
-    no_args_is_help=True,
+retention_app = command_group(
+    "Retention of job history, results and dead letters (all workers share it).",
+    "pgq retention show",
 )
 
 

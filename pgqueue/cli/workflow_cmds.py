@@ -12,6 +12,7 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
+    command_group,
     example,
     in_range,
     open_queue,
@@ -30,10 +31,8 @@ from pgqueue.rules.job_specs import MAX_ROWS
 if TYPE_CHECKING:
     from rich.tree import Tree
 
-workflow_app = typer.Typer(
-    help="Workflows: chains, groups, chords and DAGs.",
-    epilog=example("pgq workflow list --state failing"),
-    no_args_is_help=True,
+workflow_app = command_group(
+    "Workflows: chains, groups, chords and DAGs.", "pgq workflow list --state failing"
 )
 
 COLORS = {
