@@ -24,9 +24,8 @@ from pgqueue.cli.dlq import dlq_app
 from pgqueue.cli.events_cmds import events_app
 from pgqueue.cli.flow_cmds import breaker_app, queue_app, task_app
 from pgqueue.cli.job_options import job_options, with_job_options
-from pgqueue.cli.output import print_rows
+from pgqueue.cli.output import Reader, print_rows, reader_options
 from pgqueue.cli.pg_cron_cmds import add_deprecated_spellings, pg_cron_app
-from pgqueue.cli.reading import Reader, reader_options
 from pgqueue.cli.retention_cmds import retention_app
 from pgqueue.cli.workflow_cmds import workflow_app
 from pgqueue.client import PgQueue

@@ -10,8 +10,16 @@ import typer
 
 from pgqueue.cli import search_cmd
 from pgqueue.cli.common import MAX_JOB_ID, command_group, example, friendly_errors, in_range
-from pgqueue.cli.output import OutputFormat, cell, console, dump_json, print_fields, print_rows
-from pgqueue.cli.reading import Reader, reader_options
+from pgqueue.cli.output import (
+    OutputFormat,
+    Reader,
+    cell,
+    console,
+    dump_json,
+    print_fields,
+    print_rows,
+    reader_options,
+)
 from pgqueue.client import PgQueue
 from pgqueue.db import durable, search
 from pgqueue.errors import PgQueueError

@@ -19,8 +19,15 @@ from pgqueue.cli.common import (
     open_queue,
     with_app,
 )
-from pgqueue.cli.output import OutputFormat, console, dump_json, print_rows, timestamp
-from pgqueue.cli.reading import Reader, reader_options
+from pgqueue.cli.output import (
+    OutputFormat,
+    Reader,
+    console,
+    dump_json,
+    print_rows,
+    reader_options,
+    timestamp,
+)
 from pgqueue.client import PgQueue
 from pgqueue.db import horizon, ops
 

@@ -6,23 +6,35 @@ them into the next command), so a table too wide for the terminal folds its cell
 :data:`NARROW` columns (an 80-column CI log, ``kubectl exec``), first drops the columns each
 command marks as least needed. ``plain`` is for ``cut``/``awk``: a header line, then one line
 per row, fields separated by tabs. Every time is printed the same way, with its zone
-(:func:`timestamp`)."""
+(:func:`timestamp`).
+
+A command that reads from the database and prints what it read takes ``--dsn``,
+``--read-dsn`` (a streaming replica), ``--format`` and ``--json`` as one parameter,
+``reader: Reader``; :func:`reader_options` puts the four options in its signature at that place
+(typer reads the signature), so ``--help`` lists them where the command declares its reader."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 
-from pgqueue.cli.common import LazyConsole
+from pgqueue.cli.common import DsnOption, LazyConsole, ReadDsnOption, with_reader
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from pgqueue.client import PgQueue
+
+T = TypeVar("T")
 
 console = cast("Console", LazyConsole())
 
@@ -63,6 +75,50 @@ def chosen(fmt: OutputFormat, as_json: bool) -> OutputFormat:
             f"--json and --format {fmt.value} contradict each other: give one", param_hint="--json"
         )
     return OutputFormat.json if as_json else fmt
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """Where a command reads (``--dsn``, ``--read-dsn``) and how it prints (``out``)."""
+
+    dsn: str | None
+    read_dsn: str | None
+    out: OutputFormat
+
+    def read(self, action: Callable[[PgQueue], T]) -> T:
+        """Run the read-only ``action(pgq)`` against the read DSN."""
+        return with_reader(self.dsn, self.read_dsn, action)
+
+
+# The options, in the order --help shows them: (name, annotation, default).
+_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("dsn", DsnOption, None),
+    ("read_dsn", ReadDsnOption, None),
+    ("fmt", FormatOption, OutputFormat.table),
+    ("as_json", JsonFormatOption, False),
+)
+
+
+def reader_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with its ``reader: Reader`` parameter given as the four options."""
+    signature = inspect.signature(command, eval_str=True)
+    own = list(signature.parameters.values())
+    at = [p.name for p in own].index("reader")
+    kind = own[at].kind  # keyword-only where the reader is: a signature keeps Python's order
+    options = [
+        inspect.Parameter(name, kind, default=default, annotation=annotation)
+        for name, annotation, default in _OPTIONS
+    ]
+
+    @functools.wraps(command)
+    def run(*args: Any, **given: Any) -> None:
+        dsn, read_dsn, fmt, as_json = (given.pop(name, default) for name, _, default in _OPTIONS)
+        command(*args, reader=Reader(dsn, read_dsn, chosen(fmt, as_json)), **given)
+
+    run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*own[:at], *options, *own[at + 1 :]]
+    )
+    return run
 
 
 def timestamp(value: datetime) -> str:

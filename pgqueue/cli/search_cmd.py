@@ -19,8 +19,7 @@ import typer
 
 from pgqueue.cli.common import duration, err_console, in_range
 from pgqueue.cli.declared import Declared, Kind, parameters, with_options
-from pgqueue.cli.output import OutputFormat, dump_json, print_rows
-from pgqueue.cli.reading import Reader, reader_options
+from pgqueue.cli.output import OutputFormat, Reader, dump_json, print_rows, reader_options
 from pgqueue.db import search
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.flags import plain_type
