@@ -8,10 +8,10 @@ command marks as least needed. ``plain`` is for ``cut``/``awk``: a header line, 
 per row, fields separated by tabs. Every time is printed the same way, with its zone
 (:func:`timestamp`).
 
-A command that reads from the database and prints what it read takes ``--dsn``,
-``--read-dsn`` (a streaming replica), ``--format`` and ``--json`` as one parameter,
-``reader: Reader``; :func:`reader_options` puts the four options in its signature at that place
-(typer reads the signature), so ``--help`` lists them where the command declares its reader."""
+A command that prints what it got from the database takes ``--dsn``, ``--format`` and ``--json``
+as one parameter, ``printer: Printer`` (one that reads, ``--read-dsn`` too: ``reader: Reader``);
+:data:`printer_options` (:data:`reader_options`) puts the options in its signature at that
+place (typer reads the signature), so ``--help`` lists them where the command declares it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 
-from pgqueue.cli.common import DsnOption, LazyConsole, ReadDsnOption, with_reader
+from pgqueue.cli.common import DsnOption, LazyConsole, ReadDsnOption, with_app, with_reader
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,47 +78,79 @@ def chosen(fmt: OutputFormat, as_json: bool) -> OutputFormat:
 
 
 @dataclass(frozen=True, slots=True)
-class Reader:
-    """Where a command reads (``--dsn``, ``--read-dsn``) and how it prints (``out``)."""
+class Printer:
+    """Where a command runs (``--dsn``) and how it prints what it got (``out``)."""
 
     dsn: str | None
-    read_dsn: str | None
     out: OutputFormat
+
+    def run(self, action: Callable[[PgQueue], T]) -> T:
+        """Run ``action(pgq)`` with a client on ``--dsn``."""
+        return with_app(self.dsn, action)
+
+
+@dataclass(frozen=True, slots=True)
+class Reader(Printer):
+    """A :class:`Printer` that reads from ``--read-dsn`` (a streaming replica) too."""
+
+    read_dsn: str | None
 
     def read(self, action: Callable[[PgQueue], T]) -> T:
         """Run the read-only ``action(pgq)`` against the read DSN."""
         return with_reader(self.dsn, self.read_dsn, action)
 
 
-# The options, in the order --help shows them: (name, annotation, default).
-_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
-    ("dsn", DsnOption, None),
-    ("read_dsn", ReadDsnOption, None),
-    ("fmt", FormatOption, OutputFormat.table),
-    ("as_json", JsonFormatOption, False),
-)
+# The options of each, in the order --help shows them: (name, annotation, default).
+_DSN = ("dsn", DsnOption, None)
+_FORMATS = (("fmt", FormatOption, OutputFormat.table), ("as_json", JsonFormatOption, False))
+_PRINTER_OPTIONS = (_DSN, *_FORMATS)
+_READER_OPTIONS = (_DSN, ("read_dsn", ReadDsnOption, None), *_FORMATS)
+
+Command = Callable[..., None]
 
 
-def reader_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` with its ``reader: Reader`` parameter given as the four options."""
-    signature = inspect.signature(command, eval_str=True)
-    own = list(signature.parameters.values())
-    at = [p.name for p in own].index("reader")
-    kind = own[at].kind  # keyword-only where the reader is: a signature keeps Python's order
-    options = [
-        inspect.Parameter(name, kind, default=default, annotation=annotation)
-        for name, annotation, default in _OPTIONS
-    ]
+def _options_for(
+    parameter: str, options: tuple[tuple[str, Any, Any], ...], make: Callable[..., Printer]
+) -> Callable[[Command], Command]:
+    """A decorator: the command's ``parameter`` given as ``options``, from which ``make``
+    builds it."""
 
-    @functools.wraps(command)
-    def run(*args: Any, **given: Any) -> None:
-        dsn, read_dsn, fmt, as_json = (given.pop(name, default) for name, _, default in _OPTIONS)
-        command(*args, reader=Reader(dsn, read_dsn, chosen(fmt, as_json)), **given)
+    def given_as_options(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        own = list(signature.parameters.values())
+        at = [p.name for p in own].index(parameter)
+        kind = own[at].kind  # keyword-only where the parameter is: a signature keeps Python's order
+        made = [
+            inspect.Parameter(name, kind, default=default, annotation=annotation)
+            for name, annotation, default in options
+        ]
 
-    run.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*own[:at], *options, *own[at + 1 :]]
-    )
-    return run
+        @functools.wraps(command)
+        def run(*args: Any, **given: Any) -> None:
+            values = {name: given.pop(name, default) for name, _, default in options}
+            command(*args, **{parameter: make(**values)}, **given)
+
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*own[:at], *made, *own[at + 1 :]]
+        )
+        return run
+
+    return given_as_options
+
+
+def _printer(dsn: str | None, fmt: OutputFormat, as_json: bool) -> Printer:
+    return Printer(dsn, chosen(fmt, as_json))
+
+
+def _reader(dsn: str | None, read_dsn: str | None, fmt: OutputFormat, as_json: bool) -> Reader:
+    return Reader(dsn, chosen(fmt, as_json), read_dsn)
+
+
+#: A command's ``printer: Printer`` parameter given as ``--dsn``, ``--format``, ``--json``.
+printer_options = _options_for("printer", _PRINTER_OPTIONS, _printer)
+#: A command's ``reader: Reader`` parameter given as ``--dsn``, ``--read-dsn``, ``--format``,
+#: ``--json``.
+reader_options = _options_for("reader", _READER_OPTIONS, _reader)
 
 
 def timestamp(value: datetime) -> str:
