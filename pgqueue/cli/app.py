@@ -13,25 +13,18 @@ from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
 from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
-    ReadDsnOption,
+    command_group,
     escape,
     example,
     friendly_errors,
     in_range,
-    with_reader,
 )
 from pgqueue.cli.cron import cron_app
 from pgqueue.cli.dlq import dlq_app
 from pgqueue.cli.events_cmds import events_app
 from pgqueue.cli.flow_cmds import breaker_app, queue_app, task_app
 from pgqueue.cli.job_options import job_options, with_job_options
-from pgqueue.cli.output import (
-    FormatOption,
-    JsonFormatOption,
-    OutputFormat,
-    chosen,
-    print_rows,
-)
+from pgqueue.cli.output import Reader, print_rows, reader_options
 from pgqueue.cli.pg_cron_cmds import add_deprecated_spellings, pg_cron_app
 from pgqueue.cli.retention_cmds import retention_app
 from pgqueue.cli.workflow_cmds import workflow_app
@@ -51,11 +44,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-db_app = typer.Typer(
-    help="The database pgqueue uses (and the embedded server).",
-    epilog=example("pgq db status"),
-    no_args_is_help=True,
-)
+db_app = command_group("The database pgqueue uses (and the embedded server).", "pgq db status")
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(cron_app, name="cron")
@@ -253,20 +242,16 @@ with_job_options(enqueue)
 
 
 @app.command("stats", epilog=example("pgq stats --json"))
-def stats(
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
-) -> None:
+@reader_options
+def stats(*, reader: Reader) -> None:
     """Queue depth per queue (the pgqueue.queue_stats view)."""
     from pgqueue.db.views import queue_stats
 
-    rows = with_reader(dsn, read_dsn, queue_stats)
+    rows = reader.read(queue_stats)
     print_rows(
         rows,
         ["queue", "waiting", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
-        fmt=chosen(fmt, as_json),
+        fmt=reader.out,
         title="queues",
     )
 

@@ -94,6 +94,12 @@ def example(*commands: str) -> str:
     return "Examples:\n\n" + "\n\n".join(commands)
 
 
+def command_group(help_text: str, *examples: str) -> typer.Typer:
+    """A command group (``pgq jobs``, ``pgq dlq``, ...): its help, the :func:`example` its
+    ``--help`` ends with, and that help again when it is called without a command."""
+    return typer.Typer(help=help_text, epilog=example(*examples), no_args_is_help=True)
+
+
 def examples_in(epilog: str | None) -> list[str]:
     """The command lines of an epilog written by :func:`example` (none for anything else)."""
     if epilog is None:

@@ -11,15 +11,11 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, example, with_app
+from pgqueue.cli.common import DsnOption, command_group, example, with_app
 from pgqueue.cli.listing import list_command
 from pgqueue.client import PgQueue
 
-cron_app = typer.Typer(
-    help="Cron schedules: list, pause, resume, delete.",
-    epilog=example("pgq cron list"),
-    no_args_is_help=True,
-)
+cron_app = command_group("Cron schedules: list, pause, resume, delete.", "pgq cron list")
 
 _COLUMNS = ["name", "cron", "timezone", "task", "missed", "paused", "next_tick", "ticks_enqueued"]
 

@@ -13,26 +13,18 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
+    command_group,
     example,
     friendly_errors,
     in_range,
     with_app,
 )
-from pgqueue.cli.output import (
-    FormatOption,
-    JsonFormatOption,
-    OutputFormat,
-    chosen,
-    console,
-    print_rows,
-)
+from pgqueue.cli.output import OutputFormat, Printer, console, print_rows, printer_options
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.job_specs import MAX_ROWS
 
-dlq_app = typer.Typer(
-    help="Dead letters: jobs that failed for good.",
-    epilog=example("pgq dlq list --task emails.send"),
-    no_args_is_help=True,
+dlq_app = command_group(
+    "Dead letters: jobs that failed for good.", "pgq dlq list --task emails.send"
 )
 
 TaskOpt = Annotated[str | None, typer.Option("--task", help="Only this task.")]
@@ -70,6 +62,7 @@ def _filters(
 @dlq_app.command(
     "list", epilog=example("pgq dlq list --queue emails --since 2026-01-31 --traceback")
 )
+@printer_options
 def list_(
     task: TaskOpt = None,
     queue: QueueOpt = None,
@@ -80,14 +73,13 @@ def list_(
         int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many rows.")
     ] = 50,
     traceback: Annotated[bool, typer.Option(help="Show the last traceback.")] = False,
-    dsn: DsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
+    *,
+    printer: Printer,
 ) -> None:
     """List dead letters, newest first."""
-    out = chosen(fmt, as_json)
+    out = printer.out
     filters = _filters(task, queue, error, since, until)
-    rows = with_app(dsn, lambda pgq: pgq.admin.dead_letters(limit=limit, **filters))
+    rows = printer.run(lambda pgq: pgq.admin.dead_letters(limit=limit, **filters))
     if out is OutputFormat.json:
         print_rows(rows, [], fmt=out)
         return

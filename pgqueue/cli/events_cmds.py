@@ -7,13 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, duration, example, open_queue
+from pgqueue.cli.common import DsnOption, JsonOption, command_group, duration, example, open_queue
 from pgqueue.errors import InvalidJobError
 
-events_app = typer.Typer(
-    help="Events durable jobs wait for (the first emit of a name wins).",
-    epilog=example("pgq events emit order-42-packed --payload '{\"parcels\": 2}'"),
-    no_args_is_help=True,
+events_app = command_group(
+    "Events durable jobs wait for (the first emit of a name wins).",
+    "pgq events emit order-42-packed --payload '{\"parcels\": 2}'",
 )
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, duration, example, with_app
+from pgqueue.cli.common import DsnOption, command_group, duration, example, with_app
 from pgqueue.cli.listing import list_command
 from pgqueue.cli.output import FormatOption, OutputFormat, print_rows
 from pgqueue.client import PgQueue
@@ -17,21 +17,11 @@ from pgqueue.db.flow_plans import BREAKER_COLUMNS, QUEUE_COLUMNS, TASK_COLUMNS
 from pgqueue.errors import ConfigurationError
 from pgqueue.rules.flow_control import UNSET, RateLimit
 
-queue_app = typer.Typer(
-    help="Per-queue flow control: weight, max depth, limits, fairness.",
-    epilog=example("pgq queue list"),
-    no_args_is_help=True,
+queue_app = command_group(
+    "Per-queue flow control: weight, max depth, limits, fairness.", "pgq queue list"
 )
-task_app = typer.Typer(
-    help="Per-task limits: concurrency, rate, and per key.",
-    epilog=example("pgq task list"),
-    no_args_is_help=True,
-)
-breaker_app = typer.Typer(
-    help="Circuit breakers: list, reset, open.",
-    epilog=example("pgq breaker list"),
-    no_args_is_help=True,
-)
+task_app = command_group("Per-task limits: concurrency, rate, and per key.", "pgq task list")
+breaker_app = command_group("Circuit breakers: list, reset, open.", "pgq breaker list")
 
 Setting = Annotated[str | None, typer.Option(metavar="N|none")]
 RateSetting = Annotated[

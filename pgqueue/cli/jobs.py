@@ -9,38 +9,29 @@ from typing import Annotated, Any
 import typer
 
 from pgqueue.cli import search_cmd
-from pgqueue.cli.common import (
-    MAX_JOB_ID,
-    DsnOption,
-    ReadDsnOption,
-    example,
-    friendly_errors,
-    in_range,
-    with_reader,
-)
+from pgqueue.cli.common import MAX_JOB_ID, command_group, example, friendly_errors, in_range
 from pgqueue.cli.output import (
-    FormatOption,
-    JsonFormatOption,
     OutputFormat,
+    Reader,
     cell,
-    chosen,
     console,
     dump_json,
     print_fields,
     print_rows,
+    reader_options,
 )
 from pgqueue.client import PgQueue
 from pgqueue.db import durable, search
 from pgqueue.errors import PgQueueError
 from pgqueue.rules.job_specs import MAX_ROWS
 
-jobs_app = typer.Typer(
-    help="Jobs: list live ones, search all of them (live, finished, dead), inspect one.",
-    epilog=example("pgq jobs list --state running"),
-    no_args_is_help=True,
+jobs_app = command_group(
+    "Jobs: list live ones, search all of them (live, finished, dead), inspect one.",
+    "pgq jobs list --state running",
 )
 
 
+@reader_options
 def jobs_list(
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")] = None,
     state: Annotated[
@@ -52,19 +43,14 @@ def jobs_list(
     limit: Annotated[
         int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many rows.")
     ] = 50,
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
+    *,
+    reader: Reader,
 ) -> None:
     """List live jobs (waiting and running), oldest first."""
     from pgqueue.db import views
 
-    out = chosen(fmt, as_json)
     contains = search.parse_args_filter(meta or ())
-    rows = with_reader(
-        dsn,
-        read_dsn,
+    rows = reader.read(
         lambda pgq: views.jobs(
             pgq, queue=queue, state=state, task=task, tags=tag, meta=contains, limit=limit
         ),
@@ -73,23 +59,22 @@ def jobs_list(
     print_rows(
         rows,
         [c for c in views.JOB_COLUMNS if c not in hidden],
-        fmt=out,
+        fmt=reader.out,
         title="jobs",
         narrow_drop={"priority", "lease_left", "tags", "last_error"},
     )
 
 
+@reader_options
 def jobs_show(
     job_id: Annotated[int, typer.Argument(callback=in_range(1, MAX_JOB_ID), help="Job id.")],
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
+    *,
+    reader: Reader,
 ) -> None:
     """Everything about one job (live, dead-lettered or finished): its errors, its workflow
     neighbours, its durable steps and the actions its state allows."""
-    out = chosen(fmt, as_json)
-    job = with_reader(dsn, read_dsn, lambda pgq: _detail(pgq, job_id))
+    out = reader.out
+    job = reader.read(lambda pgq: _detail(pgq, job_id))
     if job is None:
         with friendly_errors():
             raise PgQueueError(f"job {job_id} not found (never existed, or succeeded)")

@@ -8,8 +8,8 @@ from typing import Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, example, with_app
-from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
+from pgqueue.cli.common import example
+from pgqueue.cli.output import Printer, print_rows, printer_options
 from pgqueue.client import PgQueue
 
 Fetch = Callable[[PgQueue], list[dict[str, Any]]]
@@ -23,13 +23,9 @@ def list_command(
     """
 
     def register(fetch: Fetch) -> Fetch:
-        def list_rows(
-            dsn: DsnOption = None,
-            fmt: FormatOption = OutputFormat.table,
-            as_json: JsonFormatOption = False,
-        ) -> None:
-            rows = with_app(dsn, fetch)
-            print_rows(rows, columns, fmt=chosen(fmt, as_json), title=title)
+        @printer_options
+        def list_rows(*, printer: Printer) -> None:
+            print_rows(printer.run(fetch), columns, fmt=printer.out, title=title)
 
         list_rows.__doc__ = fetch.__doc__
         app.command("list", epilog=example(shown_by))(list_rows)

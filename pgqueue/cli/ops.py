@@ -12,23 +12,20 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
-    ReadDsnOption,
     duration,
     escape,
     example,
     in_range,
     open_queue,
     with_app,
-    with_reader,
 )
 from pgqueue.cli.output import (
-    FormatOption,
-    JsonFormatOption,
     OutputFormat,
-    chosen,
+    Reader,
     console,
     dump_json,
     print_rows,
+    reader_options,
     timestamp,
 )
 from pgqueue.client import PgQueue
@@ -42,11 +39,10 @@ STOPPED_SHOWN = 5
 QUEUE_NARROW_DROP = frozenset({"waiting", "succeeded_per_min", "failed_per_min"})
 
 
+@reader_options
 def status(
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
+    *,
+    reader: Reader,
     snapshot_warn: Annotated[
         float,
         typer.Option(
@@ -82,8 +78,8 @@ def status(
             "horizon": horizon.horizon(pgq).as_dict(snapshot_warn),
         }
 
-    out = chosen(fmt, as_json)
-    data = with_reader(dsn, read_dsn, read)
+    out = reader.out
+    data = reader.read(read)
     if out is OutputFormat.json:
         dump_json(data)
         return
@@ -142,18 +138,16 @@ def mebibytes(size: int) -> str:
     return f"{size / 2**20:,.1f} MB"
 
 
+@reader_options
 def workers(
     all_: Annotated[bool, typer.Option("--all", help="Include stopped workers.")] = False,
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
+    *,
+    reader: Reader,
 ) -> None:
     """Worker processes: host, pid, queues, started, last seen, jobs held, totals."""
     from pgqueue.db import views
 
-    out = chosen(fmt, as_json)
-    rows = with_reader(dsn, read_dsn, lambda pgq: views.workers(pgq, include_stopped=all_))
+    rows = reader.read(lambda pgq: views.workers(pgq, include_stopped=all_))
     hidden = {
         "concurrency",
         "version",
@@ -165,7 +159,7 @@ def workers(
     print_rows(
         rows,
         [c for c in views.WORKER_COLUMNS if c not in hidden],
-        fmt=out,
+        fmt=reader.out,
         title="workers",
         formatters={"queues": ",".join},
         narrow_drop={"id", "jobs_succeeded", "jobs_dead"},

@@ -6,23 +6,35 @@ them into the next command), so a table too wide for the terminal folds its cell
 :data:`NARROW` columns (an 80-column CI log, ``kubectl exec``), first drops the columns each
 command marks as least needed. ``plain`` is for ``cut``/``awk``: a header line, then one line
 per row, fields separated by tabs. Every time is printed the same way, with its zone
-(:func:`timestamp`)."""
+(:func:`timestamp`).
+
+A command that prints what it got from the database takes ``--dsn``, ``--format`` and ``--json``
+as one parameter, ``printer: Printer`` (one that reads, ``--read-dsn`` too: ``reader: Reader``);
+:data:`printer_options` (:data:`reader_options`) puts the options in its signature at that
+place (typer reads the signature), so ``--help`` lists them where the command declares it."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 
-from pgqueue.cli.common import LazyConsole
+from pgqueue.cli.common import DsnOption, LazyConsole, ReadDsnOption, with_app, with_reader
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from pgqueue.client import PgQueue
+
+T = TypeVar("T")
 
 console = cast("Console", LazyConsole())
 
@@ -63,6 +75,82 @@ def chosen(fmt: OutputFormat, as_json: bool) -> OutputFormat:
             f"--json and --format {fmt.value} contradict each other: give one", param_hint="--json"
         )
     return OutputFormat.json if as_json else fmt
+
+
+@dataclass(frozen=True, slots=True)
+class Printer:
+    """Where a command runs (``--dsn``) and how it prints what it got (``out``)."""
+
+    dsn: str | None
+    out: OutputFormat
+
+    def run(self, action: Callable[[PgQueue], T]) -> T:
+        """Run ``action(pgq)`` with a client on ``--dsn``."""
+        return with_app(self.dsn, action)
+
+
+@dataclass(frozen=True, slots=True)
+class Reader(Printer):
+    """A :class:`Printer` that reads from ``--read-dsn`` (a streaming replica) too."""
+
+    read_dsn: str | None
+
+    def read(self, action: Callable[[PgQueue], T]) -> T:
+        """Run the read-only ``action(pgq)`` against the read DSN."""
+        return with_reader(self.dsn, self.read_dsn, action)
+
+
+# The options of each, in the order --help shows them: (name, annotation, default).
+_DSN = ("dsn", DsnOption, None)
+_FORMATS = (("fmt", FormatOption, OutputFormat.table), ("as_json", JsonFormatOption, False))
+_PRINTER_OPTIONS = (_DSN, *_FORMATS)
+_READER_OPTIONS = (_DSN, ("read_dsn", ReadDsnOption, None), *_FORMATS)
+
+Command = Callable[..., None]
+
+
+def _options_for(
+    parameter: str, options: tuple[tuple[str, Any, Any], ...], make: Callable[..., Printer]
+) -> Callable[[Command], Command]:
+    """A decorator: the command's ``parameter`` given as ``options``, from which ``make``
+    builds it."""
+
+    def given_as_options(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        own = list(signature.parameters.values())
+        at = [p.name for p in own].index(parameter)
+        kind = own[at].kind  # keyword-only where the parameter is: a signature keeps Python's order
+        made = [
+            inspect.Parameter(name, kind, default=default, annotation=annotation)
+            for name, annotation, default in options
+        ]
+
+        @functools.wraps(command)
+        def run(*args: Any, **given: Any) -> None:
+            values = {name: given.pop(name, default) for name, _, default in options}
+            command(*args, **{parameter: make(**values)}, **given)
+
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*own[:at], *made, *own[at + 1 :]]
+        )
+        return run
+
+    return given_as_options
+
+
+def _printer(dsn: str | None, fmt: OutputFormat, as_json: bool) -> Printer:
+    return Printer(dsn, chosen(fmt, as_json))
+
+
+def _reader(dsn: str | None, read_dsn: str | None, fmt: OutputFormat, as_json: bool) -> Reader:
+    return Reader(dsn, chosen(fmt, as_json), read_dsn)
+
+
+#: A command's ``printer: Printer`` parameter given as ``--dsn``, ``--format``, ``--json``.
+printer_options = _options_for("printer", _PRINTER_OPTIONS, _printer)
+#: A command's ``reader: Reader`` parameter given as ``--dsn``, ``--read-dsn``, ``--format``,
+#: ``--json``.
+reader_options = _options_for("reader", _READER_OPTIONS, _reader)
 
 
 def timestamp(value: datetime) -> str:

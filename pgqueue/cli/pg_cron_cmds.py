@@ -15,14 +15,13 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, example, friendly_errors
+from pgqueue.cli.common import DsnOption, JsonOption, command_group, example, friendly_errors
 from pgqueue.db import pg_cron
 from pgqueue.db.embedded import resolve_dsn
 
-pg_cron_app = typer.Typer(
-    help="pg_cron: run the reaper inside PostgreSQL (install-reaper, uninstall-reaper).",
-    epilog=example("pgq pg-cron install-reaper"),
-    no_args_is_help=True,
+pg_cron_app = command_group(
+    "pg_cron: run the reaper inside PostgreSQL (install-reaper, uninstall-reaper).",
+    "pgq pg-cron install-reaper",
 )
 NameOpt = Annotated[
     str | None,

@@ -11,18 +11,18 @@ from pgqueue.cli.common import (
     MAX_BATCH,
     DsnOption,
     JsonOption,
+    command_group,
     duration,
     example,
     in_range,
     open_queue,
 )
-from pgqueue.cli.output import FormatOption, JsonFormatOption, OutputFormat, chosen, print_rows
+from pgqueue.cli.output import OutputFormat, Printer, print_rows, printer_options
 from pgqueue.db.retention import KEEP_FOREVER
 
-retention_app = typer.Typer(
-    help="Retention of job history, results and dead letters (all workers share it).",
-    epilog=example("pgq retention show"),
-    no_args_is_help=True,
+retention_app = command_group(
+    "Retention of job history, results and dead letters (all workers share it).",
+    "pgq retention show",
 )
 
 
@@ -34,19 +34,15 @@ def _show(settings: dict[str, Any], fmt: OutputFormat) -> None:
 
 
 @retention_app.command("show", epilog=example("pgq retention show --format json"))
-def show(
-    dsn: DsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
-) -> None:
+@printer_options
+def show(*, printer: Printer) -> None:
     """The settings every worker's ack and pruner use (the pgqueue.retention row)."""
-    out = chosen(fmt, as_json)
-    with open_queue(dsn) as pgq:
-        settings = pgq.retention.settings()
-    _show(settings.as_dict(), out)
+    settings = printer.run(lambda pgq: pgq.retention.settings())
+    _show(settings.as_dict(), printer.out)
 
 
 @retention_app.command("set", epilog=example("pgq retention set --history 3d --dead-letters 30d"))
+@printer_options
 def set_(
     history: Annotated[
         float | None,
@@ -68,20 +64,19 @@ def set_(
             help="Purge dead letters older than this; 'never' keeps them until replayed.",
         ),
     ] = None,
-    dsn: DsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
+    *,
+    printer: Printer,
 ) -> None:
     """Change retention for every worker at once (settings not given stay as they are)."""
-    out = chosen(fmt, as_json)
     dead: float | str | None = dead_letters
     if dead_letters is not None and dead_letters != KEEP_FOREVER:
         dead = duration(dead_letters)
-    with open_queue(dsn) as pgq:
-        settings = pgq.retention.set(
+    settings = printer.run(
+        lambda pgq: pgq.retention.set(
             history=history, record_succeeded=record_succeeded, dead_letters=dead
         )
-    _show(settings.as_dict(), out)
+    )
+    _show(settings.as_dict(), printer.out)
 
 
 @retention_app.command("prune", epilog=example("pgq retention prune --batch-size 1000"))

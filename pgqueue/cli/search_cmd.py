@@ -17,23 +17,9 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from pgqueue.cli.common import (
-    DsnOption,
-    ReadDsnOption,
-    duration,
-    err_console,
-    in_range,
-    with_reader,
-)
+from pgqueue.cli.common import duration, err_console, in_range
 from pgqueue.cli.declared import Declared, Kind, parameters, with_options
-from pgqueue.cli.output import (
-    FormatOption,
-    JsonFormatOption,
-    OutputFormat,
-    chosen,
-    dump_json,
-    print_rows,
-)
+from pgqueue.cli.output import OutputFormat, Reader, dump_json, print_rows, reader_options
 from pgqueue.db import search
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.flags import plain_type
@@ -125,6 +111,7 @@ TagOption = filter_option("tags")
 MetaOption = filter_option("meta")
 
 
+@reader_options
 def jobs_search(
     *,
     # Here: an option for every filter (the JobFilter fields' flags, in their order).
@@ -144,20 +131,15 @@ def jobs_search(
             help="Give up after this long (a search no index narrows scans).",
         ),
     ] = search.DEFAULT_TIMEOUT,
-    dsn: DsnOption = None,
-    read_dsn: ReadDsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
+    reader: Reader,
     **received: Any,
 ) -> None:
     """Search jobs wherever they are (live, finished, dead), newest first, a page at a time."""
     from pgqueue.db import views
 
-    out = chosen(fmt, as_json)
+    out = reader.out
     chosen_filters = filters(received)
-    page = with_reader(
-        dsn,
-        read_dsn,
+    page = reader.read(
         lambda pgq: views.search_jobs(
             pgq,
             **chosen_filters,

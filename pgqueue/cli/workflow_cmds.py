@@ -12,28 +12,20 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
+    command_group,
     example,
     in_range,
     open_queue,
 )
-from pgqueue.cli.output import (
-    FormatOption,
-    JsonFormatOption,
-    OutputFormat,
-    chosen,
-    console,
-    print_rows,
-)
+from pgqueue.cli.output import Printer, console, print_rows, printer_options
 from pgqueue.db.workflow_views import WORKFLOW_COLUMNS
 from pgqueue.rules.job_specs import MAX_ROWS
 
 if TYPE_CHECKING:
     from rich.tree import Tree
 
-workflow_app = typer.Typer(
-    help="Workflows: chains, groups, chords and DAGs.",
-    epilog=example("pgq workflow list --state failing"),
-    no_args_is_help=True,
+workflow_app = command_group(
+    "Workflows: chains, groups, chords and DAGs.", "pgq workflow list --state failing"
 )
 
 COLORS = {
@@ -51,6 +43,7 @@ COLORS = {
 
 
 @workflow_app.command("list", epilog=example("pgq workflow list --state failed --limit 10"))
+@printer_options
 def list_(
     state: Annotated[
         str | None,
@@ -59,17 +52,15 @@ def list_(
     limit: Annotated[
         int, typer.Option(callback=in_range(1, MAX_ROWS), help="At most this many, newest first.")
     ] = 50,
-    dsn: DsnOption = None,
-    fmt: FormatOption = OutputFormat.table,
-    as_json: JsonFormatOption = False,
+    *,
+    printer: Printer,
 ) -> None:
     """Workflows with their state and job counts (the pgqueue.workflow_overview view)."""
-    with open_queue(dsn) as pgq:
-        rows = pgq.workflows(state=state, limit=limit)
+    rows = printer.run(lambda pgq: pgq.workflows(state=state, limit=limit))
     print_rows(
         rows,
         [c for c in WORKFLOW_COLUMNS if c != "last_finished_at"],
-        fmt=chosen(fmt, as_json),
+        fmt=printer.out,
         title="workflows",
     )
 

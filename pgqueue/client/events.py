@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgqueue.db import durable
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
-from pgqueue.db.plan import Plan
+from pgqueue.db.plan import Plan, Runner
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.job_specs import JobId, JobSpec
 from pgqueue.rules.options import to_timedelta
@@ -42,18 +42,12 @@ def emit_plan(name: str, payload: Any, *, keep: float | timedelta | None, limit:
     return durable.emit_event(name, text, kept)
 
 
-class EventMethods:
+class EventMethods(Runner):
     """:meth:`publish` and :meth:`emit_event`, and their async twins."""
 
     if TYPE_CHECKING:  # PgQueue's (see pgqueue.client.core)
         subscriptions: dict[str, list[Task[..., Any]]]
         max_payload_bytes: int
-
-        def run(self, plan: Plan[T], conn: object | None = None, *, atomic: bool = False) -> T: ...
-
-        async def run_async(
-            self, plan: Plan[T], conn: object | None = None, *, atomic: bool = False
-        ) -> T: ...
 
         def enqueue_many(
             self,

@@ -26,19 +26,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class JobMethods:
+class JobMethods(plans.Runner):
     """A job's :meth:`result`, :meth:`progress` and :meth:`cancel`, and their async twins."""
 
     if TYPE_CHECKING:  # PgQueue's (see pgqueue.client.core)
-
-        def run(
-            self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
-        ) -> T: ...
-
-        async def run_async(
-            self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
-        ) -> T: ...
-
         _pools: Pools
         tasks: dict[str, Task[..., Any]]
 

@@ -21,19 +21,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class WorkflowMethods:
+class WorkflowMethods(plans.Runner):
     """Workflows: :meth:`enqueue_workflow`, :meth:`workflow`, :meth:`workflows` and their
     async twins."""
 
     if TYPE_CHECKING:  # PgQueue's (see pgqueue.client.core)
-
-        def run(
-            self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
-        ) -> T: ...
-
-        async def run_async(
-            self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
-        ) -> T: ...
 
         def require_tasks(self, names: Collection[str]) -> None: ...
 
