@@ -111,11 +111,14 @@ def outcome_written(log: logging.Logger, outcome: Outcome, written: str) -> None
         line = "job %s job_id=%s task=%s queue=%s attempt=%s max_attempts=%s outcome=%s " + (
             "delay=%.3fs" if written == "retry" else "reason=%s"
         )
+        park = outcome.park
         detail: object = (
             clamped_delay(outcome.delay)
             if written == "retry"
             else _DEAD_BECAUSE.get(outcome.kind, outcome.kind)
             if written == "dead"
+            else park.kind  # sleep or wait
+            if written == "parked" and park is not None
             else "cancelled"
         )
         args: list[object] = [
@@ -128,6 +131,9 @@ def outcome_written(log: logging.Logger, outcome: Outcome, written: str) -> None
             outcome.kind,
             detail,
         ]
+        if written == "parked" and park is not None and park.event is not None:
+            line += " event=%s"
+            args.append(log_value(park.event))
         if outcome.summary:
             line += " error=%s"
             args.append(log_value(outcome.summary))
