@@ -308,50 +308,6 @@ def _load(ctx: JobContext, host: TransactionHost) -> StepRun:
     return run
 
 
-def run_step(
-    ctx: JobContext,
-    name: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    *,
-    retry: int | StepRetry | None,
-    transaction: object,
-    repeat: bool,
-) -> Any:
-    """``ctx.step()`` in a sync handler (see the module docstring)."""
-    _not_on_loop("ctx.step()", "ctx.step_async()")
-    if inspect.iscoroutinefunction(fn):
-        raise StepError(
-            f"step {name!r}: ctx.step() of an async function: use await ctx.step_async()"
-        )
-    policy = step_retry(retry)
-    host = host_of(ctx, "ctx.step()")
-    seq, full, recorded = _load(ctx, host).place(name, STEP, repeat)
-    step = Step(ctx, host, fn, seq, full)
-    with step_span(
-        ctx, step, replayed=recorded is not None and recorded.state == durable.SUCCEEDED
-    ):
-        if recorded is not None and recorded.state == durable.SUCCEEDED:
-            return step.decode(recorded.result)
-        ctx.raise_if_cancelled()
-        tries = 0
-        started = time.monotonic()
-        while True:
-            tries += 1
-            try:
-                text = _attempt(step, fn, args, kwargs, transaction, tries, started)
-            except Exception as exc:
-                delay = step.retry_after(policy, exc, tries)
-                if delay is None:
-                    _record_failure(step, exc, tries, started)
-                    raise
-                if ctx.wait_cancelled(delay):
-                    ctx.raise_if_cancelled()
-                continue
-            return _result(step, text)
-
-
 def _attempt(
     step: Step,
     fn: Callable[..., Any],
@@ -408,6 +364,7 @@ async def _load_async(ctx: JobContext, host: TransactionHost) -> StepRun:
     return run
 
 
+# sync-twin: async source
 async def run_step_async(
     ctx: JobContext,
     name: str,
@@ -419,11 +376,20 @@ async def run_step_async(
     transaction: object,
     repeat: bool,
 ) -> Any:
-    """``await ctx.step_async()`` in an async handler; ``fn`` may be sync or async (a sync one
-    runs on the event loop: keep it short, or pass ``asyncio.to_thread``'s work as an async
-    function)."""
+    """``ctx.step_async()``'s work (see the module docstring)."""
+    if True:  # ASYNC
+        pass  # fn may be sync (called on the event loop) or async
+    else:
+        _not_on_loop("ctx.step()", "ctx.step_async()")
+        if inspect.iscoroutinefunction(fn):
+            raise StepError(  # the names in a plain string: the sync twin renames f-strings
+                f"step {name!r}: " + "ctx.step() of an async function: use await ctx.step_async()"
+            )
     policy = step_retry(retry)
-    host = host_of(ctx, "ctx.step_async()")
+    if True:  # ASYNC  # noqa: SIM108
+        host = host_of(ctx, "ctx.step_async()")
+    else:
+        host = host_of(ctx, "ctx.step()")
     seq, full, recorded = (await _load_async(ctx, host)).place(name, STEP, repeat)
     step = Step(ctx, host, fn, seq, full)
     with step_span(
@@ -443,10 +409,63 @@ async def run_step_async(
                 if delay is None:
                     await _record_failure_async(step, exc, tries, started)
                     raise
-                await asyncio.sleep(delay)
-                ctx.raise_if_cancelled()
+                if True:  # ASYNC
+                    await asyncio.sleep(delay)
+                    ctx.raise_if_cancelled()
+                elif ctx.wait_cancelled(delay):
+                    ctx.raise_if_cancelled()
                 continue
             return _result(step, text)
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
+def run_step(
+    ctx: JobContext,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    retry: int | StepRetry | None,
+    transaction: object,
+    repeat: bool,
+) -> Any:
+    """``ctx.step()``'s work (see the module docstring)."""
+    _not_on_loop("ctx.step()", "ctx.step_async()")
+    if inspect.iscoroutinefunction(fn):
+        raise StepError(  # the names in a plain string: the sync twin renames f-strings
+            f"step {name!r}: " + "ctx.step() of an async function: use await ctx.step_async()"
+        )
+    policy = step_retry(retry)
+    host = host_of(ctx, "ctx.step()")
+    seq, full, recorded = (_load(ctx, host)).place(name, STEP, repeat)
+    step = Step(ctx, host, fn, seq, full)
+    with step_span(
+        ctx, step, replayed=recorded is not None and recorded.state == durable.SUCCEEDED
+    ):
+        if recorded is not None and recorded.state == durable.SUCCEEDED:
+            return step.decode(recorded.result)
+        ctx.raise_if_cancelled()
+        tries = 0
+        started = time.monotonic()
+        while True:
+            tries += 1
+            try:
+                text = _attempt(step, fn, args, kwargs, transaction, tries, started)
+            except Exception as exc:
+                delay = step.retry_after(policy, exc, tries)
+                if delay is None:
+                    _record_failure(step, exc, tries, started)
+                    raise
+                if ctx.wait_cancelled(delay):
+                    ctx.raise_if_cancelled()
+                continue
+            return _result(step, text)
+
+
+# sync-twin: end
 
 
 async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
