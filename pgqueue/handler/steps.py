@@ -340,16 +340,6 @@ def _attempt(
     return text
 
 
-def _record_failure(step: Step, exc: BaseException, tries: int, started: float) -> None:
-    if isinstance(exc, StepError | LeaseLost | JobCancelled):
-        return
-    try:
-        with step.host.connection() as conn:
-            plans.run(step.failure(exc, tries, time.monotonic() - started), conn)
-    except (psycopg.Error, StepError) as error:
-        _log_unrecorded(step, error)
-
-
 # -- async ---------------------------------------------------------------------------------
 
 
@@ -507,6 +497,7 @@ async def _attempt_async(
     return text
 
 
+# sync-twin: async source
 async def _record_failure_async(step: Step, exc: BaseException, tries: int, started: float) -> None:
     if isinstance(exc, StepError | LeaseLost | JobCancelled):
         return
@@ -515,6 +506,22 @@ async def _record_failure_async(step: Step, exc: BaseException, tries: int, star
             await plans.run_async(step.failure(exc, tries, time.monotonic() - started), conn)
     except (psycopg.Error, StepError) as error:
         _log_unrecorded(step, error)
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
+def _record_failure(step: Step, exc: BaseException, tries: int, started: float) -> None:
+    if isinstance(exc, StepError | LeaseLost | JobCancelled):
+        return
+    try:
+        with step.host.connection() as conn:
+            plans.run(step.failure(exc, tries, time.monotonic() - started), conn)
+    except (psycopg.Error, StepError) as error:
+        _log_unrecorded(step, error)
+
+
+# sync-twin: end
 
 
 # -- tracing -------------------------------------------------------------------------------
