@@ -308,38 +308,6 @@ def _load(ctx: JobContext, host: TransactionHost) -> StepRun:
     return run
 
 
-def _attempt(
-    step: Step,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    transaction: object,
-    tries: int,
-    started: float,
-) -> str:
-    host = step.host
-    if transaction is False or transaction is None:
-        text = step.encode(fn(*args, **kwargs))
-        with host.connection() as conn:
-            written = plans.run(step.checkpoint(text, tries, time.monotonic() - started), conn)
-        if not written:
-            raise step.lost()
-        return text
-    with contextlib.ExitStack() as stack:
-        own = transaction is True  # else the application's connection (ctx.transaction(conn))
-        source = stack.enter_context(host.connection()) if own else transaction
-        owned = stack.enter_context(host.own(source))
-        text = step.encode(fn(owned.driver if own else transaction, *args, **kwargs))
-        if owned.flush is not None:
-            owned.flush()  # the ORM's pending writes first: the job's row lock is last
-        # The transaction's last statement: its row lock is held only until the COMMIT.
-        elapsed = time.monotonic() - started
-        checkpoint = step.checkpoint(text, tries, elapsed)
-        if not plans.run(checkpoint, owned.driver, foreign=not own):
-            raise step.lost()  # rolls the step's writes back
-    return text
-
-
 # -- async ---------------------------------------------------------------------------------
 
 
@@ -458,13 +426,20 @@ def run_step(
 # sync-twin: end
 
 
-async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A sync step's call (an async ``fn`` was refused before)."""
+    return fn(*args, **kwargs)
+
+
+async def _call_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """An async step's call: ``fn`` may be sync (called on the event loop) or async."""
     value = fn(*args, **kwargs)
     if inspect.isawaitable(value):
         value = await value
     return value
 
 
+# sync-twin: async source
 async def _attempt_async(
     step: Step,
     fn: Callable[..., Any],
@@ -476,7 +451,7 @@ async def _attempt_async(
 ) -> str:
     host = step.host
     if transaction is False or transaction is None:
-        text = step.encode(await _call(fn, *args, **kwargs))
+        text = step.encode(await _call_async(fn, *args, **kwargs))
         async with host.connection_async() as conn:
             elapsed = time.monotonic() - started
             written = await plans.run_async(step.checkpoint(text, tries, elapsed), conn)
@@ -484,17 +459,59 @@ async def _attempt_async(
             raise step.lost()
         return text
     async with contextlib.AsyncExitStack() as stack:
-        own = transaction is True
+        own = transaction is True  # else the application's connection (ctx.transaction(conn))
         source = await stack.enter_async_context(host.connection_async()) if own else transaction
         owned = await stack.enter_async_context(host.own_async(source))
-        text = step.encode(await _call(fn, owned.driver if own else transaction, *args, **kwargs))
+        driver = owned.driver if own else transaction
+        text = step.encode(await _call_async(fn, driver, *args, **kwargs))
         if owned.flush is not None:
-            await owned.flush()
+            await owned.flush()  # the ORM's pending writes first: the job's row lock is last
+        # The transaction's last statement: its row lock is held only until the COMMIT.
         elapsed = time.monotonic() - started
         checkpoint = step.checkpoint(text, tries, elapsed)
         if not await plans.run_async(checkpoint, owned.driver, foreign=not own):
-            raise step.lost()
+            raise step.lost()  # rolls the step's writes back
     return text
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
+def _attempt(
+    step: Step,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    transaction: object,
+    tries: int,
+    started: float,
+) -> str:
+    host = step.host
+    if transaction is False or transaction is None:
+        text = step.encode(_call(fn, *args, **kwargs))
+        with host.connection() as conn:
+            elapsed = time.monotonic() - started
+            written = plans.run(step.checkpoint(text, tries, elapsed), conn)
+        if not written:
+            raise step.lost()
+        return text
+    with contextlib.ExitStack() as stack:
+        own = transaction is True  # else the application's connection (ctx.transaction(conn))
+        source = stack.enter_context(host.connection()) if own else transaction
+        owned = stack.enter_context(host.own(source))
+        driver = owned.driver if own else transaction
+        text = step.encode(_call(fn, driver, *args, **kwargs))
+        if owned.flush is not None:
+            owned.flush()  # the ORM's pending writes first: the job's row lock is last
+        # The transaction's last statement: its row lock is held only until the COMMIT.
+        elapsed = time.monotonic() - started
+        checkpoint = step.checkpoint(text, tries, elapsed)
+        if not plans.run(checkpoint, owned.driver, foreign=not own):
+            raise step.lost()  # rolls the step's writes back
+    return text
+
+
+# sync-twin: end
 
 
 # sync-twin: async source
