@@ -60,6 +60,7 @@ _ASYNC_COMMENT = re.compile(r":\s*" + re.escape(ASYNC_BLOCK) + r"(\s+#.*)?$")
 #: Async name -> sync name, beyond the ``_async`` suffix rule (a dotted name is matched whole).
 NAMES: dict[str, str] = {
     "AbstractAsyncContextManager": "AbstractContextManager",
+    "AsyncExitStack": "ExitStack",
     "AsyncConnection": "Connection",
     "AsyncConnT": "SyncConnT",
     "AsyncCursor": "Cursor",
@@ -71,6 +72,7 @@ NAMES: dict[str, str] = {
     "async_driver": "sync_driver",
     "asynccontextmanager": "contextmanager",
     "asyncio.sleep": "time.sleep",
+    "enter_async_context": "enter_context",
 }
 
 _SUFFIXED = re.compile(r"(?<!\w)([A-Za-z_]\w*?)_async(?!\w)")

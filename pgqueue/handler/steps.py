@@ -308,6 +308,77 @@ def _load(ctx: JobContext, host: TransactionHost) -> StepRun:
     return run
 
 
+# -- async ---------------------------------------------------------------------------------
+
+
+async def _load_async(ctx: JobContext, host: TransactionHost) -> StepRun:
+    run = ctx.step_run
+    if run is None:
+        async with host.connection_async() as conn:
+            recorded = await plans.run_async(durable.load_steps(ctx.id), conn)
+        run = ctx.step_run
+        if run is None:  # (two steps started together: the first one loaded)
+            run = ctx.step_run = StepRun(ctx.id, recorded)
+    return run
+
+
+# sync-twin: async source
+async def run_step_async(
+    ctx: JobContext,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    retry: int | StepRetry | None,
+    transaction: object,
+    repeat: bool,
+) -> Any:
+    """``ctx.step_async()``'s work (see the module docstring)."""
+    if True:  # ASYNC
+        pass  # fn may be sync (called on the event loop) or async
+    else:
+        _not_on_loop("ctx.step()", "ctx.step_async()")
+        if inspect.iscoroutinefunction(fn):
+            raise StepError(  # the names in a plain string: the sync twin renames f-strings
+                f"step {name!r}: " + "ctx.step() of an async function: use await ctx.step_async()"
+            )
+    policy = step_retry(retry)
+    if True:  # ASYNC  # noqa: SIM108
+        host = host_of(ctx, "ctx.step_async()")
+    else:
+        host = host_of(ctx, "ctx.step()")
+    seq, full, recorded = (await _load_async(ctx, host)).place(name, STEP, repeat)
+    step = Step(ctx, host, fn, seq, full)
+    with step_span(
+        ctx, step, replayed=recorded is not None and recorded.state == durable.SUCCEEDED
+    ):
+        if recorded is not None and recorded.state == durable.SUCCEEDED:
+            return step.decode(recorded.result)
+        ctx.raise_if_cancelled()
+        tries = 0
+        started = time.monotonic()
+        while True:
+            tries += 1
+            try:
+                text = await _attempt_async(step, fn, args, kwargs, transaction, tries, started)
+            except Exception as exc:
+                delay = step.retry_after(policy, exc, tries)
+                if delay is None:
+                    await _record_failure_async(step, exc, tries, started)
+                    raise
+                if True:  # ASYNC
+                    await asyncio.sleep(delay)
+                    ctx.raise_if_cancelled()
+                elif ctx.wait_cancelled(delay):
+                    ctx.raise_if_cancelled()
+                continue
+            return _result(step, text)
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
 def run_step(
     ctx: JobContext,
     name: str,
@@ -319,15 +390,15 @@ def run_step(
     transaction: object,
     repeat: bool,
 ) -> Any:
-    """``ctx.step()`` in a sync handler (see the module docstring)."""
+    """``ctx.step()``'s work (see the module docstring)."""
     _not_on_loop("ctx.step()", "ctx.step_async()")
     if inspect.iscoroutinefunction(fn):
-        raise StepError(
-            f"step {name!r}: ctx.step() of an async function: use await ctx.step_async()"
+        raise StepError(  # the names in a plain string: the sync twin renames f-strings
+            f"step {name!r}: " + "ctx.step() of an async function: use await ctx.step_async()"
         )
     policy = step_retry(retry)
     host = host_of(ctx, "ctx.step()")
-    seq, full, recorded = _load(ctx, host).place(name, STEP, repeat)
+    seq, full, recorded = (_load(ctx, host)).place(name, STEP, repeat)
     step = Step(ctx, host, fn, seq, full)
     with step_span(
         ctx, step, replayed=recorded is not None and recorded.state == durable.SUCCEEDED
@@ -352,6 +423,60 @@ def run_step(
             return _result(step, text)
 
 
+# sync-twin: end
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A sync step's call (an async ``fn`` was refused before)."""
+    return fn(*args, **kwargs)
+
+
+async def _call_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """An async step's call: ``fn`` may be sync (called on the event loop) or async."""
+    value = fn(*args, **kwargs)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+# sync-twin: async source
+async def _attempt_async(
+    step: Step,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    transaction: object,
+    tries: int,
+    started: float,
+) -> str:
+    host = step.host
+    if transaction is False or transaction is None:
+        text = step.encode(await _call_async(fn, *args, **kwargs))
+        async with host.connection_async() as conn:
+            elapsed = time.monotonic() - started
+            written = await plans.run_async(step.checkpoint(text, tries, elapsed), conn)
+        if not written:
+            raise step.lost()
+        return text
+    async with contextlib.AsyncExitStack() as stack:
+        own = transaction is True  # else the application's connection (ctx.transaction(conn))
+        source = await stack.enter_async_context(host.connection_async()) if own else transaction
+        owned = await stack.enter_async_context(host.own_async(source))
+        driver = owned.driver if own else transaction
+        text = step.encode(await _call_async(fn, driver, *args, **kwargs))
+        if owned.flush is not None:
+            await owned.flush()  # the ORM's pending writes first: the job's row lock is last
+        # The transaction's last statement: its row lock is held only until the COMMIT.
+        elapsed = time.monotonic() - started
+        checkpoint = step.checkpoint(text, tries, elapsed)
+        if not await plans.run_async(checkpoint, owned.driver, foreign=not own):
+            raise step.lost()  # rolls the step's writes back
+    return text
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+
 def _attempt(
     step: Step,
     fn: Callable[..., Any],
@@ -363,9 +488,10 @@ def _attempt(
 ) -> str:
     host = step.host
     if transaction is False or transaction is None:
-        text = step.encode(fn(*args, **kwargs))
+        text = step.encode(_call(fn, *args, **kwargs))
         with host.connection() as conn:
-            written = plans.run(step.checkpoint(text, tries, time.monotonic() - started), conn)
+            elapsed = time.monotonic() - started
+            written = plans.run(step.checkpoint(text, tries, elapsed), conn)
         if not written:
             raise step.lost()
         return text
@@ -373,7 +499,8 @@ def _attempt(
         own = transaction is True  # else the application's connection (ctx.transaction(conn))
         source = stack.enter_context(host.connection()) if own else transaction
         owned = stack.enter_context(host.own(source))
-        text = step.encode(fn(owned.driver if own else transaction, *args, **kwargs))
+        driver = owned.driver if own else transaction
+        text = step.encode(_call(fn, driver, *args, **kwargs))
         if owned.flush is not None:
             owned.flush()  # the ORM's pending writes first: the job's row lock is last
         # The transaction's last statement: its row lock is held only until the COMMIT.
@@ -382,6 +509,23 @@ def _attempt(
         if not plans.run(checkpoint, owned.driver, foreign=not own):
             raise step.lost()  # rolls the step's writes back
     return text
+
+
+# sync-twin: end
+
+
+# sync-twin: async source
+async def _record_failure_async(step: Step, exc: BaseException, tries: int, started: float) -> None:
+    if isinstance(exc, StepError | LeaseLost | JobCancelled):
+        return
+    try:
+        async with step.host.connection_async() as conn:
+            await plans.run_async(step.failure(exc, tries, time.monotonic() - started), conn)
+    except (psycopg.Error, StepError) as error:
+        _log_unrecorded(step, error)
+
+
+# sync-twin: generated from the async source above by `make sync-twins`; do not edit
 
 
 def _record_failure(step: Step, exc: BaseException, tries: int, started: float) -> None:
@@ -394,108 +538,7 @@ def _record_failure(step: Step, exc: BaseException, tries: int, started: float) 
         _log_unrecorded(step, error)
 
 
-# -- async ---------------------------------------------------------------------------------
-
-
-async def _load_async(ctx: JobContext, host: TransactionHost) -> StepRun:
-    run = ctx.step_run
-    if run is None:
-        async with host.connection_async() as conn:
-            recorded = await plans.run_async(durable.load_steps(ctx.id), conn)
-        run = ctx.step_run
-        if run is None:  # (two steps started together: the first one loaded)
-            run = ctx.step_run = StepRun(ctx.id, recorded)
-    return run
-
-
-async def run_step_async(
-    ctx: JobContext,
-    name: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    *,
-    retry: int | StepRetry | None,
-    transaction: object,
-    repeat: bool,
-) -> Any:
-    """``await ctx.step_async()`` in an async handler; ``fn`` may be sync or async (a sync one
-    runs on the event loop: keep it short, or pass ``asyncio.to_thread``'s work as an async
-    function)."""
-    policy = step_retry(retry)
-    host = host_of(ctx, "ctx.step_async()")
-    seq, full, recorded = (await _load_async(ctx, host)).place(name, STEP, repeat)
-    step = Step(ctx, host, fn, seq, full)
-    with step_span(
-        ctx, step, replayed=recorded is not None and recorded.state == durable.SUCCEEDED
-    ):
-        if recorded is not None and recorded.state == durable.SUCCEEDED:
-            return step.decode(recorded.result)
-        ctx.raise_if_cancelled()
-        tries = 0
-        started = time.monotonic()
-        while True:
-            tries += 1
-            try:
-                text = await _attempt_async(step, fn, args, kwargs, transaction, tries, started)
-            except Exception as exc:
-                delay = step.retry_after(policy, exc, tries)
-                if delay is None:
-                    await _record_failure_async(step, exc, tries, started)
-                    raise
-                await asyncio.sleep(delay)
-                ctx.raise_if_cancelled()
-                continue
-            return _result(step, text)
-
-
-async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    value = fn(*args, **kwargs)
-    if inspect.isawaitable(value):
-        value = await value
-    return value
-
-
-async def _attempt_async(
-    step: Step,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    transaction: object,
-    tries: int,
-    started: float,
-) -> str:
-    host = step.host
-    if transaction is False or transaction is None:
-        text = step.encode(await _call(fn, *args, **kwargs))
-        async with host.connection_async() as conn:
-            elapsed = time.monotonic() - started
-            written = await plans.run_async(step.checkpoint(text, tries, elapsed), conn)
-        if not written:
-            raise step.lost()
-        return text
-    async with contextlib.AsyncExitStack() as stack:
-        own = transaction is True
-        source = await stack.enter_async_context(host.connection_async()) if own else transaction
-        owned = await stack.enter_async_context(host.own_async(source))
-        text = step.encode(await _call(fn, owned.driver if own else transaction, *args, **kwargs))
-        if owned.flush is not None:
-            await owned.flush()
-        elapsed = time.monotonic() - started
-        checkpoint = step.checkpoint(text, tries, elapsed)
-        if not await plans.run_async(checkpoint, owned.driver, foreign=not own):
-            raise step.lost()
-    return text
-
-
-async def _record_failure_async(step: Step, exc: BaseException, tries: int, started: float) -> None:
-    if isinstance(exc, StepError | LeaseLost | JobCancelled):
-        return
-    try:
-        async with step.host.connection_async() as conn:
-            await plans.run_async(step.failure(exc, tries, time.monotonic() - started), conn)
-    except (psycopg.Error, StepError) as error:
-        _log_unrecorded(step, error)
+# sync-twin: end
 
 
 # -- tracing -------------------------------------------------------------------------------

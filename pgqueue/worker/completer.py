@@ -18,8 +18,11 @@ way, a claim that never committed, a queue to wake) is the claim ledger's
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
+
+import psycopg
 
 from pgqueue.handler.steps import SLEEP
 from pgqueue.worker import written_log
@@ -222,44 +225,25 @@ class Completer(Service):
                 part = await self._settle_retried(part, logged)
             return part
 
-        isolation = self.isolation
-        kept = None
-        if acks:
-            kept = await isolation.write(
-                "ack_jobs", acks, lambda c: statement("ack_jobs", c), written, logged
-            )
-        if sleeps:
-            kept = (
-                await isolation.write(
-                    "park_sleeps",
-                    sleeps,
-                    lambda c: statement("park_sleeps", c),
-                    park_written,
-                    logged,
+        kept: psycopg.Error | None = None
+
+        async def write(
+            name: str, part: list[Outcome], told: Callable[[list[Outcome], Written], None]
+        ) -> None:
+            nonlocal kept
+            if part:
+                error = await self.isolation.write(
+                    name, part, functools.partial(statement, name), told, logged
                 )
-                or kept
-            )
-        if waits:
-            kept = (
-                await isolation.write(
-                    "park_for_events",
-                    waits,
-                    lambda c: statement("park_for_events", c),
-                    park_written,
-                    logged,
-                )
-                or kept
-            )
+                kept = error or kept
+
+        await write("ack_jobs", acks, written)
+        await write("park_sleeps", sleeps, park_written)
+        await write("park_for_events", waits, park_written)
         if parks and self.on_parked is not None:
             self.on_parked()
-        if others:
-            others.sort(key=_by_id)  # with the parks a cancel request overtook
-            kept = (
-                await isolation.write(
-                    "fail_jobs", others, lambda c: statement("fail_jobs", c), written, logged
-                )
-                or kept
-            )
+        others.sort(key=_by_id)  # with the parks a cancel request overtook
+        await write("fail_jobs", others, written)
         if kept is not None:
             raise kept  # the service logs it and tries again after a backoff
 

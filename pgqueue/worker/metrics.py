@@ -183,11 +183,52 @@ class _ScrapeReader(Generic[T]):
                 self._conn = None
 
 
-class QueueDepthCollector(Collector):
+class _ScrapedCollector(Collector, Generic[T]):
+    """Gauges read from the database per scrape through a :class:`_ScrapeReader`: first
+    ``<up_name>``, 1 if the read succeeded (0, and nothing else, if it failed), then
+    :meth:`families` of what was read."""
+
+    #: The up gauge's name.
+    up_name: str
+    #: The read, in the words of the up gauge's help and of the warning when it fails.
+    what: str
+
+    def __init__(
+        self,
+        dsn: str,
+        read: Callable[[psycopg.Connection[Any]], T],
+        max_age: float,
+        timeout: float,
+    ) -> None:
+        self.reader: _ScrapeReader[T] = _ScrapeReader(dsn, read, max_age, timeout)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily(self.up_name, f"1 if the last {self.what} query succeeded.")
+        try:
+            value = self.reader.read(self.what)
+        except psycopg.Error:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from self.families(value)
+
+    def families(self, value: T) -> Iterator[GaugeMetricFamily]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class QueueDepthCollector(_ScrapedCollector[list[tuple[Any, ...]]]):
     """Queue gauges from one ``queue_depths`` query per scrape (cached for ``max_age``)."""
 
+    up_name = "pgqueue_queue_depth_up"
+    what = "queue depth"
+
     def __init__(self, dsn: str, max_age: float = 1.0, timeout: float = 5.0) -> None:
-        self.reader: _ScrapeReader[list[tuple[Any, ...]]] = _ScrapeReader(
+        super().__init__(
             dsn, lambda conn: conn.execute(query("queue_depths")).fetchall(), max_age, timeout
         )
 
@@ -205,21 +246,7 @@ class QueueDepthCollector(Collector):
     def max_age(self, seconds: float) -> None:
         self.reader.max_age = seconds
 
-    def _read(self) -> list[tuple[Any, ...]]:
-        return self.reader.read("queue depth")
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily(
-            "pgqueue_queue_depth_up", "1 if the last queue depth query succeeded."
-        )
-        try:
-            rows = self._read()
-        except psycopg.Error:
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
-        yield up
+    def families(self, rows: list[tuple[Any, ...]]) -> Iterator[GaugeMetricFamily]:
         depth = GaugeMetricFamily(
             "pgqueue_queue_depth", "Live jobs by queue and state.", labels=["queue", "state"]
         )
@@ -235,31 +262,20 @@ class QueueDepthCollector(Collector):
         yield depth
         yield oldest
 
-    def close(self) -> None:
-        self.reader.close()
 
-
-class HorizonCollector(Collector):
+class HorizonCollector(_ScrapedCollector[Horizon]):
     """The xmin horizon and pgqueue's tables' dead tuples and sizes (views ``pgqueue.horizon``
     and ``pgqueue.table_health``), read once per scrape (cached for ``max_age``). Alert on
     ``pgqueue_oldest_snapshot_age_seconds``: while a snapshot is held, VACUUM cannot remove the
     dead rows finished jobs leave, and claims slow down as they pile up."""
 
-    def __init__(self, dsn: str, max_age: float = 5.0, timeout: float = 5.0) -> None:
-        self.reader: _ScrapeReader[Horizon] = _ScrapeReader(
-            dsn, lambda conn: run(horizon_plan(), conn), max_age, timeout
-        )
+    up_name = "pgqueue_horizon_up"
+    what = "horizon"
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily("pgqueue_horizon_up", "1 if the last horizon query succeeded.")
-        try:
-            report = self.reader.read("horizon")
-        except psycopg.Error:
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
-        yield up
+    def __init__(self, dsn: str, max_age: float = 5.0, timeout: float = 5.0) -> None:
+        super().__init__(dsn, lambda conn: run(horizon_plan(), conn), max_age, timeout)
+
+    def families(self, report: Horizon) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(
             "pgqueue_oldest_snapshot_age_seconds",
             "Age of the oldest transaction or snapshot holding back the xmin horizon"
@@ -283,30 +299,19 @@ class HorizonCollector(Collector):
                 family.add_metric([table.table_name], float(getattr(table, field)))
             yield family
 
-    def close(self) -> None:
-        self.reader.close()
 
-
-class ParkedCollector(Collector):
+class ParkedCollector(_ScrapedCollector[list[ParkedJobs]]):
     """Durable jobs parked, per queue: sleeping, and waiting for an event (one ``parked_jobs``
     query per scrape, cached for ``max_age``). They hold no worker, lease or slot; the gauge
     says how many will come back."""
 
-    def __init__(self, dsn: str, max_age: float = 5.0, timeout: float = 5.0) -> None:
-        self.reader: _ScrapeReader[list[ParkedJobs]] = _ScrapeReader(
-            dsn, lambda conn: run(parked_jobs(), conn), max_age, timeout
-        )
+    up_name = "pgqueue_parked_up"
+    what = "parked jobs"
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily("pgqueue_parked_up", "1 if the last parked jobs query succeeded.")
-        try:
-            rows = self.reader.read("parked jobs")
-        except psycopg.Error:
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
-        yield up
+    def __init__(self, dsn: str, max_age: float = 5.0, timeout: float = 5.0) -> None:
+        super().__init__(dsn, lambda conn: run(parked_jobs(), conn), max_age, timeout)
+
+    def families(self, rows: list[ParkedJobs]) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "pgqueue_parked_jobs",
             "Durable jobs parked by queue: sleeping, or waiting for an event.",
@@ -316,9 +321,6 @@ class ParkedCollector(Collector):
             family.add_metric([row.queue, "sleeping"], row.sleeping)
             family.add_metric([row.queue, "waiting"], row.waiting)
         yield family
-
-    def close(self) -> None:
-        self.reader.close()
 
 
 class MetricsServer:

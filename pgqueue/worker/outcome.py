@@ -313,28 +313,31 @@ def parked_outcome(job: ClaimedJob, signal: JobParked) -> Outcome:
 
 def park_sleep_params(chunk: list[Outcome]) -> dict[str, Any]:
     """``park_sleeps``' parameters for a batch of sleeping jobs."""
-    parks = [o.park for o in chunk if o.park is not None]
-    return {
-        "ids": int_array(o.job.id for o in chunk),
-        "tokens": int_array(o.job.lease_token for o in chunk),
-        "seqs": [p.seq for p in parks],
-        "names": [p.name for p in parks],
-        "delays": [p.delay or 0.0 for p in parks],
-        "untils": [p.until for p in parks],
-    }
+    params, parks = _park_params(chunk)
+    params["delays"] = [p.delay or 0.0 for p in parks]
+    params["untils"] = [p.until for p in parks]
+    return params
 
 
 def park_wait_params(chunk: list[Outcome]) -> dict[str, Any]:
     """``park_for_events``' parameters for a batch of waiting jobs."""
+    params, parks = _park_params(chunk)
+    params["events"] = [p.event for p in parks]
+    params["timeouts"] = [p.timeout for p in parks]
+    return params
+
+
+def _park_params(chunk: list[Outcome]) -> tuple[dict[str, Any], list[JobParked]]:
+    """The parameters every park statement takes (the jobs, their leases and the steps they
+    park at), and the parks, for the parameters of their kind."""
     parks = [o.park for o in chunk if o.park is not None]
-    return {
+    params = {
         "ids": int_array(o.job.id for o in chunk),
         "tokens": int_array(o.job.lease_token for o in chunk),
         "seqs": [p.seq for p in parks],
         "names": [p.name for p in parks],
-        "events": [p.event for p in parks],
-        "timeouts": [p.timeout for p in parks],
     }
+    return params, parks
 
 
 #: What a park statement says of a job whose cancel was requested while it ran: not parked

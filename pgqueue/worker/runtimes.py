@@ -138,7 +138,25 @@ def _handler(host: Host, task: Task[..., Any], running: Running) -> Callable[...
     return tracer.wrap(task.func, running.span, task.is_async)
 
 
-class _OnTheLoop:
+class _HoldsNothing:
+    """What a runtime does by default with what it would hold beyond the loop's tasks:
+    nothing to refresh (the handler's reports are written in the worker's memory), resize,
+    drain or close."""
+
+    def refresh(self, running: Running) -> None:
+        pass
+
+    def resize(self, concurrency: int) -> None:
+        pass
+
+    async def drain(self, timeout: float) -> None:
+        pass
+
+    def close(self) -> bool:
+        return True
+
+
+class _OnTheLoop(_HoldsNothing):
     """Attempts as tasks on the loop: the steps before and after the call are shared."""
 
     traces = True
@@ -189,18 +207,6 @@ class _OnTheLoop:
 
     async def _call_batch(self, run: BatchRun) -> Settled:
         raise NotImplementedError
-
-    def refresh(self, running: Running) -> None:
-        pass
-
-    def resize(self, concurrency: int) -> None:
-        pass
-
-    async def drain(self, timeout: float) -> None:
-        pass
-
-    def close(self) -> bool:
-        return True
 
 
 class LoopRuntime(_OnTheLoop):
@@ -380,7 +386,7 @@ class ChildRuntime(_OnTheLoop):
         return True
 
 
-class ThreadRuntime:
+class ThreadRuntime(_HoldsNothing):
     """Sync handlers in the worker's handler threads (``pool="thread"``)."""
 
     traces = True
@@ -506,15 +512,6 @@ class ThreadRuntime:
         pass
 
     def stop_item(self, run: BatchRun, running: Running, reason: CancelReason) -> None:
-        pass
-
-    def refresh(self, running: Running) -> None:
-        pass
-
-    def resize(self, concurrency: int) -> None:
-        pass
-
-    async def drain(self, timeout: float) -> None:
         pass
 
     def close(self) -> bool:

@@ -35,66 +35,70 @@ def log_value(text: str) -> str:
 
 
 def first_try(log: logging.Logger, outcome: Outcome) -> None:
-    job = outcome.job
-    log.info(
-        "%s already written: the first try committed, its reply was lost job_id=%s "
-        "task=%s queue=%s attempt=%s lease_token=%s",
+    _claim_line(
+        log,
+        logging.INFO,
+        outcome,
+        "%s already written: the first try committed, its reply was lost",
         outcome.kind,
-        job.id,
-        job.task,
-        job.queue,
-        job.attempt,
-        job.lease_token,
+        queue=True,
     )
 
 
 def claim_unknown(log: logging.Logger, outcome: Outcome) -> None:
-    job = outcome.job
-    log.warning(
+    _claim_line(
+        log,
+        logging.WARNING,
+        outcome,
         "%s ignored: the database does not know this worker's claim (lost in a failover "
-        "to a standby that had not received it?); the job runs again job_id=%s task=%s "
-        "attempt=%s lease_token=%s",
+        "to a standby that had not received it?); the job runs again",
         outcome.kind,
-        job.id,
-        job.task,
-        job.attempt,
-        job.lease_token,
     )
 
 
 def unknown_first_try(log: logging.Logger, outcome: Outcome) -> None:
-    job = outcome.job
-    log.warning(
+    _claim_line(
+        log,
+        logging.WARNING,
+        outcome,
         "%s found nothing to write after a lost reply: the first try committed, or the "
-        "lease expired meanwhile and another worker took the job over job_id=%s task=%s "
-        "attempt=%s lease_token=%s",
+        "lease expired meanwhile and another worker took the job over",
         outcome.kind,
-        job.id,
-        job.task,
-        job.attempt,
-        job.lease_token,
     )
+
+
+def _claim_line(
+    log: logging.Logger,
+    level: int,
+    outcome: Outcome,
+    message: str,
+    *args: object,
+    queue: bool = False,
+) -> None:
+    """``message`` (with ``args``), then the fields that name the job and the claim whose
+    outcome it is."""
+    job = outcome.job
+    fields: dict[str, object] = {"job_id": job.id, "task": job.task}
+    if queue:
+        fields["queue"] = job.queue
+    fields["attempt"] = job.attempt
+    fields["lease_token"] = job.lease_token
+    line = message + "".join(f" {name}=%s" for name in fields)
+    log.log(level, line, *args, *fields.values(), stacklevel=2)
 
 
 def outcome_written(log: logging.Logger, outcome: Outcome, written: str) -> None:
     job = outcome.job
     if written == "stale" and outcome.written is not None:
-        log.warning(
-            "lease lost: the job's transaction was rolled back, nothing written job_id=%s "
-            "task=%s attempt=%s lease_token=%s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.lease_token,
+        _claim_line(
+            log,
+            logging.WARNING,
+            outcome,
+            "lease lost: the job's transaction was rolled back, nothing written",
         )
     elif written == "stale":
-        log.warning(
-            "stale %s ignored: lease no longer held job_id=%s task=%s attempt=%s lease_token=%s",
-            outcome.kind,
-            job.id,
-            job.task,
-            job.attempt,
-            job.lease_token,
+        _claim_line(
+            log, logging.WARNING, outcome, "stale %s ignored: lease no longer held", outcome.kind
         )
     elif written == "succeeded":
         log.info(
@@ -111,11 +115,14 @@ def outcome_written(log: logging.Logger, outcome: Outcome, written: str) -> None
         line = "job %s job_id=%s task=%s queue=%s attempt=%s max_attempts=%s outcome=%s " + (
             "delay=%.3fs" if written == "retry" else "reason=%s"
         )
+        park = outcome.park
         detail: object = (
             clamped_delay(outcome.delay)
             if written == "retry"
             else _DEAD_BECAUSE.get(outcome.kind, outcome.kind)
             if written == "dead"
+            else park.kind  # sleep or wait
+            if written == "parked" and park is not None
             else "cancelled"
         )
         args: list[object] = [
@@ -128,6 +135,9 @@ def outcome_written(log: logging.Logger, outcome: Outcome, written: str) -> None
             outcome.kind,
             detail,
         ]
+        if written == "parked" and park is not None and park.event is not None:
+            line += " event=%s"
+            args.append(log_value(park.event))
         if outcome.summary:
             line += " error=%s"
             args.append(log_value(outcome.summary))

@@ -131,6 +131,10 @@ def test_a_sleep_frees_the_slot_and_resumes_without_rerunning_steps(
         (job,),
     )
     assert woke is True
+    # The worker's line says what the job parked on.
+    parked_line = f"job parked job_id={job} "
+    lines = [line for line in worker.read_text().splitlines() if parked_line in line]
+    assert lines and all("outcome=park reason=sleep" in line for line in lines), lines
 
 
 def test_a_wait_is_woken_by_an_emit(worker, client, parking_dsn):
@@ -148,6 +152,11 @@ def test_a_wait_is_woken_by_an_emit(worker, client, parking_dsn):
     assert client.result(first) == {"parcel": 7} == client.result(second)
     assert calls(parking_dsn, first) == ["before", "woken"]
     assert attempts(parking_dsn, first) == 1
+    parked_line = f"job parked job_id={first} "
+    lines = [line for line in worker.read_text().splitlines() if parked_line in line]
+    assert lines and all(
+        "outcome=park reason=wait event=order-1-packed" in line for line in lines
+    ), lines
 
 
 def test_an_event_emitted_before_the_wait_is_delivered_at_once(worker, client, parking_dsn):
