@@ -241,3 +241,29 @@ def test_result_of_a_finished_job_through_the_worker_and_admin_roles(app_dsn, pg
             for _, name in names.items():
                 conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
                 conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_a_kept_result_expires_after_its_result_ttl_then_is_pruned(app_dsn, pgq):
+    """result_ttl by the database's clock: readable until then, "has expired" after, and gone
+    (kept nothing) once the pruner has run."""
+    pgq.retention.set(history=0)
+    job = pgq.enqueue(plain, {"x": 21}, result_ttl=1)
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert pgq.result(job, timeout=1) == 42
+    kept_for = scalar(
+        app_dsn, "SELECT keep_until - finished_at FROM pgqueue.job_history WHERE id = %s", (job,)
+    )
+    assert kept_for.total_seconds() == pytest.approx(1.0, abs=0.5)
+    wait_for(
+        lambda: scalar(
+            app_dsn, "SELECT keep_until < now() FROM pgqueue.job_history WHERE id = %s", (job,)
+        ),
+        timeout=10,
+        message="the result's keep_until to pass",
+    )
+    with pytest.raises(ResultUnavailableError, match="has expired"):
+        pgq.result(job, timeout=1)
+    assert pgq.retention.prune().history == 1
+    with pytest.raises(ResultUnavailableError, match="did not keep its result"):
+        pgq.result(job, timeout=1)
