@@ -11,7 +11,6 @@ error naming the option.
 from __future__ import annotations
 
 from dataclasses import fields
-from datetime import datetime
 from functools import cache
 from typing import Annotated, Any, get_type_hints
 
@@ -26,7 +25,7 @@ from pgqueue.rules.flags import plain_type
 from pgqueue.rules.options import check_tags
 
 
-def _time(name: str, value: str | None) -> datetime | None:
+def _time(name: str, value: str | None) -> search.Moment | None:
     if value is None:
         return None
     try:

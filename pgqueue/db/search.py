@@ -117,6 +117,12 @@ _PLACE_STATES: dict[str, tuple[str, ...]] = {
 }
 #: The times the search options take, as their help says (see :func:`parse_time`).
 TIME_HELP = "ISO 8601 (UTC if no offset) or an age such as 30m, 2h, 7d."
+#: A time filter's value: a moment (an aware datetime), or an age (a timedelta: that long
+#: before the database's clock when the search runs; never the caller's clock, which may be
+#: set wrong).
+Moment = datetime | timedelta
+#: The time filters, in (lower bound, upper bound) pairs.
+_TIME_RANGES = (("since", "until"), ("finished_since", "finished_until"))
 _CURSOR_PREFIX = "v1."
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DONE = "done"
@@ -182,17 +188,17 @@ class JobFilter:
             "KEY=VALUE",
         ),
     )
-    since: datetime | None = field(
+    since: Moment | None = field(
         default=None, metadata=_flag(f"Enqueued at or after this. {TIME_HELP}", "time", "TIME")
     )
-    until: datetime | None = field(
+    until: Moment | None = field(
         default=None, metadata=_flag("Enqueued before this.", "time", "TIME")
     )
-    finished_since: datetime | None = field(
+    finished_since: Moment | None = field(
         default=None,
         metadata=_flag("Finished (succeeded, cancelled, died) at or after.", "time", "TIME"),
     )
-    finished_until: datetime | None = field(
+    finished_until: Moment | None = field(
         default=None, metadata=_flag("Finished before this.", "time", "TIME")
     )
 
@@ -222,14 +228,22 @@ class JobFilter:
             object.__setattr__(self, "tags", check_tags(self.tags) or None)
         if self.meta is not None:
             object.__setattr__(self, "meta", check_meta(self.meta) or None)
-        for low, high in (("since", "until"), ("finished_since", "finished_until")):
+        for low, high in _TIME_RANGES:
             for name in (low, high):
                 when = getattr(self, name)
-                if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
-                    raise InvalidJobError(f"{name} must be a timezone-aware datetime")
+                if isinstance(when, timedelta):
+                    if when < timedelta(0):
+                        raise InvalidJobError(f"{name} as an age must not be negative")
+                elif when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
+                    raise InvalidJobError(
+                        f"{name} must be a timezone-aware datetime or an age (a timedelta)"
+                    )
             start, end = getattr(self, low), getattr(self, high)
-            if start is not None and end is not None and start >= end:
+            # An age and a moment compare only by the database's clock: not checked here.
+            if isinstance(start, datetime) and isinstance(end, datetime) and start >= end:
                 raise InvalidJobError(f"{low} must be earlier than {high}")
+            if isinstance(start, timedelta) and isinstance(end, timedelta) and start <= end:
+                raise InvalidJobError(f"{low} must be earlier than {high} (a longer age)")
 
     def places(self) -> tuple[str, ...]:
         """The places that can hold a matching job."""
@@ -255,13 +269,20 @@ class JobFilter:
             "states": states,
             "error": self.error,
             "args": None if self.args is None else Jsonb(dict(self.args)),
-            "since": self.since,
-            "until": self.until,
-            "finished_since": self.finished_since,
-            "finished_until": self.finished_until,
+            **self._times(),
             "tags": None if self.tags is None else list(self.tags),
             "meta": None if self.meta is None else Jsonb(dict(self.meta)),
         }
+
+    def _times(self) -> dict[str, datetime | timedelta | None]:
+        """Each time filter as two parameters, ``NAME`` (a moment) and ``NAME_age`` (an age,
+        which the query counts back from its own ``now()``)."""
+        times: dict[str, datetime | timedelta | None] = {}
+        for name in (name for pair in _TIME_RANGES for name in pair):
+            when = getattr(self, name)
+            times[name] = when if isinstance(when, datetime) else None
+            times[f"{name}_age"] = when if isinstance(when, timedelta) else None
+        return times
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,11 +428,12 @@ def _merged(streams: Iterable[list[dict[str, Any]]], limit: int) -> Iterable[dic
         yield job
 
 
-def parse_time(value: str) -> datetime:
-    """A time as operators type it: ISO 8601 (no offset means UTC) or an age ("30m", "2h",
-    "7d": that long ago). InvalidJobError says which forms are accepted."""
+def parse_time(value: str) -> Moment:
+    """A time as operators type it: ISO 8601 (no offset means UTC), or an age ("30m", "2h",
+    "7d": that long before the database's clock, as a timedelta). InvalidJobError says which
+    forms are accepted."""
     try:
-        return datetime.now(UTC) - timedelta(seconds=parse_duration(value))
+        return timedelta(seconds=parse_duration(value))
     except (ValueError, OverflowError):
         pass
     try:

@@ -198,16 +198,18 @@ def job_filter(
     state: str | Sequence[str] | None = None,
     error: str | None = None,
     args: Mapping[str, Any] | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    finished_since: datetime | None = None,
-    finished_until: datetime | None = None,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
+    finished_since: datetime | timedelta | None = None,
+    finished_until: datetime | timedelta | None = None,
     tags: Sequence[str] | None = None,
     meta: Mapping[str, Any] | None = None,
 ) -> JobFilter:
     """A :class:`~pgqueue.db.search.JobFilter` from keyword arguments (``state``: one state or
     several, any of :data:`pgqueue.db.search.STATES`; ``tags``: every one of these tags;
-    ``meta``: the metadata contains this object)."""
+    ``meta``: the metadata contains this object; ``since``, ``until``, ``finished_since``,
+    ``finished_until``: an aware datetime, or a timedelta for an age counted back from the
+    database's clock when the search runs)."""
     states = (state,) if isinstance(state, str) else (tuple(state) if state else None)
     return JobFilter(
         id=id,

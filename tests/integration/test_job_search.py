@@ -310,3 +310,29 @@ def test_dashboard_search_and_job_endpoints(dsn, jobs):
         assert board.request(f"/api/jobs/{jobs['dead']}")[0] == 401
         auth = {"Authorization": "Bearer s3cret"}
         assert board.request("/api/search?state=dead", headers=auth)[0] == 200
+
+
+@pytest.mark.parametrize("skew", [-86400, 86400])
+def test_an_age_is_counted_by_the_database_clock_not_the_callers(dsn, pgq, skew):
+    """``--since 1h`` on a host whose clock is a day off finds what an hour by the database's
+    clock holds; the Python API takes the age as a timedelta, resolved the same way."""
+    import os
+    import subprocess
+    import sys
+
+    recent = pgq.enqueue("aged.task", {"n": 1}, allow_unknown=True)
+    old = pgq.enqueue("aged.task", {"n": 2}, allow_unknown=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgqueue.jobs SET created_at = now() - interval '2 hours' WHERE id = %s", (old,)
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.chaos.skewed", "jobs", "search", "--dsn", dsn,
+         "--task", "aged.task", "--since", "1h", "--json"],
+        env={**os.environ, "CHAOS_CLOCK_SKEW": str(skew)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [j["id"] for j in json.loads(done.stdout)["jobs"]] == [recent]
+    assert ids(search_jobs(pgq, task="aged.task", since=timedelta(hours=1))) == [recent]
+    assert ids(search_jobs(pgq, task="aged.task", until=timedelta(hours=1))) == [old]

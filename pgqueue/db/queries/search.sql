@@ -43,7 +43,8 @@ SELECT pg_catalog.set_config('statement_timeout', %(timeout_ms)s, true)
 -- id, state, queue, task, args, tags, meta, created_at, finished_at, errors, and error_text,
 -- the text besides the attempts' errors that the error filter also searches; '' when none).
 -- The names are a subquery's that the planner flattens, so each condition reaches the
--- table's own column and its index.
+-- table's own column and its index. A time filter is a moment (NAME) or an age (NAME_age),
+-- counted back from the database's clock, never the caller's.
    AND (%(id)s::bigint IS NULL OR s.id = %(id)s)
    AND (%(task)s::text IS NULL OR s.task = %(task)s)
    AND (%(queue)s::text IS NULL OR s.queue = %(queue)s)
@@ -52,9 +53,15 @@ SELECT pg_catalog.set_config('statement_timeout', %(timeout_ms)s, true)
    AND (%(tags)s::text[] IS NULL OR s.tags @> %(tags)s::text[])
    AND (%(meta)s::jsonb IS NULL OR s.meta @> %(meta)s::jsonb)
    AND (%(since)s::timestamptz IS NULL OR s.created_at >= %(since)s)
+   AND (%(since_age)s::interval IS NULL OR s.created_at >= now() - %(since_age)s::interval)
    AND (%(until)s::timestamptz IS NULL OR s.created_at < %(until)s)
+   AND (%(until_age)s::interval IS NULL OR s.created_at < now() - %(until_age)s::interval)
    AND (%(finished_since)s::timestamptz IS NULL OR s.finished_at >= %(finished_since)s)
+   AND (%(finished_since_age)s::interval IS NULL
+        OR s.finished_at >= now() - %(finished_since_age)s::interval)
    AND (%(finished_until)s::timestamptz IS NULL OR s.finished_at < %(finished_until)s)
+   AND (%(finished_until_age)s::interval IS NULL
+        OR s.finished_at < now() - %(finished_until_age)s::interval)
    AND (%(error)s::text IS NULL
         OR strpos(lower(s.error_text), lower(%(error)s)) > 0
         OR (s.errors <> '[]'::jsonb AND EXISTS (
