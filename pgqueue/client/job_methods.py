@@ -62,9 +62,19 @@ class JobMethods(plans.Runner):
         For a type checker, the result of a ``JobId[R]`` (what ``task.enqueue(...)`` returns) is
         an ``R`` (what the coroutine returns, for an ``async def`` task); of a bare id, ``Any``.
         """
-        # Its own connection: the plan LISTENs on it, which a pooled connection must not keep.
+        job_id = int(job_id)
+        deadline = Deadline(job_id, timeout)  # a bad timeout is refused before any read
+        # A job that has ended needs no listening connection: one read through the pool.
+        finished, value = self.run(read_outcome(job_id, self._decode_result))
+        if finished:
+            return value
+        # One still live is waited for on a connection of its own (the plan LISTENs on it,
+        # which a pooled connection must not keep); it reads again after its LISTEN, so an
+        # outcome committed since the read above is not missed.
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return self.run(wait_for_result(int(job_id), timeout, self._decode_result), conn)
+            return self.run(
+                wait_for_result(job_id, timeout, self._decode_result, deadline=deadline), conn
+            )
 
     @overload
     async def result_async(

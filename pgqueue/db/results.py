@@ -52,16 +52,21 @@ DecodeResult = Callable[[str, Any], Any]
 
 
 def wait_for_result(
-    job_id: int, timeout: float | None, decode: DecodeResult | None = None
+    job_id: int,
+    timeout: float | None,
+    decode: DecodeResult | None = None,
+    *,
+    deadline: Deadline | None = None,
 ) -> Plan[Any]:
     """Return the job's result once it succeeded; raise if it ended dead or cancelled, if it
     does not keep its result, or if ``timeout`` seconds pass first (None: wait for ever).
 
     Run on its own autocommit connection: it LISTENs before the first read, so an outcome
     committed in between is never missed. (``result_async`` waits through a listener shared by
-    the calls of one event loop instead: :mod:`pgqueue.db.results_listener`.)
+    the calls of one event loop instead: :mod:`pgqueue.db.results_listener`.) ``deadline``: one
+    the caller started already (its ``timeout`` wins over the argument).
     """
-    deadline = Deadline(job_id, timeout)
+    deadline = deadline or Deadline(job_id, timeout)
     yield Query("listen_results")
     while True:
         finished, value = yield from read_outcome(job_id, decode)

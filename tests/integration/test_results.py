@@ -267,3 +267,29 @@ def test_a_kept_result_expires_after_its_result_ttl_then_is_pruned(app_dsn, pgq)
     assert pgq.retention.prune().history == 1
     with pytest.raises(ResultUnavailableError, match="did not keep its result"):
         pgq.result(job, timeout=1)
+
+
+def test_result_of_a_finished_job_is_one_read_on_a_pooled_connection(app_dsn, pgq, monkeypatch):
+    # A job that has ended needs no listening connection: pgq.result() reads it through the
+    # pool, where it used to open a connection of its own, LISTEN, then read. A job still live
+    # is waited for as before, on a connection of its own that LISTENs.
+    job = pgq.enqueue(add, {"x": 3, "y": 4})
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert pgq.result(job, timeout=5) == 7  # the pool is open
+    opened: list[str] = []
+    connect = psycopg.Connection.connect
+
+    def counted(*args: object, **kwargs: object) -> psycopg.Connection:
+        opened.append("connect")
+        return connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(psycopg, "connect", counted)
+    assert [pgq.result(job, timeout=5) for _ in range(3)] == [7, 7, 7]
+    assert opened == []
+    waiting = pgq.enqueue(add, {"x": 1, "y": 1})
+    with pytest.raises(ResultTimeoutError):
+        pgq.result(waiting, timeout=0.2)
+    assert opened == ["connect"]
+    with pytest.raises(ValueError, match="must not be negative"):
+        pgq.result(job, timeout=-1)
