@@ -148,6 +148,18 @@ _IN_TRANSACTION = (
 )
 
 
+@contextmanager
+def _own_django(conn: object) -> Iterator[Owned[psycopg.Connection[Any]]]:
+    """:func:`own_transaction` on Django's connection (sync only): ``atomic(durable=True)``."""
+    from django.db import transaction
+
+    driver = sync_driver(conn)
+    if getattr(conn, "in_atomic_block", False) or not driver.autocommit:
+        raise UnsupportedConnectionError(_IN_TRANSACTION)
+    with transaction.atomic(using=getattr(conn, "alias", None), durable=True):
+        yield Owned(sync_driver(conn))
+
+
 # sync-twin: async source
 @asynccontextmanager
 async def own_transaction_async(
@@ -180,13 +192,8 @@ async def own_transaction_async(
     if True:  # ASYNC
         pass  # Django's connection is sync only: async_driver below says so
     elif origin == "django":
-        from django.db import transaction
-
-        driver = sync_driver(conn)
-        if getattr(conn, "in_atomic_block", False) or not driver.autocommit:
-            raise UnsupportedConnectionError(_IN_TRANSACTION)
-        with transaction.atomic(using=getattr(conn, "alias", None), durable=True):
-            yield Owned(sync_driver(conn))
+        with _own_django(conn) as owned:
+            yield owned
         return
     await async_driver(conn)  # raises the error naming what is accepted
     raise UnsupportedConnectionError(f"conn must be {ACCEPTED_ASYNC}; got {_describe(conn)}")
@@ -221,13 +228,8 @@ def own_transaction(
                 yield Owned(sync_driver(conn), flush)
             return
     if origin == "django":
-        from django.db import transaction
-
-        driver = sync_driver(conn)
-        if getattr(conn, "in_atomic_block", False) or not driver.autocommit:
-            raise UnsupportedConnectionError(_IN_TRANSACTION)
-        with transaction.atomic(using=getattr(conn, "alias", None), durable=True):
-            yield Owned(sync_driver(conn))
+        with _own_django(conn) as owned:
+            yield owned
         return
     sync_driver(conn)  # raises the error naming what is accepted
     raise UnsupportedConnectionError(f"conn must be {ACCEPTED}; got {_describe(conn)}")
