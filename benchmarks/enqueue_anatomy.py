@@ -11,7 +11,8 @@ prepared statements), jobs/s of:
 * ``jobs-shaped, no CHECKs``: a copy of ``pgqueue.jobs`` (columns, defaults, indexes) without its
   CHECK constraints and trigger: what the constraints cost (PostgreSQL re-reads and re-plans
   every CHECK expression once per statement, so on one-row inserts they are not cheap);
-* ``PgQueue.enqueue``: the library call (``pgqueue.enqueue_job``: PL/pgSQL, ON CONFLICT, trigger);
+* ``PgQueue.enqueue``: the library call (``insert_job``: one plain INSERT, its NOT EXISTS on the
+  queue's settings, trigger; a keyed job would go through ``pgqueue.enqueue_input``);
 * ``PgQueue.enqueue, no trigger``: the library call without the NOTIFY.
 
 The trigger is disabled only inside this benchmark's own database.

@@ -2,7 +2,7 @@
 
     python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
                                         [--producers 1,8] [--tree PATH ...]
-                                        [--kinds sync,async,keyed]
+                                        [--kinds sync,async,keyed] [--commit-flush off]
 
 One job per transaction (autocommit), P producer threads with a connection each. Every round
 measures, each in a fresh process, one after the other:
@@ -16,8 +16,12 @@ measures, each in a fresh process, one after the other:
   ``enqueue_async`` (P tasks on one event loop), ``keyed`` a new idempotency key per job (the
   SQL function's path).
 
-Prints, per variant and producer count, the median jobs/s and the median of the rounds' ratios
-to ``raw`` (the machine's load moves all of a round together; the ratios move less).
+Prints, per variant and producer count, the median jobs/s, the median of the rounds' ratios
+to ``raw`` (the machine's load moves all of a round together; the ratios move less) and the
+client's CPU per job (µs: the producers' thread CPU time over the timed calls, the event loop's
+for async). ``--commit-flush off`` runs every producer with ``synchronous_commit = off``: commits
+no longer wait for the disk, so what is left is the statement's server time and the client's
+CPU (a change of a few microseconds is lost behind an fsync on a shared machine).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 RAW_DDL = (
     "CREATE TABLE IF NOT EXISTS raw_jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
@@ -45,8 +50,9 @@ RAW_INSERT = "INSERT INTO raw_jobs (args) VALUES (%s::jsonb)"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(variant: str, dsn: str, producers: int, count: int) -> float:
-    """One figure, in this process (run by the parent with the tree's pgqueue on the path)."""
+def measure(variant: str, dsn: str, producers: int, count: int) -> tuple[float, float]:
+    """One figure and the client's CPU µs per job, in this process (run by the parent with the
+    tree's pgqueue on the path)."""
     if variant == "raw":
 
         def make() -> Callable[[], object]:
@@ -88,17 +94,38 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> float:
 
     from benchmarks.drivers.protocol import threaded_rate  # the tree's (standard library)
 
-    return threaded_rate(producers, count // producers, make)
+    spent: list[float] = []
+
+    def timed_make() -> Callable[[], object]:
+        # Each thread's CPU from its second call (the first warms up) to its last.
+        enqueue = make()
+        calls = 0
+        started = 0.0
+
+        def call() -> object:
+            nonlocal calls, started
+            calls += 1
+            if calls == 2:
+                started = time.thread_time()
+            result = enqueue()
+            if calls == count // producers + 1:
+                spent.append(time.thread_time() - started)
+            return result
+
+        return call
+
+    rate = threaded_rate(producers, count // producers, timed_make)
+    return rate, sum(spent) / ((count // producers) * producers) * 1e6
 
 
-def _async_rate(dsn: str, producers: int, count: int) -> float:
+def _async_rate(dsn: str, producers: int, count: int) -> tuple[float, float]:
     """Jobs/s of ``producers`` tasks on one event loop, each awaiting ``enqueue_async`` in turn
     (one pooled connection per task), timed after a warm-up call each."""
     import asyncio
 
     from pgqueue import PgQueue
 
-    async def run() -> float:
+    async def run() -> tuple[float, float]:
         app = PgQueue(dsn, pool_size=producers)
         await asyncio.gather(*(app.enqueue_async("bench.job", {}) for _ in range(producers)))
 
@@ -106,11 +133,13 @@ def _async_rate(dsn: str, producers: int, count: int) -> float:
             for _ in range(count // producers):
                 await app.enqueue_async("bench.job", {})
 
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         await asyncio.gather(*(producer() for _ in range(producers)))
-        rate = (count // producers) * producers / (time.perf_counter() - started)
+        done = (count // producers) * producers
+        rate = done / (time.perf_counter() - started)
+        cpu_us = (time.thread_time() - cpu) / done * 1e6
         await app.aclose()
-        return rate
+        return rate, cpu_us
 
     return asyncio.run(run())
 
@@ -127,10 +156,19 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
         default="sync",
         help="library calls to measure: sync,async,keyed (comma-separated)",
     )
+    p.add_argument(
+        "--commit-flush",
+        choices=("on", "off"),
+        default="on",
+        help="off: the producers' commits do not wait for the disk (synchronous_commit = off)",
+    )
     p.add_argument("--measure", help=argparse.SUPPRESS)  # a child process: one figure
     args = p.parse_args(argv)
     if args.measure:
-        print(json.dumps(measure(args.measure, args.dsn, int(args.producers), args.count)))
+        dsn = args.dsn
+        if args.commit_flush == "off":
+            dsn = make_conninfo(dsn, options="-c synchronous_commit=off")
+        print(json.dumps(measure(args.measure, dsn, int(args.producers), args.count)))
         return {}
 
     from benchmarks.common import fresh_database, machine, server
@@ -159,6 +197,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
             ]
         print(machine(dsn), "| fsync, synchronous_commit:", [row[0] for row in durable if row])
         figures: dict[tuple[str, int], list[float]] = {}
+        cpu: dict[tuple[str, int], list[float]] = {}
         for round_ in range(args.rounds):
             for producers in producer_counts:
                 for variant, tree in variants:
@@ -166,20 +205,21 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
                     command = [
                         sys.executable, str(Path(__file__).resolve()), "--measure", variant,
                         "--dsn", dsns[tree], "--producers", str(producers),
-                        "--count", str(args.count),
+                        "--count", str(args.count), "--commit-flush", args.commit_flush,
                     ]  # fmt: skip
                     out = subprocess.run(command, check=False, env=env, capture_output=True)
                     if out.returncode:
                         sys.exit(f"{variant}: {out.stderr.decode().strip()}")
-                    value = float(out.stdout.decode().strip().splitlines()[-1])
+                    value, cpu_us = json.loads(out.stdout.decode().strip().splitlines()[-1])
                     figures.setdefault((variant, producers), []).append(value)
+                    cpu.setdefault((variant, producers), []).append(cpu_us)
                     with psycopg.connect(dsns[tree], autocommit=True) as conn:
                         conn.execute("TRUNCATE pgqueue.jobs")
                         if tree == ROOT:
                             conn.execute("TRUNCATE raw_jobs")
             print(f"round {round_ + 1} done", flush=True)
         print(f"\n{args.count} jobs per figure, {args.rounds} rounds: median jobs/s (min-max),")
-        print("median of the rounds' ratios to raw")
+        print("median of the rounds' ratios to raw, median client CPU per job (us)")
         for producers in producer_counts:
             raw = figures["raw", producers]
             for variant, _ in variants:
@@ -188,6 +228,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
                 print(
                     f"  {producers} producer(s)  {variant:<32} {statistics.median(values):>7,.0f}"
                     f" ({min(values):,.0f}-{max(values):,.0f})  {ratio:.2f}"
+                    f"  {statistics.median(cpu[variant, producers]):>5,.0f} us"
                 )
     return figures
 

@@ -12,7 +12,7 @@ import asyncio
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from typing import Any, TypeAlias, TypeVar
 
 import psycopg
@@ -28,6 +28,9 @@ from pgqueue.rules import config
 Connection: TypeAlias = psycopg.Connection[Any]
 AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
+
+# No translation of errors (a pooled connection's are translated where it is handed out).
+_UNTRANSLATED = nullcontext()
 
 #: How long an enqueue waits for a connection (psycopg_pool's default), also while PostgreSQL
 #: refuses new ones (max_connections or the role's CONNECT LIMIT reached, starting up).
@@ -187,8 +190,9 @@ class Pools:
 
     def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
         """Drive a plan on ``conn`` or a pooled connection (see :meth:`PgQueue.run`)."""
-        with self.connection(conn) as c, _schema_hint():
-            foreign = conn is not None
+        foreign = conn is not None
+        # A pooled connection's errors are translated by connection(); the caller's here.
+        with self.connection(conn) as c, _schema_hint() if foreign else _UNTRANSLATED:
             if atomic and (foreign or c.autocommit):
                 with connections.atomic(c):
                     return plans.run(plan, c, foreign=foreign, guard=False)
@@ -198,9 +202,9 @@ class Pools:
         self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
     ) -> T:
         """The async twin of :meth:`run`."""
+        foreign = conn is not None
         async with self.connection_async(conn) as c:
-            with _schema_hint():
-                foreign = conn is not None
+            with _schema_hint() if foreign else _UNTRANSLATED:  # as in run()
                 if atomic and (foreign or c.autocommit):
                     async with connections.atomic_async(c):
                         return await plans.run_async(plan, c, foreign=foreign, guard=False)

@@ -160,7 +160,7 @@ async def run_async(
                             await cur.execute(query(step.name), step.params, prepare=step.prepare)
                     else:
                         await cur.execute(query(step.name), step.params, prepare=step.prepare)
-                    rows = await cur.fetchall() if cur.description is not None else []
+                    rows = await cur.fetchall() if _has_rows(cur) else []
                 else:
                     async with cur.copy(query(step.name)) as copy:
                         if step.types:
@@ -214,7 +214,7 @@ def run(
                             cur.execute(query(step.name), step.params, prepare=step.prepare)
                     else:
                         cur.execute(query(step.name), step.params, prepare=step.prepare)
-                    rows = cur.fetchall() if cur.description is not None else []
+                    rows = cur.fetchall() if _has_rows(cur) else []
                 else:
                     with cur.copy(query(step.name)) as copy:
                         if step.types:
@@ -234,6 +234,17 @@ def _cursor(conn: psycopg.Connection[Any], step: Query | CopyIn) -> psycopg.Curs
 
 
 # sync-twin: end
+
+
+def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """The statement returned rows (zero or more), not a command status: what
+    ``cur.description is not None`` says, without building the description's column objects
+    (several microseconds per statement, on every single enqueue)."""
+    result = cur.pgresult
+    return result is not None and result.status == _TUPLES_OK
+
+
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 
 
 def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

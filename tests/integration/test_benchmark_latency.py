@@ -40,6 +40,11 @@ def test_sleep_jobs_and_single_enqueue_produce_figures(pg_server):
     )
     assert {variant for variant, _ in figures} == {"raw", "jobs INSERT", "PgQueue.enqueue this"}
     assert all(values[0] > 0 for values in figures.values())
+    kinds = ["--kinds", "sync,async,keyed", "--commit-flush", "off", "--producers", "1"]
+    figures = enqueue_single.main(
+        ["--dsn", pg_server.admin_dsn, "--count", "20", "--rounds", "1", *kinds]
+    )
+    assert len(figures) == 5 and all(values[0] > 0 for values in figures.values())
 
 
 def test_steady_load_produces_every_figure(pg_server):
