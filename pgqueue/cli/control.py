@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.cli.common import MAX_JOB_ID, DsnOption, in_range, open_queue, with_app
+from pgqueue.cli.common import MAX_JOB_ID, DsnOption, example, in_range, open_queue, with_app
+
+commands = typer.Typer()
 
 _MESSAGES = {
     "cancelled": "job {id} cancelled",
@@ -48,3 +50,8 @@ def resume(
     """Let workers claim from QUEUE again."""
     with_app(dsn, lambda pgq: pgq.flow.resume_queue(queue))
     typer.echo(f"queue {queue!r} resumed")
+
+
+commands.command("cancel", epilog=example("pgq cancel 1042 1043"))(cancel)
+commands.command("pause", epilog=example("pgq pause emails"))(pause)
+commands.command("resume", epilog=example("pgq resume emails"))(resume)

@@ -10,6 +10,7 @@ from pgqueue.cli.common import (
     DsnOption,
     err_console,
     escape,
+    example,
     friendly_errors,
     in_range,
     read_dsn_option,
@@ -18,6 +19,8 @@ from pgqueue.cli.common import read_dsn as reads_from
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler import logs
+
+commands = typer.Typer()
 
 
 def dashboard(
@@ -149,3 +152,8 @@ def _usage_error(message: str) -> NoReturn:
     # in it are not rich markup).
     err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
+
+
+commands.command(
+    "dashboard", epilog=example("pgq dashboard --host 0.0.0.0 --token s3cret --read-only")
+)(dashboard)

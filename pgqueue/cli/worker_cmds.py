@@ -13,7 +13,14 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, duration, friendly_errors, in_range, read_dsn_option
+from pgqueue.cli.common import (
+    DsnOption,
+    duration,
+    example,
+    friendly_errors,
+    in_range,
+    read_dsn_option,
+)
 from pgqueue.cli.work_options import settings_from_options, with_setting_options
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
@@ -21,6 +28,8 @@ from pgqueue.handler import log_queue, logs
 from pgqueue.rules import config
 from pgqueue.worker import Worker
 from pgqueue.worker.reaper import reap_forever, reap_once
+
+commands = typer.Typer()
 
 
 def _log_level(value: str) -> str:
@@ -291,6 +300,9 @@ def work(
 
 
 with_setting_options(work)
+commands.command(
+    "work", epilog=example("pgq work myapp.tasks:pgq --queue emails,reports --concurrency 4:32")
+)(work)
 
 
 def reaper(
@@ -313,3 +325,6 @@ def reaper(
                 asyncio.run(reap_forever(pgq.dsn, every=interval))
         finally:
             pgq.close()
+
+
+commands.command("reaper", epilog=example("pgq reaper --interval 10s"))(reaper)
