@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -23,6 +23,12 @@ from pgqueue.handler import logs
 commands = typer.Typer()
 
 
+def _credential(envvar: str, help_text: str) -> Any:
+    """An option that asks for a credential: also read from ``envvar`` (kept out of the
+    process list), no default shown."""
+    return typer.Option(envvar=envvar, help=help_text, show_default=False)
+
+
 def dashboard(
     host: Annotated[
         str, typer.Option(help="Address to bind; anything but loopback requires auth.")
@@ -32,18 +38,15 @@ def dashboard(
     ] = 8080,
     token: Annotated[
         str | None,
-        typer.Option(
-            envvar="PGQUEUE_DASHBOARD_TOKEN",
-            help="Require this bearer token (or open /?token=... once in the browser).",
-            show_default=False,
+        _credential(
+            "PGQUEUE_DASHBOARD_TOKEN",
+            "Require this bearer token (or open /?token=... once in the browser).",
         ),
     ] = None,
     basic_auth: Annotated[
         str | None,
-        typer.Option(
-            envvar="PGQUEUE_DASHBOARD_BASIC_AUTH",
-            help="Require HTTP basic auth, given as USER:PASSWORD.",
-            show_default=False,
+        _credential(
+            "PGQUEUE_DASHBOARD_BASIC_AUTH", "Require HTTP basic auth, given as USER:PASSWORD."
         ),
     ] = None,
     read_only: Annotated[bool, typer.Option(help="Show everything, allow no actions.")] = False,

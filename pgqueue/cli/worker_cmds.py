@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,39 +33,36 @@ from pgqueue.worker.reaper import reap_forever, reap_once
 commands = typer.Typer()
 
 
-def _log_level(value: str) -> str:
-    try:
-        return logs.check_level(value)
-    except ConfigurationError as exc:
-        raise typer.BadParameter(str(exc)) from None
+def _logging_option(name: str, check: Callable[[str], str], metavar: str, help_text: str) -> Any:
+    """``--log-level`` / ``--log-format``: a value ``check`` (pgqueue.handler.logs) accepts, a
+    value it refuses a usage error with its message."""
 
+    def parse(value: str) -> str:
+        try:
+            return check(value)
+        except ConfigurationError as exc:
+            raise typer.BadParameter(str(exc)) from None
 
-def _log_format(value: str) -> str:
-    try:
-        return logs.check_format(value)
-    except ConfigurationError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    return typer.Option(name, parser=parse, metavar=metavar, show_default=False, help=help_text)
 
 
 # Both default to None so that pgq work can tell a flag given from its default (see AppLogging).
 LogLevel = Annotated[
     str | None,
-    typer.Option(
+    _logging_option(
         "--log-level",
-        parser=_log_level,
-        metavar="LEVEL",
-        show_default=False,
-        help="DEBUG, INFO, WARNING, ERROR, CRITICAL (default INFO).",
+        logs.check_level,
+        "LEVEL",
+        "DEBUG, INFO, WARNING, ERROR, CRITICAL (default INFO).",
     ),
 ]
 LogFormat = Annotated[
     str | None,
-    typer.Option(
+    _logging_option(
         "--log-format",
-        parser=_log_format,
-        metavar="text|json",
-        show_default=False,
-        help="text (key=value, the default) or json, for pgq's own handler.",
+        logs.check_format,
+        "text|json",
+        "text (key=value, the default) or json, for pgq's own handler.",
     ),
 ]
 LogConfig = Annotated[
