@@ -32,7 +32,7 @@ from pgqueue.worker.pruner import SETTLE_EVERY, Pruner
 from pgqueue.worker.reaper import Reaper
 from pgqueue.worker.releaser import Releaser
 from pgqueue.worker.scheduler import Scheduler
-from pgqueue.worker.service import Outage, Service
+from pgqueue.worker.service import Outage, Service, after_first_run
 from pgqueue.worker.settings import WorkerSettings
 from pgqueue.worker.supervisor import Supervisor
 from tests.unit.worker.fake_store import FakeStore
@@ -532,3 +532,28 @@ def test_the_first_claim_goes_out_before_any_housekeeping_statement(app, monkeyp
     assert names[0] == "claim_jobs", names
     # ... and they did run, after it.
     assert {"heartbeat", "reap", "prune_history", "due_schedules"} <= set(names), names
+
+
+def test_a_service_started_after_another_waits_for_its_first_run_at_most_the_cap():
+    class Stuck(Service):
+        async def run_once(self) -> None:
+            await asyncio.Event().wait()  # its first run never ends
+
+    class Quick(Service):
+        async def run_once(self) -> None:
+            return None
+
+    async def scenario() -> tuple[bool, bool]:
+        stuck, quick = Stuck(), Quick()
+        task = asyncio.create_task(quick.run())
+        await asyncio.wait_for(after_first_run(quick), 1.0)  # returns once quick ran
+        quick.stop()
+        await task
+        waited = asyncio.create_task(after_first_run(stuck, cap=0.05))
+        await asyncio.sleep(0.01)
+        early = waited.done()
+        await asyncio.wait_for(waited, 1.0)  # ... and a first run that hangs for no longer
+        return quick.ran_once.is_set(), early
+
+    ran, early = run(scenario())
+    assert ran and not early
