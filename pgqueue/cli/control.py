@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.cli.common import MAX_JOB_ID, DsnOption, in_range, open_queue, with_app
+from pgqueue.cli.common import MAX_JOB_ID, DsnOption, example, in_range, open_queue, with_app
+
+commands = typer.Typer()
 
 _MESSAGES = {
     "cancelled": "job {id} cancelled",
@@ -33,18 +35,24 @@ def cancel(
 
 
 def pause(
-    queue: Annotated[str, typer.Argument(help="Queue to pause.")],
-    dsn: DsnOption = None,
+    queue: Annotated[str, typer.Argument(help="Queue to pause.")], dsn: DsnOption = None
 ) -> None:
     """Stop workers claiming from QUEUE (enqueue still works; running jobs finish)."""
-    with_app(dsn, lambda pgq: pgq.flow.pause_queue(queue))
-    typer.echo(f"queue {queue!r} paused")
+    _set_paused(queue, dsn, paused=True)
 
 
 def resume(
-    queue: Annotated[str, typer.Argument(help="Queue to resume.")],
-    dsn: DsnOption = None,
+    queue: Annotated[str, typer.Argument(help="Queue to resume.")], dsn: DsnOption = None
 ) -> None:
     """Let workers claim from QUEUE again."""
-    with_app(dsn, lambda pgq: pgq.flow.resume_queue(queue))
-    typer.echo(f"queue {queue!r} resumed")
+    _set_paused(queue, dsn, paused=False)
+
+
+def _set_paused(queue: str, dsn: str | None, *, paused: bool) -> None:
+    with_app(dsn, lambda pgq: (pgq.flow.pause_queue if paused else pgq.flow.resume_queue)(queue))
+    typer.echo(f"queue {queue!r} {'paused' if paused else 'resumed'}")
+
+
+commands.command("cancel", epilog=example("pgq cancel 1042 1043"))(cancel)
+commands.command("pause", epilog=example("pgq pause emails"))(pause)
+commands.command("resume", epilog=example("pgq resume emails"))(resume)

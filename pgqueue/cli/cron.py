@@ -13,6 +13,7 @@ import typer
 
 from pgqueue.cli.common import DsnOption, command_group, example, with_app
 from pgqueue.cli.listing import list_command
+from pgqueue.cli.pg_cron_cmds import add_deprecated_spellings
 from pgqueue.client import PgQueue
 
 cron_app = command_group("Cron schedules: list, pause, resume, delete.", "pgq cron list")
@@ -57,3 +58,6 @@ def delete(
 ) -> None:
     """Delete a schedule (a worker whose code declares it with @periodic writes it again)."""
     _change(name, dsn, "delete")
+
+
+add_deprecated_spellings(cron_app)

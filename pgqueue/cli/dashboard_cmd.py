@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -10,6 +10,7 @@ from pgqueue.cli.common import (
     DsnOption,
     err_console,
     escape,
+    example,
     friendly_errors,
     in_range,
     read_dsn_option,
@@ -18,6 +19,14 @@ from pgqueue.cli.common import read_dsn as reads_from
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler import logs
+
+commands = typer.Typer()
+
+
+def _credential(envvar: str, help_text: str) -> Any:
+    """An option that asks for a credential: also read from ``envvar`` (kept out of the
+    process list), no default shown."""
+    return typer.Option(envvar=envvar, help=help_text, show_default=False)
 
 
 def dashboard(
@@ -29,18 +38,15 @@ def dashboard(
     ] = 8080,
     token: Annotated[
         str | None,
-        typer.Option(
-            envvar="PGQUEUE_DASHBOARD_TOKEN",
-            help="Require this bearer token (or open /?token=... once in the browser).",
-            show_default=False,
+        _credential(
+            "PGQUEUE_DASHBOARD_TOKEN",
+            "Require this bearer token (or open /?token=... once in the browser).",
         ),
     ] = None,
     basic_auth: Annotated[
         str | None,
-        typer.Option(
-            envvar="PGQUEUE_DASHBOARD_BASIC_AUTH",
-            help="Require HTTP basic auth, given as USER:PASSWORD.",
-            show_default=False,
+        _credential(
+            "PGQUEUE_DASHBOARD_BASIC_AUTH", "Require HTTP basic auth, given as USER:PASSWORD."
         ),
     ] = None,
     read_only: Annotated[bool, typer.Option(help="Show everything, allow no actions.")] = False,
@@ -149,3 +155,8 @@ def _usage_error(message: str) -> NoReturn:
     # in it are not rich markup).
     err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
+
+
+commands.command(
+    "dashboard", epilog=example("pgq dashboard --host 0.0.0.0 --token s3cret --read-only")
+)(dashboard)

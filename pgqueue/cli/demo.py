@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, LiteralString, NamedTuple, TypeVar
 
 import psycopg
 from psycopg.rows import class_row
@@ -31,6 +31,9 @@ from pgqueue.db.migrate import upgrade
 from pgqueue.rules.retry import ExponentialBackoff
 
 QUEUE = "demo"
+R = TypeVar("R")
+#: Retries a few tenths of a second apart, so a demo shows them within its run.
+QUICK_RETRIES = ExponentialBackoff(base=0.2, cap=2.0)
 pgq = PgQueue()
 
 
@@ -44,12 +47,7 @@ def send_report(customer_id: int) -> None:
     time.sleep(random.uniform(0.05, 0.2))  # a slow, blocking call: runs in the thread pool
 
 
-@pgq.task(
-    name="demo.call_flaky_api",
-    queue=QUEUE,
-    max_attempts=6,
-    backoff=ExponentialBackoff(base=0.2, cap=2.0),
-)
+@pgq.task(name="demo.call_flaky_api", queue=QUEUE, max_attempts=6, backoff=QUICK_RETRIES)
 def call_flaky_api(order_id: int) -> None:
     from pgqueue.handler.job_context import current_job
 
@@ -58,12 +56,7 @@ def call_flaky_api(order_id: int) -> None:
         raise ConnectionError(f"upstream API timed out for order {order_id}")
 
 
-@pgq.task(
-    name="demo.parse_corrupt_file",
-    queue=QUEUE,
-    max_attempts=3,
-    backoff=ExponentialBackoff(base=0.2, cap=1.0),
-)
+@pgq.task(name="demo.parse_corrupt_file", queue=QUEUE, max_attempts=3, backoff=QUICK_RETRIES)
 def parse_corrupt_file(path: str) -> None:
     raise ValueError(f"{path}: unexpected end of data at byte 4096")
 
@@ -185,16 +178,23 @@ class _Counts(NamedTuple):
     dead: int
 
 
+def _aggregate(url: str, row: type[R], sql: LiteralString, params: tuple[Any, ...]) -> R:
+    """The one row of an aggregate query, as a ``row``."""
+    with psycopg.connect(url) as conn, conn.cursor(row_factory=class_row(row)) as cur:
+        found = cur.execute(sql, params).fetchone()
+    assert found is not None  # an aggregate returns one row
+    return found
+
+
 def _counts(url: str) -> _Counts:
-    with psycopg.connect(url) as conn, conn.cursor(row_factory=class_row(_Counts)) as cur:
-        row = cur.execute(
-            "SELECT coalesce(sum(ready + scheduled), 0)::bigint AS waiting,"
-            " coalesce(sum(running), 0)::bigint AS running, coalesce(sum(dead), 0)::bigint AS dead"
-            " FROM pgqueue.queue_stats WHERE queue = %s",
-            (QUEUE,),
-        ).fetchone()
-    assert row is not None  # an aggregate returns one row
-    return row
+    return _aggregate(
+        url,
+        _Counts,
+        "SELECT coalesce(sum(ready + scheduled), 0)::bigint AS waiting,"
+        " coalesce(sum(running), 0)::bigint AS running, coalesce(sum(dead), 0)::bigint AS dead"
+        " FROM pgqueue.queue_stats WHERE queue = %s",
+        (QUEUE,),
+    )
 
 
 def _show_progress(url: str, total: int, console: Console) -> None:
@@ -223,16 +223,15 @@ def _show_progress(url: str, total: int, console: Console) -> None:
 
 
 def _totals(url: str, pids: list[int]) -> Totals:
-    with psycopg.connect(url) as conn, conn.cursor(row_factory=class_row(Totals)) as cur:
-        totals = cur.execute(
-            "SELECT coalesce(sum(jobs_succeeded), 0)::bigint AS succeeded,"
-            " coalesce(sum(jobs_retried), 0)::bigint AS retried,"
-            " coalesce(sum(jobs_dead), 0)::bigint AS dead FROM pgqueue.workers"
-            " WHERE pid = ANY(%s) AND started_at > now() - interval '1 hour'",
-            (pids,),
-        ).fetchone()
-    assert totals is not None  # an aggregate returns one row
-    return totals
+    return _aggregate(
+        url,
+        Totals,
+        "SELECT coalesce(sum(jobs_succeeded), 0)::bigint AS succeeded,"
+        " coalesce(sum(jobs_retried), 0)::bigint AS retried,"
+        " coalesce(sum(jobs_dead), 0)::bigint AS dead FROM pgqueue.workers"
+        " WHERE pid = ANY(%s) AND started_at > now() - interval '1 hour'",
+        (pids,),
+    )
 
 
 def _summary(console: Console, totals: Totals, elapsed: float, log: Path) -> None:

@@ -5,6 +5,7 @@ Settings take a value or ``none`` (clear it); settings not given stay as they ar
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -64,6 +65,18 @@ def _shared_limits(
     return {"concurrency_limit": _int(concurrency, "concurrency"), "rate_limit": _rate(rate, burst)}
 
 
+def _change_and_print(
+    change: Callable[[PgQueue], dict[str, Any]],
+    dsn: str | None,
+    fmt: OutputFormat,
+    columns: Sequence[str],
+    title: str,
+) -> None:
+    """``pgq queue set`` / ``pgq task set``: make the change (a ``pgq.flow.configure_*`` call)
+    and print the row it wrote."""
+    print_rows([with_app(dsn, change)], columns, fmt=fmt, title=title)
+
+
 @queue_app.command(
     "set", epilog=example("pgq queue set emails --concurrency 10 --rate 20/s --max-depth 100000")
 )
@@ -87,17 +100,17 @@ def queue_set(
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Change a queue's settings (workers apply them at their next claim)."""
-    row = with_app(
-        dsn,
-        lambda pgq: pgq.flow.configure_queue(
+
+    def change(pgq: PgQueue) -> dict[str, Any]:
+        return pgq.flow.configure_queue(
             queue,
             weight=_int(weight, "weight"),
             max_depth=_int(max_depth, "max-depth"),
             **_shared_limits(concurrency, rate, burst),
             fair=UNSET if fair is None else fair,
-        ),
-    )
-    print_rows([row], QUEUE_COLUMNS, fmt=fmt, title="queue")
+        )
+
+    _change_and_print(change, dsn, fmt, QUEUE_COLUMNS, "queue")
 
 
 @list_command(queue_app, columns=QUEUE_COLUMNS, title="queues", shown_by="pgq queue list --json")
@@ -129,16 +142,16 @@ def task_set(
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Change a task's limits (a worker start re-applies what the code declares)."""
-    row = with_app(
-        dsn,
-        lambda pgq: pgq.flow.configure_task(
+
+    def change(pgq: PgQueue) -> dict[str, Any]:
+        return pgq.flow.configure_task(
             task,
             **_shared_limits(concurrency, rate, burst),
             key_limit=_int(key_limit, "key-limit"),
             key_rate_limit=_rate(key_rate, key_burst, "--key-burst needs --key-rate"),
-        ),
-    )
-    print_rows([row], TASK_COLUMNS, fmt=fmt, title="task")
+        )
+
+    _change_and_print(change, dsn, fmt, TASK_COLUMNS, "task")
 
 
 @list_command(task_app, columns=TASK_COLUMNS, title="task limits", shown_by="pgq task list --json")

@@ -164,17 +164,14 @@ def _time(field: str, value: object) -> object:
     return value
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``pgq jobs`` to the ``pgq`` app."""
-    jobs_app.command(
-        "list", epilog=example("pgq jobs list --queue emails --state scheduled --limit 20")
-    )(jobs_list)
-    jobs_app.command("show", epilog=example("pgq jobs show 1042"))(jobs_show)
-    jobs_app.command(
-        "search",
-        epilog=example(
-            "pgq jobs search --task billing.charge --state dead --error timeout --since 2d",
-            "pgq jobs search --queue emails --args customer=42 --limit 20 --json",
-        ),
-    )(search_cmd.jobs_search)
-    app.add_typer(jobs_app, name="jobs")
+jobs_app.command(
+    "list", epilog=example("pgq jobs list --queue emails --state scheduled --limit 20")
+)(jobs_list)
+jobs_app.command("show", epilog=example("pgq jobs show 1042"))(jobs_show)
+jobs_app.command(
+    "search",
+    epilog=example(
+        "pgq jobs search --task billing.charge --state dead --error timeout --since 2d",
+        "pgq jobs search --queue emails --args customer=42 --limit 20 --json",
+    ),
+)(search_cmd.jobs_search)

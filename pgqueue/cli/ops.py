@@ -1,5 +1,5 @@
-"""Operator commands: ``pgq status``, ``pgq workers``, ``pgq retry``, ``pgq purge``. Each parses
-arguments and calls :mod:`pgqueue.db.views` or :mod:`pgqueue.db.ops`."""
+"""Operator commands: ``pgq status``, ``pgq workers``, ``pgq retry``, ``pgq purge``, ``pgq
+stats``. Each parses arguments and calls :mod:`pgqueue.db.views` or :mod:`pgqueue.db.ops`."""
 
 from __future__ import annotations
 
@@ -228,11 +228,25 @@ def _report(as_json: bool, deleted: int, would: int | None, text: str) -> None:
         typer.echo(text)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the operator commands to the ``pgq`` app."""
-    app.command("status", epilog=example("pgq status --json"))(status)
-    app.command("workers", epilog=example("pgq workers --all"))(workers)
-    app.command("retry", epilog=example("pgq retry 1042 1043"))(retry)
-    app.command("purge", epilog=example("pgq purge --queue emails --task emails.send --dry-run"))(
-        purge
+commands = typer.Typer()
+commands.command("status", epilog=example("pgq status --json"))(status)
+commands.command("workers", epilog=example("pgq workers --all"))(workers)
+commands.command("retry", epilog=example("pgq retry 1042 1043"))(retry)
+commands.command("purge", epilog=example("pgq purge --queue emails --task emails.send --dry-run"))(
+    purge
+)
+
+
+@commands.command("stats", epilog=example("pgq stats --json"))
+@reader_options
+def stats(*, reader: Reader) -> None:
+    """Queue depth per queue (the pgqueue.queue_stats view)."""
+    from pgqueue.db.views import queue_stats
+
+    rows = reader.read(queue_stats)
+    print_rows(
+        rows,
+        ["queue", "waiting", "ready", "scheduled", "running", "dead", "oldest_ready_age", "paused"],
+        fmt=reader.out,
+        title="queues",
     )

@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.cli.common import DsnOption, friendly_errors
+from pgqueue.cli.common import DsnOption, example, friendly_errors
 from pgqueue.db import roles
 from pgqueue.db.embedded import resolve_dsn
+
+commands = typer.Typer()
 
 
 def roles_command(
@@ -38,3 +40,8 @@ def roles_command(
             return
         roles.apply(resolve_dsn(dsn), names, login=login)
     typer.echo(f"roles ready: producer={producer} worker={worker} admin={admin}")
+
+
+commands.command(
+    "roles", epilog=example("pgq roles --apply --dsn postgresql://owner@db.internal/app")
+)(roles_command)

@@ -8,12 +8,20 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, duration, friendly_errors, in_range, read_dsn_option
+from pgqueue.cli.common import (
+    DsnOption,
+    duration,
+    example,
+    friendly_errors,
+    in_range,
+    read_dsn_option,
+)
 from pgqueue.cli.work_options import settings_from_options, with_setting_options
 from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
@@ -22,40 +30,39 @@ from pgqueue.rules import config
 from pgqueue.worker import Worker
 from pgqueue.worker.reaper import reap_forever, reap_once
 
-
-def _log_level(value: str) -> str:
-    try:
-        return logs.check_level(value)
-    except ConfigurationError as exc:
-        raise typer.BadParameter(str(exc)) from None
+commands = typer.Typer()
 
 
-def _log_format(value: str) -> str:
-    try:
-        return logs.check_format(value)
-    except ConfigurationError as exc:
-        raise typer.BadParameter(str(exc)) from None
+def _logging_option(name: str, check: Callable[[str], str], metavar: str, help_text: str) -> Any:
+    """``--log-level`` / ``--log-format``: a value ``check`` (pgqueue.handler.logs) accepts, a
+    value it refuses a usage error with its message."""
+
+    def parse(value: str) -> str:
+        try:
+            return check(value)
+        except ConfigurationError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return typer.Option(name, parser=parse, metavar=metavar, show_default=False, help=help_text)
 
 
 # Both default to None so that pgq work can tell a flag given from its default (see AppLogging).
 LogLevel = Annotated[
     str | None,
-    typer.Option(
+    _logging_option(
         "--log-level",
-        parser=_log_level,
-        metavar="LEVEL",
-        show_default=False,
-        help="DEBUG, INFO, WARNING, ERROR, CRITICAL (default INFO).",
+        logs.check_level,
+        "LEVEL",
+        "DEBUG, INFO, WARNING, ERROR, CRITICAL (default INFO).",
     ),
 ]
 LogFormat = Annotated[
     str | None,
-    typer.Option(
+    _logging_option(
         "--log-format",
-        parser=_log_format,
-        metavar="text|json",
-        show_default=False,
-        help="text (key=value, the default) or json, for pgq's own handler.",
+        logs.check_format,
+        "text|json",
+        "text (key=value, the default) or json, for pgq's own handler.",
     ),
 ]
 LogConfig = Annotated[
@@ -291,6 +298,9 @@ def work(
 
 
 with_setting_options(work)
+commands.command(
+    "work", epilog=example("pgq work myapp.tasks:pgq --queue emails,reports --concurrency 4:32")
+)(work)
 
 
 def reaper(
@@ -313,3 +323,6 @@ def reaper(
                 asyncio.run(reap_forever(pgq.dsn, every=interval))
         finally:
             pgq.close()
+
+
+commands.command("reaper", epilog=example("pgq reaper --interval 10s"))(reaper)

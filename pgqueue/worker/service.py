@@ -12,6 +12,7 @@ its own. The worker never exits because one service failed. The supervisor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -124,6 +125,8 @@ class Service:
         self.crash_delay = RetryDelay()  # after a bug, not an outage: this service's own
         self.db_errors = 0
         self._sleeping: asyncio.Future[None] | None = None  # what sleep() waits for
+        #: Set when the first run_once() returned or raised (see :func:`after_first_run`).
+        self.ran_once = asyncio.Event()
 
     def interval(self) -> float:
         """Seconds between runs (a wake() ends the wait early)."""
@@ -161,7 +164,10 @@ class Service:
     async def run(self) -> None:
         while not self.stopping.is_set():
             try:
-                await self.run_once()
+                try:
+                    await self.run_once()
+                finally:
+                    self.ran_once.set()
             except TRANSIENT_ERRORS as exc:
                 self.db_errors += 1
                 self.observer.db_error(self.name)
@@ -177,6 +183,19 @@ class Service:
             self.outage.succeeded(self)
             self.crash_delay.reset()
             await self.sleep(jittered(self.interval(), self.jitter))
+
+
+#: The longest a service started :func:`after_first_run` of another waits for it.
+FIRST_RUN_WAIT = 1.0
+
+
+async def after_first_run(first: Service, cap: float = FIRST_RUN_WAIT) -> None:
+    """Return once ``first`` has run once (or after ``cap`` seconds, so a first run that hangs
+    holds nothing back for long). At start-up the housekeeping (heartbeats, the reaper, the
+    pruner, the scheduler, the listener's connection) waits for the fetcher's first claim, so
+    none of its statements queues for the pool's one connection ahead of that claim."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(first.ran_once.wait(), cap)
 
 
 def _finish(waiter: asyncio.Future[None]) -> None:

@@ -5,7 +5,9 @@ as a task of its own. The supervisor gives the services the worker's observer an
 :class:`~pgqueue.worker.service.Outage` of the database they use, so they back off together
 through an outage and one of them speaks for all. Stopping is in two steps when the worker
 drains: the fetcher first (no more claims), the rest (heartbeats until the last job is
-written) once the running jobs finished or were handed back.
+written) once the running jobs finished or were handed back. A part added ``after`` another
+service starts running once that one has run once: the worker's housekeeping waits for the
+fetcher's first claim.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from pgqueue.worker.observer import WorkerObserver
-from pgqueue.worker.service import Outage, Service
+from pgqueue.worker.service import Outage, Service, after_first_run
 
 S = TypeVar("S", bound=Service)
 
@@ -26,12 +28,17 @@ class Supervisor:
         #: In start order: a service, or a plain loop's name and coroutine function.
         self._parts: list[Service | tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = []
         self._tasks: dict[int, asyncio.Task[None]] = {}  # by id() of the part
+        #: The service whose first run a part waits for before its own (by id() of the part).
+        self._after: dict[int, Service] = {}
 
-    def add(self, service: S, outage: Outage) -> S:
-        """Supervise ``service``, backing off with the other services of ``outage``."""
+    def add(self, service: S, outage: Outage, *, after: Service | None = None) -> S:
+        """Supervise ``service``, backing off with the other services of ``outage``.
+        ``after``: start running once that service has run once (see ``after_first_run``)."""
         service.observer = self.observer
         service.outage = outage
         self._parts.append(service)
+        if after is not None:
+            self._after[id(service)] = after
         return service
 
     def add_loop(self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -46,7 +53,9 @@ class Supervisor:
         """Start every part, in the order added."""
         for part in self._parts:
             if isinstance(part, Service):
-                name, coroutine = part.name, part.run()
+                name = part.name
+                after = self._after.get(id(part))
+                coroutine = part.run() if after is None else _run_after(after, part)
             else:
                 name, coroutine = part[0], part[1]()
             self._tasks[id(part)] = asyncio.create_task(coroutine, name=f"pgqueue-{name}")
@@ -65,3 +74,8 @@ class Supervisor:
         for part in parts:
             if part in self._parts:
                 self._parts.remove(part)
+
+
+async def _run_after(first: Service, service: Service) -> None:
+    await after_first_run(first)
+    await service.run()

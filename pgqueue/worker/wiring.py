@@ -8,7 +8,10 @@ the heartbeater sees what the executor and completer hold through ``Holdings`` a
 handlers whose lease was lost; the fetcher hands claimed jobs to the executor. One claim
 ledger is shared by the fetcher (which records its claims), the completer and the
 heartbeater. The supervisor starts them in the order added here (the fetcher last, once
-everything that takes its jobs runs) and stops them in reverse.
+everything that takes its jobs runs) and stops them in reverse. The housekeeping (heartbeats,
+the listener, the reaper, the pruner, the scheduler) runs once the fetcher's first claim is
+done: before it, their statements would queue for the pool's one connection ahead of that
+claim, and their connections be opened while it waits.
 """
 
 from __future__ import annotations
@@ -134,7 +137,8 @@ def assemble(
     supervisor = Supervisor(observer)
     database = Outage(store.explain)
     supervisor.add(completer, database)
-    supervisor.add(heartbeater, database)
+    # The worker's row was written at registration: the first beat can wait for the claim.
+    supervisor.add(heartbeater, database, after=fetcher)
     if settings.listen:
         listen_dsn = settings.listen_dsn or dsn
         listener = Listener(
@@ -146,15 +150,18 @@ def assemble(
         )
         fetcher.listening = lambda: listener.connected
         # Its own connection (maybe to another server, past a pooler): an outage of its own.
-        supervisor.add(listener, Outage() if settings.listen_dsn else database)
+        # Connected after the first claim: whatever a producer enqueues before the LISTEN
+        # takes is claimed anyway (the listener wakes the fetcher when it connects).
+        supervisor.add(listener, Outage() if settings.listen_dsn else database, after=fetcher)
     else:
         log.warning("LISTEN disabled: picking up jobs by polling every %ss", settings.poll_interval)
     if settings.reaper_interval is not None:
-        supervisor.add(Reaper(store, every=settings.reaper_interval), database)
+        supervisor.add(Reaper(store, every=settings.reaper_interval), database, after=fetcher)
     if settings.prune_interval is not None:
-        supervisor.add(Pruner(store, every=settings.prune_interval), database)
+        supervisor.add(Pruner(store, every=settings.prune_interval), database, after=fetcher)
     if settings.scheduler:
-        supervisor.add(Scheduler(store, max_interval=settings.scheduler_interval), database)
+        scheduler = Scheduler(store, max_interval=settings.scheduler_interval)
+        supervisor.add(scheduler, database, after=fetcher)
     if settings.min_concurrency is not None and settings.min_concurrency < settings.concurrency:
         autoscaler = Autoscaler(
             executor,

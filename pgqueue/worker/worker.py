@@ -44,7 +44,7 @@ from pgqueue.rules.config import configured_dsn
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats
-from pgqueue.worker.service import RetryDelay
+from pgqueue.worker.service import RetryDelay, after_first_run
 from pgqueue.worker.settings import WorkerSettings
 from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore
 from pgqueue.worker.wiring import assemble
@@ -195,6 +195,8 @@ class Worker:
             await self._sync_declarations(parts.store)
             self._log_started()
             parts.supervisor.start()
+            # A hint, not worth delaying the first claim for (see after_first_run).
+            await after_first_run(parts.fetcher)
             await self._warn_unserved(parts.store)
             await self._stop_async.wait()
             await parts.supervisor.stop(parts.fetcher)  # no more claims

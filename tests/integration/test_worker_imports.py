@@ -1,6 +1,6 @@
-"""``pgq work`` loads only what running jobs needs: what the other commands print with (rich),
-the dashboard and its views, metrics, cron parsing, tracing and Django stay unimported until
-used.
+"""``pgq work`` loads only what running jobs needs: the other commands' modules (each is imported
+when its command runs, pgqueue/cli/lazy.py) and what they use (rich's tables, the views, search,
+migrations), the dashboard, metrics, cron parsing, tracing and Django stay unimported until used.
 
 Checked in a real ``pgq work`` process: its first job writes its ``sys.modules`` to a file
 (``tests/integration/startup_probe_app.py``). Start-up time itself is measured by
@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from pgqueue import PgQueue
+from pgqueue.cli.app import Pgq
 from tests.helpers import spawn_worker, stop_workers, wait_for
 
 APP = "tests.integration.startup_probe_app:pgq"
@@ -33,7 +34,17 @@ HEAVY = (
     "jinja2",
     "pgqueue.dashboard",  # only for pgq dashboard
     "pgqueue.db.views",  # the read-only commands' queries
+    "pgqueue.db.search",
+    "pgqueue.db.pg_cron",
+    "pgqueue.db.roles",
     "pgqueue.cli.demo",
+    "pgqueue.cli.output",  # the commands' tables and --format
+    "pgqueue.cli.listing",
+    "pgqueue.cli.job_options",
+    "pgqueue.cli.search_cmd",
+    "click",  # typer carries its own copy of click: the package is a dozen modules more
+    # Every other command's module (pgq work's own is worker_cmds).
+    *sorted({lazy.module for lazy in Pgq.lazy.values()} - {"pgqueue.cli.worker_cmds"}),
 )
 
 

@@ -19,7 +19,9 @@ import pytest
 
 from pgqueue import PgQueue
 from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.worker import wiring
 from pgqueue.worker.completer import Completer
+from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
@@ -30,7 +32,8 @@ from pgqueue.worker.pruner import SETTLE_EVERY, Pruner
 from pgqueue.worker.reaper import Reaper
 from pgqueue.worker.releaser import Releaser
 from pgqueue.worker.scheduler import Scheduler
-from pgqueue.worker.service import Outage, Service
+from pgqueue.worker.service import Outage, Service, after_first_run
+from pgqueue.worker.settings import WorkerSettings
 from pgqueue.worker.supervisor import Supervisor
 from tests.unit.worker.fake_store import FakeStore
 
@@ -496,3 +499,61 @@ def test_the_supervisor_starts_in_order_and_stops_in_reverse():
         "stop c", "end c",
         "stop b", "stop a", "end b", "end a",
     ]  # fmt: skip
+
+
+def test_the_first_claim_goes_out_before_any_housekeeping_statement(app, monkeypatch):
+    """At start-up the heartbeater, reaper, pruner and scheduler wait for the fetcher's first
+    claim: none of their statements queues for the pool's connection ahead of it."""
+    store = FakeStore()
+    monkeypatch.setattr(wiring, "WorkerDB", lambda *args, **kwargs: store)
+    settings = WorkerSettings(listen=False, reaper_interval=5.0, prune_interval=5.0)
+
+    async def scenario() -> None:
+        stats = WorkerStats()
+        parts = wiring.assemble(
+            app,
+            settings,
+            dsn="postgresql://nobody@localhost/none",
+            worker_id="worker-1",
+            stats=stats,
+            counts=JobCounts(),
+            observer=stats,
+            on_burst_done=lambda: None,
+        )
+        parts.supervisor.start()
+        for _ in range(5):
+            await settle()
+            await asyncio.sleep(0.01)
+        await parts.supervisor.stop()
+        parts.executor.shutdown_threads()
+
+    run(scenario())
+    names = store.names()
+    assert names[0] == "claim_jobs", names
+    # ... and they did run, after it.
+    assert {"heartbeat", "reap", "prune_history", "due_schedules"} <= set(names), names
+
+
+def test_a_service_started_after_another_waits_for_its_first_run_at_most_the_cap():
+    class Stuck(Service):
+        async def run_once(self) -> None:
+            await asyncio.Event().wait()  # its first run never ends
+
+    class Quick(Service):
+        async def run_once(self) -> None:
+            return None
+
+    async def scenario() -> tuple[bool, bool]:
+        stuck, quick = Stuck(), Quick()
+        task = asyncio.create_task(quick.run())
+        await asyncio.wait_for(after_first_run(quick), 1.0)  # returns once quick ran
+        quick.stop()
+        await task
+        waited = asyncio.create_task(after_first_run(stuck, cap=0.05))
+        await asyncio.sleep(0.01)
+        early = waited.done()
+        await asyncio.wait_for(waited, 1.0)  # ... and a first run that hangs for no longer
+        return quick.ran_once.is_set(), early
+
+    ran, early = run(scenario())
+    assert ran and not early
