@@ -2,7 +2,7 @@
 
     python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
                                         [--producers 1,8] [--tree PATH ...]
-                                        [--kinds sync,async,keyed]
+                                        [--kinds sync,async,keyed,group]
 
 One job per transaction (autocommit), P producer threads with a connection each. Every round
 measures, each in a fresh process, one after the other:
@@ -14,10 +14,15 @@ measures, each in a fresh process, one after the other:
   whose pgqueue the process imports instead, on a database its own revisions migrated), so a
   change is measured against its base in the same rounds; ``--kinds async`` adds
   ``enqueue_async`` (P tasks on one event loop), ``keyed`` a new idempotency key per job (the
-  SQL function's path).
+  SQL function's path);
+* ``--kinds group``: P producers sharing one client (this checkout's), as an application's
+  threads or tasks do, with group commit on and off (``PgQueue(group_commit=...)``):
+  ``group threads on|off`` (P threads, ``enqueue``), ``group tasks on|off`` (P tasks on one
+  event loop, ``enqueue_async``).
 
 Prints, per variant and producer count, the median jobs/s and the median of the rounds' ratios
-to ``raw`` (the machine's load moves all of a round together; the ratios move less).
+to ``raw`` with as many producers, and to ``raw`` with one (a single INSERT loop) when
+``--producers`` has 1 (the machine's load moves all of a round together; the ratios move less).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -71,6 +77,17 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> float:
     elif variant.startswith("PgQueue.enqueue_async"):
         return _async_rate(dsn, producers, count)
 
+    elif variant.startswith("group tasks"):
+        return _async_rate(dsn, producers, count, group_commit=variant.endswith(" on"))
+
+    elif variant.startswith("group threads"):
+        from pgqueue import PgQueue
+
+        shared = PgQueue(dsn, pool_size=producers, group_commit=variant.endswith(" on"))
+
+        def make() -> Callable[[], object]:
+            return lambda: shared.enqueue("bench.job", {})
+
     elif variant.startswith("PgQueue.enqueue keyed"):
         from pgqueue import PgQueue
 
@@ -91,15 +108,17 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> float:
     return threaded_rate(producers, count // producers, make)
 
 
-def _async_rate(dsn: str, producers: int, count: int) -> float:
+def _async_rate(dsn: str, producers: int, count: int, group_commit: bool | None = None) -> float:
     """Jobs/s of ``producers`` tasks on one event loop, each awaiting ``enqueue_async`` in turn
-    (one pooled connection per task), timed after a warm-up call each."""
+    (a pool as large as the tasks), timed after a warm-up call each. ``group_commit``: the
+    client's option (None: its default, for a checkout that may not have it)."""
     import asyncio
 
     from pgqueue import PgQueue
 
     async def run() -> float:
-        app = PgQueue(dsn, pool_size=producers)
+        options: dict[str, Any] = {} if group_commit is None else {"group_commit": group_commit}
+        app = PgQueue(dsn, pool_size=producers, **options)
         await asyncio.gather(*(app.enqueue_async("bench.job", {}) for _ in range(producers)))
 
         async def producer() -> None:
@@ -138,6 +157,10 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     variants = [("raw", ROOT), ("jobs INSERT", ROOT)]
     for kind in args.kinds.split(","):
+        if kind == "group":  # this checkout's option, on and off
+            variants += [(f"group {side} {state}", ROOT) for side in ("threads", "tasks")
+                         for state in ("on", "off")]  # fmt: skip
+            continue
         label = {"sync": "PgQueue.enqueue", "async": "PgQueue.enqueue_async"}.get(kind)
         label = label or "PgQueue.enqueue keyed"
         variants += [(f"{label} {name}", tree) for name, tree in trees.items()]
@@ -179,15 +202,21 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
                             conn.execute("TRUNCATE raw_jobs")
             print(f"round {round_ + 1} done", flush=True)
         print(f"\n{args.count} jobs per figure, {args.rounds} rounds: median jobs/s (min-max),")
-        print("median of the rounds' ratios to raw")
+        print("median of the rounds' ratios to raw (as many producers; one producer)")
         for producers in producer_counts:
             raw = figures["raw", producers]
+            single = figures.get(("raw", 1))
             for variant, _ in variants:
                 values = figures[variant, producers]
                 ratio = statistics.median(v / r for v, r in zip(values, raw, strict=True))
+                to_single = (
+                    f"  {statistics.median(v / r for v, r in zip(values, single, strict=True)):.2f}"
+                    if single
+                    else ""
+                )
                 print(
                     f"  {producers} producer(s)  {variant:<32} {statistics.median(values):>7,.0f}"
-                    f" ({min(values):,.0f}-{max(values):,.0f})  {ratio:.2f}"
+                    f" ({min(values):,.0f}-{max(values):,.0f})  {ratio:.2f}{to_single}"
                 )
     return figures
 
