@@ -52,6 +52,9 @@ T = TypeVar("T")
 #: larger than that is written all the same, alone).
 MOST_JOBS = 1000
 MOST_BYTES = 4 * 1024 * 1024
+#: The longest a leader waits for the callers that came with it last time (when the previous
+#: commit wrote several calls; never for a lone producer): they come back together.
+GATHER_WINDOW = 0.001
 
 Outcome = JobId | Exception
 
@@ -75,6 +78,14 @@ class Pooled(Protocol):
     def connection_async(
         self, conn: object | None = None
     ) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+
+class _Signal(Protocol):
+    """A threading.Event or an asyncio.Event: what a gathering leader waits on."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
 
 
 class _Call:
@@ -142,22 +153,55 @@ class _Group:
     """The calls of one group: whether a commit is in flight, and the calls queued behind it
     (the same rules for threads, under a lock, and for one loop's tasks)."""
 
-    __slots__ = ("busy", "lock", "queue")
+    __slots__ = ("busy", "gathering", "lock", "queue", "recent", "signal")
 
-    def __init__(self, lock: AbstractContextManager[Any]) -> None:
+    def __init__(self, lock: AbstractContextManager[Any], signal: _Signal) -> None:
         self.lock = lock
         self.busy = False
         self.queue: deque[_Call] = deque()
+        #: How many calls the group's last commit wrote: the callers seen lately.
+        self.recent = 1
+        #: A leader waits for the callers seen lately (see :meth:`gather`); ``signal`` tells
+        #: it they are all there.
+        self.gathering = False
+        self.signal = signal
 
     def join(self, call: _Call) -> bool:
         """Queue ``call`` behind the commit in flight; True when there is none: the call
-        commits at once, and the group is busy until :meth:`next` finds nothing queued."""
+        leads (it commits at once, or gathers first: :meth:`gather`), and the group is busy
+        until :meth:`next` finds nothing queued."""
         with self.lock:
             if self.busy:
                 self.queue.append(call)
+                if self.gathering and len(self.queue) >= self.recent - 1:
+                    self.signal.set()
                 return False
             self.busy = True
             return True
+
+    def gather(self) -> bool:
+        """A leader is about to commit: True when it should wait (up to
+        :data:`GATHER_WINDOW`, until ``signal``) for the others that came with it last time.
+        Only after a commit of several calls: a lone producer never waits."""
+        with self.lock:
+            if self.recent <= 1 or len(self.queue) >= self.recent - 1:
+                return False
+            self.gathering = True
+            self.signal.clear()
+            return True
+
+    def ungather(self) -> None:
+        """The leader stopped gathering without a batch (interrupted)."""
+        with self.lock:
+            self.gathering = False
+
+    def gathered(self, leader: _Call) -> list[_Call]:
+        """The leader's batch: its call, then the ones queued meanwhile."""
+        with self.lock:
+            self.gathering = False
+        batch = [leader, *self.take()]
+        self.recent = len(batch)
+        return batch
 
     def take(self) -> list[_Call]:
         """The next batch: the queued calls in the order they came, up to the limits."""
@@ -174,6 +218,7 @@ class _Group:
                     break
                 batch.append(queue.popleft())
                 size += call.size
+        self.recent = max(1, len(batch))
         return batch
 
     def next(self) -> _Call | None:
@@ -213,7 +258,7 @@ class GroupCommit:
     def __init__(self, client: Pooled, *, enabled: bool) -> None:
         self._client = client
         self.enabled = enabled
-        self._threads = _Group(threading.Lock())
+        self._threads = _Group(threading.Lock(), threading.Event())
         # One group per event loop (its pool serves that loop only); a loop's tasks share it
         # without a lock.
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Group] = (
@@ -237,18 +282,23 @@ class GroupCommit:
             await asyncio.sleep(room.pause())
 
     async def _attempt_async(self, spec: JobSpec) -> JobId:
-        group, call = self._join_async(spec)
-        if call is None:
-            # Nothing in flight: commit at once, alone, as a single enqueue does.
-            try:
-                return await self._client.run_async(enqueue_one(spec))
-            finally:
-                self._after_async(group)
-        return await self._outcome_async(group, call)
+        group, call, leads = self._join_async(spec)
+        if not leads:
+            return await self._outcome_async(group, call)
+        # Nothing in flight: this call leads (after waiting for those that came with it last
+        # time, if several did).
+        batch = await self._gather_async(group, call)
+        if len(batch) > 1:
+            return await self._lead_async(group, batch)
+        try:  # alone: commit at once, as a single enqueue does
+            return await self._client.run_async(enqueue_one(spec))
+        finally:
+            self._after_async(group)
 
     async def _flush_async(self, batch: list[_Call]) -> None:
         """Write a batch and settle each of its calls; a call whose statement was refused (or
         whose queue is bounded or fair) is written alone."""
+        batch = [call for call in batch if not call.abandoned]  # cancelled before it was sent
         try:
             alone = await self._together_async(batch) if len(batch) > 1 else batch
             for call in alone:
@@ -310,18 +360,23 @@ class GroupCommit:
             time.sleep(room.pause())
 
     def _attempt(self, spec: JobSpec) -> JobId:
-        group, call = self._join(spec)
-        if call is None:
-            # Nothing in flight: commit at once, alone, as a single enqueue does.
-            try:
-                return self._client.run(enqueue_one(spec))
-            finally:
-                self._after(group)
-        return self._outcome(group, call)
+        group, call, leads = self._join(spec)
+        if not leads:
+            return self._outcome(group, call)
+        # Nothing in flight: this call leads (after waiting for those that came with it last
+        # time, if several did).
+        batch = self._gather(group, call)
+        if len(batch) > 1:
+            return self._lead(group, batch)
+        try:  # alone: commit at once, as a single enqueue does
+            return self._client.run(enqueue_one(spec))
+        finally:
+            self._after(group)
 
     def _flush(self, batch: list[_Call]) -> None:
         """Write a batch and settle each of its calls; a call whose statement was refused (or
         whose queue is bounded or fair) is written alone."""
+        batch = [call for call in batch if not call.abandoned]  # cancelled before it was sent
         try:
             alone = self._together(batch) if len(batch) > 1 else batch
             for call in alone:
@@ -374,9 +429,27 @@ class GroupCommit:
 
     # -- how a call waits and who writes the next batch, per side -------------------------
 
-    def _join(self, spec: JobSpec) -> tuple[_Group, _ThreadCall | None]:
+    def _join(self, spec: JobSpec) -> tuple[_Group, _ThreadCall, bool]:
         call = _ThreadCall(spec)
-        return self._threads, (None if self._threads.join(call) else call)
+        return self._threads, call, self._threads.join(call)
+
+    def _gather(self, group: _Group, call: _ThreadCall) -> list[_Call]:
+        if group.gather():
+            assert isinstance(group.signal, threading.Event)
+            try:
+                group.signal.wait(GATHER_WINDOW)
+            except BaseException:  # interrupted while gathering: the queue goes on
+                group.ungather()
+                self._after(group)
+                raise
+        return group.gathered(call)
+
+    def _lead(self, group: _Group, batch: list[_Call]) -> JobId:
+        try:
+            self._flush(batch)
+        finally:
+            self._after(group)
+        return batch[0].result()
 
     def _outcome(self, group: _Group, call: _ThreadCall) -> JobId:
         try:
@@ -398,34 +471,59 @@ class GroupCommit:
             following.leads = True
             following.event.set()
 
-    def _join_async(self, spec: JobSpec) -> tuple[_Group, _TaskCall | None]:
+    def _join_async(self, spec: JobSpec) -> tuple[_Group, _TaskCall, bool]:
         loop = asyncio.get_running_loop()
         group = self._loops.get(loop)
         if group is None:
-            group = self._loops[loop] = _Group(nullcontext())
+            group = self._loops[loop] = _Group(nullcontext(), asyncio.Event())
         call = _TaskCall(spec, loop.create_future())
-        return group, (None if group.join(call) else call)
+        return group, call, group.join(call)
+
+    async def _gather_async(self, group: _Group, call: _TaskCall) -> list[_Call]:
+        if group.gather():
+            assert isinstance(group.signal, asyncio.Event)
+            try:
+                await asyncio.wait_for(group.signal.wait(), GATHER_WINDOW)
+            except TimeoutError:
+                pass
+            except BaseException:  # cancelled while gathering: the queue goes on
+                group.ungather()
+                self._after_async(group)
+                raise
+        return group.gathered(call)
+
+    async def _lead_async(self, group: _Group, batch: list[_Call]) -> JobId:
+        # A task of the client's writes the batch, so a cancelled leader cancels nobody
+        # else's write.
+        self._start_writer(group, batch)
+        leader = batch[0]
+        assert isinstance(leader, _TaskCall)
+        return await leader.future
 
     async def _outcome_async(self, group: _Group, call: _TaskCall) -> JobId:
         return await call.future
 
     def _after_async(self, group: _Group) -> None:
         if group.next() is not None:
-            writer = asyncio.get_running_loop().create_task(
-                self._write_queued_async(group), name="pgqueue-group-commit"
-            )
-            self._writers.add(writer)
-            writer.add_done_callback(self._writers.discard)
+            self._start_writer(group, [])
 
-    async def _write_queued_async(self, group: _Group) -> None:
-        """One batch after another while calls queue (a task of the client's)."""
+    def _start_writer(self, group: _Group, batch: list[_Call]) -> None:
+        writer = asyncio.get_running_loop().create_task(
+            self._write_queued_async(group, batch), name="pgqueue-group-commit"
+        )
+        self._writers.add(writer)
+        writer.add_done_callback(self._writers.discard)
+
+    async def _write_queued_async(self, group: _Group, batch: list[_Call]) -> None:
+        """``batch``, then one batch after another while calls queue (a task of the
+        client's)."""
         try:
             while True:
-                batch = group.take()
                 if batch:
                     await self._flush_async(batch)
                 if group.next() is None:
                     return
+                batch = group.take()
         except BaseException:
             for call in group.abort():
                 call.settle(_interrupted())
