@@ -87,6 +87,8 @@ class _Signal(Protocol):
 
     def clear(self) -> None: ...
 
+    def is_set(self) -> bool: ...
+
 
 class _Call:
     """A call waiting in a group: its job and, once settled, what it gets."""

@@ -286,3 +286,24 @@ def wait_blocked(conn: psycopg.Connection[Any]) -> None:
 def test_group_commit_is_on_by_default(dsn):
     with PgQueue(dsn) as queue:
         assert queue.group_commit
+
+
+def test_producers_in_a_loop_each_get_their_own_jobs(app, conn):
+    # Callers that come back together after each commit (the leader gathers them).
+    def producer(n: int) -> list[Any]:
+        return [(n, k, app.enqueue("t", {"n": n, "k": k})) for k in range(5)]
+
+    threads = start_threads([partial(producer, n) for n in range(CALLERS)])()
+
+    async def tasks() -> list[Any]:
+        async def producer_async(n: int) -> list[Any]:
+            return [(n, k, await app.enqueue_async("t", {"n": n, "k": k})) for k in range(5, 10)]
+
+        return await asyncio.gather(*(producer_async(n) for n in range(CALLERS)))
+
+    made = [*threads, *asyncio.run(with_aclose(app, tasks()))]
+    written = rows(conn)
+    returned = [job for jobs in made for job in jobs]
+    assert len(written) == len(returned) == 2 * 5 * CALLERS
+    assert all(written[job_id] == {"n": n, "k": k} for n, k, job_id in returned)
+    assert transactions(conn) < len(written)
