@@ -202,7 +202,8 @@ class _Group:
         with self.lock:
             self.gathering = False
         batch = [leader, *self.take()]
-        self.recent = len(batch)
+        with self.lock:
+            self.recent = len(batch)
         return batch
 
     def take(self) -> list[_Call]:
@@ -220,17 +221,21 @@ class _Group:
                     break
                 batch.append(queue.popleft())
                 size += call.size
-        self.recent = max(1, len(batch))
+            self.recent = max(1, len(batch))
         return batch
 
     def next(self) -> _Call | None:
-        """A commit ended: the first call queued (the next batch starts with it), or None and
+        """A commit ended: the first call queued (the next batch starts with it; a thread's
+        call is marked to lead it, under the lock that :meth:`withdraw` takes), or None and
         the group is idle."""
         with self.lock:
             while self.queue and self.queue[0].abandoned:
                 self.queue.popleft()
             if self.queue:
-                return self.queue[0]
+                first = self.queue[0]
+                if isinstance(first, _ThreadCall):
+                    first.leads = True
+                return first
             self.busy = False
             return None
 
@@ -470,8 +475,7 @@ class GroupCommit:
     def _after(self, group: _Group) -> None:
         following = group.next()
         if isinstance(following, _ThreadCall):
-            following.leads = True
-            following.event.set()
+            following.event.set()  # (marked to lead by next())
 
     def _join_async(self, spec: JobSpec) -> tuple[_Group, _TaskCall, bool]:
         loop = asyncio.get_running_loop()
