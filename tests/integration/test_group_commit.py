@@ -307,3 +307,29 @@ def test_producers_in_a_loop_each_get_their_own_jobs(app, conn):
     assert len(written) == len(returned) == 2 * 5 * CALLERS
     assert all(written[job_id] == {"n": n, "k": k} for n, k, job_id in returned)
     assert transactions(conn) < len(written)
+
+
+def test_a_connection_lost_under_a_group_fails_its_callers_and_writes_nothing_twice(app, dsn, conn):
+    # The statement's outcome is unknown when its connection goes: its callers get that
+    # error (as a single enqueue's caller would) and nothing is written again behind them.
+    def terminate_the_waiting_one() -> None:
+        deadline = time.monotonic() + 10
+        while waiting_on_lock(conn) < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)  # the others queue behind it
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE pgqueue.jobs IN SHARE MODE")
+        join = start_threads([partial(app.enqueue, "t", {"n": n}) for n in range(CALLERS)])
+        terminate_the_waiting_one()  # the first call, alone
+        terminate_the_waiting_one()  # the batch of the seven queued behind it
+        results = join()
+        holder.rollback()
+    assert all(isinstance(r, psycopg.OperationalError) for r in results), results
+    assert rows(conn) == {}
+    assert app.enqueue("t", {"n": "after"})  # the group goes on
