@@ -105,6 +105,9 @@ class _Call:
         """Its caller stopped waiting (a cancelled task): not written if not yet taken."""
         return False
 
+    def queued(self) -> None:
+        """It waits behind a commit in flight (a call that commits at once never does)."""
+
     def settle(self, outcome: Outcome) -> None:
         self.outcome = outcome
 
@@ -121,13 +124,26 @@ class _ThreadCall(_Call):
 
     def __init__(self, spec: JobSpec) -> None:
         super().__init__(spec)
-        self.event = threading.Event()
+        #: What its thread waits on, made only when it waits (most calls never do).
+        self.event: threading.Event | None = None
         #: Its thread writes the next batch (the commit before it ended).
         self.leads = False
 
+    def queued(self) -> None:
+        self.event = threading.Event()
+
     def settle(self, outcome: Outcome) -> None:
         self.outcome = outcome
+        if self.event is not None:  # (a leader's own call is settled by its own thread)
+            self.event.set()
+
+    def wake(self) -> None:
+        assert self.event is not None, "only a queued call is settled by another"
         self.event.set()
+
+    def wait(self) -> None:
+        assert self.event is not None, "only a queued call waits"
+        self.event.wait()
 
 
 class _TaskCall(_Call):
@@ -174,6 +190,7 @@ class _Group:
         until :meth:`next` finds nothing queued."""
         with self.lock:
             if self.busy:
+                call.queued()
                 self.queue.append(call)
                 if self.gathering and len(self.queue) >= self.recent - 1:
                     self.signal.set()
@@ -201,27 +218,30 @@ class _Group:
         """The leader's batch: its call, then the ones queued meanwhile."""
         with self.lock:
             self.gathering = False
-        batch = [leader, *self.take()]
-        with self.lock:
+            batch = [leader, *self._take()] if self.queue else [leader]
             self.recent = len(batch)
-        return batch
+            return batch
 
     def take(self) -> list[_Call]:
         """The next batch: the queued calls in the order they came, up to the limits."""
+        with self.lock:
+            batch = self._take()
+            self.recent = max(1, len(batch))
+            return batch
+
+    def _take(self) -> list[_Call]:
         batch: list[_Call] = []
         size = 0
-        with self.lock:
-            queue = self.queue
-            while queue and len(batch) < MOST_JOBS:
-                call = queue[0]
-                if call.abandoned:
-                    queue.popleft()
-                    continue
-                if batch and size + call.size > MOST_BYTES:
-                    break
-                batch.append(queue.popleft())
-                size += call.size
-            self.recent = max(1, len(batch))
+        queue = self.queue
+        while queue and len(batch) < MOST_JOBS:
+            call = queue[0]
+            if call.abandoned:
+                queue.popleft()
+                continue
+            if batch and size + call.size > MOST_BYTES:
+                break
+            batch.append(queue.popleft())
+            size += call.size
         return batch
 
     def next(self) -> _Call | None:
@@ -460,7 +480,7 @@ class GroupCommit:
 
     def _outcome(self, group: _Group, call: _ThreadCall) -> JobId:
         try:
-            call.event.wait()
+            call.wait()
             if call.outcome is None:  # woken to write the next batch, this call first
                 try:
                     self._flush(group.take())
@@ -475,7 +495,7 @@ class GroupCommit:
     def _after(self, group: _Group) -> None:
         following = group.next()
         if isinstance(following, _ThreadCall):
-            following.event.set()  # (marked to lead by next())
+            following.wake()  # (marked to lead by next())
 
     def _join_async(self, spec: JobSpec) -> tuple[_Group, _TaskCall, bool]:
         loop = asyncio.get_running_loop()
