@@ -2,7 +2,7 @@
 
     python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
                                         [--producers 1,8] [--tree PATH ...]
-                                        [--kinds sync,async,keyed,group]
+                                        [--kinds sync,async,keyed,group,lone]
 
 One job per transaction (autocommit), P producer threads with a connection each. Every round
 measures, each in a fresh process, one after the other:
@@ -18,7 +18,10 @@ measures, each in a fresh process, one after the other:
 * ``--kinds group``: P producers sharing one client (this checkout's), as an application's
   threads or tasks do, with group commit on and off (``PgQueue(group_commit=...)``):
   ``group threads on|off`` (P threads, ``enqueue``), ``group tasks on|off`` (P tasks on one
-  event loop, ``enqueue_async``).
+  event loop, ``enqueue_async``);
+* ``--kinds lone``: one producer alternating, call by call, a client with group commit on and
+  one with it off (so the load drifts under both alike): the median call of each and their
+  ratio, and what the group's bookkeeping costs a lone call (CPU, no database).
 
 Prints, per variant and producer count, the median jobs/s and the median of the rounds' ratios
 to ``raw`` with as many producers, and to ``raw`` with one (a single INSERT loop) when
@@ -34,6 +37,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -134,6 +138,44 @@ def _async_rate(dsn: str, producers: int, count: int, group_commit: bool | None 
     return asyncio.run(run())
 
 
+def lone_call(dsn: str, count: int) -> None:
+    """One producer, group commit on and off call by call: median call (ms) of each."""
+    import timeit
+
+    from pgqueue import PgQueue
+    from pgqueue.client.group_commit import _Group, _ThreadCall
+    from pgqueue.rules.job_specs import JobSpec
+
+    clients = {on: PgQueue(dsn, pool_size=1, group_commit=on) for on in (True, False)}
+    calls: dict[bool, list[float]] = {True: [], False: []}
+    for n in range(count + 20):
+        for on in (n % 2 == 0, n % 2 == 1):
+            started = time.perf_counter()
+            clients[on].enqueue("bench.job", {}, allow_unknown=True)
+            if n >= 20:  # after a warm-up
+                calls[on].append(time.perf_counter() - started)
+    for client in clients.values():
+        client.close()
+    median_on, median_off = (statistics.median(calls[flag]) * 1e3 for flag in (True, False))
+    spec = JobSpec("bench.job", "{}", "default", 0, 5)
+    group = _Group(threading.Lock(), threading.Event())
+
+    def bookkeeping() -> None:
+        call = _ThreadCall(spec)
+        group.join(call)
+        group.gather()
+        group.gathered(call)
+        group.next()
+
+    cost = min(timeit.repeat(bookkeeping, number=2000, repeat=5)) / 2000 * 1e6
+    print(
+        f"one producer, call by call: group commit on {median_on:.2f} ms, off {median_off:.2f} ms"
+        f" (median of {count} each; on/off {median_on / median_off:.2f}); the group's"
+        " bookkeeping per lone "
+        f"call {cost:.1f} us of CPU"
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dsn", help="an existing server (default: a new embedded one)")
@@ -144,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p.add_argument(
         "--kinds",
         default="sync",
-        help="library calls to measure: sync,async,keyed (comma-separated)",
+        help="library calls to measure: sync,async,keyed,group,lone (comma-separated)",
     )
     p.add_argument("--measure", help=argparse.SUPPRESS)  # a child process: one figure
     args = p.parse_args(argv)
@@ -157,6 +199,8 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     variants = [("raw", ROOT), ("jobs INSERT", ROOT)]
     for kind in args.kinds.split(","):
+        if kind == "lone":  # measured apart (lone_call)
+            continue
         if kind == "group":  # this checkout's option, on and off
             variants += [(f"group {side} {state}", ROOT) for side in ("threads", "tasks")
                          for state in ("on", "off")]  # fmt: skip
@@ -165,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
         label = label or "PgQueue.enqueue keyed"
         variants += [(f"{label} {name}", tree) for name, tree in trees.items()]
     producer_counts = [int(n) for n in args.producers.split(",")]
+    lone = "lone" in args.kinds.split(",")
     with server(args.dsn) as admin:
         dsn = fresh_database(admin, "pgqueue_enqueue_single")
         # Another checkout gets a database of its own, migrated by its own revisions (a client
@@ -182,6 +227,8 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
             ]
         print(machine(dsn), "| fsync, synchronous_commit:", [row[0] for row in durable if row])
         figures: dict[tuple[str, int], list[float]] = {}
+        if lone:
+            lone_call(dsn, args.count)
         for round_ in range(args.rounds):
             for producers in producer_counts:
                 for variant, tree in variants:
@@ -201,6 +248,8 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
                         if tree == ROOT:
                             conn.execute("TRUNCATE raw_jobs")
             print(f"round {round_ + 1} done", flush=True)
+        if not args.rounds:
+            return figures
         print(f"\n{args.count} jobs per figure, {args.rounds} rounds: median jobs/s (min-max),")
         print("median of the rounds' ratios to raw (as many producers; one producer)")
         for producers in producer_counts:

@@ -36,7 +36,9 @@ def test_sleep_jobs_and_single_enqueue_produce_figures(pg_server):
     sleeping = sleep_jobs.main(["--dsn", pg_server.admin_dsn, *args])
     assert sleeping["sync this"][0] > 0
     counts = ["--count", "20", "--rounds", "1", "--producers", "2"]
-    figures = enqueue_single.main(["--dsn", pg_server.admin_dsn, *counts, "--kinds", "sync,group"])
+    figures = enqueue_single.main(
+        ["--dsn", pg_server.admin_dsn, *counts, "--kinds", "sync,group,lone"]
+    )
     grouped = {f"group {side} {state}" for side in ("threads", "tasks") for state in ("on", "off")}
     assert {variant for variant, _ in figures} == {
         "raw",
