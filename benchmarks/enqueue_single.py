@@ -2,7 +2,7 @@
 
     python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
                                         [--producers 1,8] [--tree PATH ...]
-                                        [--kinds sync,async,keyed] [--commit-flush off]
+                                        [--kinds sync,async,keyed,group,lone] [--commit-flush off]
 
 One job per transaction (autocommit), P producer threads with a connection each. Every round
 measures, each in a fresh process, one after the other:
@@ -14,14 +14,23 @@ measures, each in a fresh process, one after the other:
   whose pgqueue the process imports instead, on a database its own revisions migrated), so a
   change is measured against its base in the same rounds; ``--kinds async`` adds
   ``enqueue_async`` (P tasks on one event loop), ``keyed`` a new idempotency key per job (the
-  SQL function's path).
+  SQL function's path);
+* ``--kinds group``: P producers sharing one client (this checkout's), as an application's
+  threads or tasks do, with group commit on and off (``PgQueue(group_commit=...)``):
+  ``group threads on|off`` (P threads, ``enqueue``), ``group tasks on|off`` (P tasks on one
+  event loop, ``enqueue_async``);
+* ``--kinds lone``: one producer alternating, call by call, a client with group commit on and
+  one with it off (so the load drifts under both alike): the median call of each and their
+  ratio, and what the group's bookkeeping costs a lone call (CPU, no database).
 
 Prints, per variant and producer count, the median jobs/s, the median of the rounds' ratios
-to ``raw`` (the machine's load moves all of a round together; the ratios move less) and the
-client's CPU per job (µs: the producers' thread CPU time over the timed calls, the event loop's
-for async). ``--commit-flush off`` runs every producer with ``synchronous_commit = off``: commits
-no longer wait for the disk, so what is left is the statement's server time and the client's
-CPU (a change of a few microseconds is lost behind an fsync on a shared machine).
+to ``raw`` with as many producers, and to ``raw`` with one (a single INSERT loop) when
+``--producers`` has 1 (the machine's load moves all of a round together; the ratios move less),
+and the client's CPU per job (µs: the producers' thread CPU time over the timed calls, the
+event loop's for async). ``--commit-flush off`` runs every producer with
+``synchronous_commit = off``: commits no longer wait for the disk, so what is left is the
+statement's server time and the client's CPU (a change of a few microseconds is lost behind
+an fsync on a shared machine).
 """
 
 from __future__ import annotations
@@ -33,9 +42,11 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -76,6 +87,17 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> tuple[float, 
 
     elif variant.startswith("PgQueue.enqueue_async"):
         return _async_rate(dsn, producers, count)
+
+    elif variant.startswith("group tasks"):
+        return _async_rate(dsn, producers, count, group_commit=variant.endswith(" on"))
+
+    elif variant.startswith("group threads"):
+        from pgqueue import PgQueue
+
+        shared = PgQueue(dsn, pool_size=producers, group_commit=variant.endswith(" on"))
+
+        def make() -> Callable[[], object]:
+            return lambda: shared.enqueue("bench.job", {})
 
     elif variant.startswith("PgQueue.enqueue keyed"):
         from pgqueue import PgQueue
@@ -118,15 +140,19 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> tuple[float, 
     return rate, sum(spent) / ((count // producers) * producers) * 1e6
 
 
-def _async_rate(dsn: str, producers: int, count: int) -> tuple[float, float]:
+def _async_rate(
+    dsn: str, producers: int, count: int, group_commit: bool | None = None
+) -> tuple[float, float]:
     """Jobs/s of ``producers`` tasks on one event loop, each awaiting ``enqueue_async`` in turn
-    (one pooled connection per task), timed after a warm-up call each."""
+    (a pool as large as the tasks), timed after a warm-up call each. ``group_commit``: the
+    client's option (None: its default, for a checkout that may not have it)."""
     import asyncio
 
     from pgqueue import PgQueue
 
     async def run() -> tuple[float, float]:
-        app = PgQueue(dsn, pool_size=producers)
+        options: dict[str, Any] = {} if group_commit is None else {"group_commit": group_commit}
+        app = PgQueue(dsn, pool_size=producers, **options)
         await asyncio.gather(*(app.enqueue_async("bench.job", {}) for _ in range(producers)))
 
         async def producer() -> None:
@@ -144,6 +170,44 @@ def _async_rate(dsn: str, producers: int, count: int) -> tuple[float, float]:
     return asyncio.run(run())
 
 
+def lone_call(dsn: str, count: int) -> None:
+    """One producer, group commit on and off call by call: median call (ms) of each."""
+    import timeit
+
+    from pgqueue import PgQueue
+    from pgqueue.client.group_commit import _Group, _ThreadCall
+    from pgqueue.rules.job_specs import JobSpec
+
+    clients = {on: PgQueue(dsn, pool_size=1, group_commit=on) for on in (True, False)}
+    calls: dict[bool, list[float]] = {True: [], False: []}
+    for n in range(count + 20):
+        for on in (n % 2 == 0, n % 2 == 1):
+            started = time.perf_counter()
+            clients[on].enqueue("bench.job", {}, allow_unknown=True)
+            if n >= 20:  # after a warm-up
+                calls[on].append(time.perf_counter() - started)
+    for client in clients.values():
+        client.close()
+    median_on, median_off = (statistics.median(calls[flag]) * 1e3 for flag in (True, False))
+    spec = JobSpec("bench.job", "{}", "default", 0, 5)
+    group = _Group(threading.Lock(), threading.Event())
+
+    def bookkeeping() -> None:
+        call = _ThreadCall(spec)
+        group.join(call)
+        group.gather()
+        group.gathered(call)
+        group.next()
+
+    cost = min(timeit.repeat(bookkeeping, number=2000, repeat=5)) / 2000 * 1e6
+    print(
+        f"one producer, call by call: group commit on {median_on:.2f} ms, off {median_off:.2f} ms"
+        f" (median of {count} each; on/off {median_on / median_off:.2f}); the group's"
+        " bookkeeping per lone "
+        f"call {cost:.1f} us of CPU"
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dsn", help="an existing server (default: a new embedded one)")
@@ -154,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p.add_argument(
         "--kinds",
         default="sync",
-        help="library calls to measure: sync,async,keyed (comma-separated)",
+        help="library calls to measure: sync,async,keyed,group,lone (comma-separated)",
     )
     p.add_argument(
         "--commit-flush",
@@ -176,10 +240,17 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     variants = [("raw", ROOT), ("jobs INSERT", ROOT)]
     for kind in args.kinds.split(","):
+        if kind == "lone":  # measured apart (lone_call)
+            continue
+        if kind == "group":  # this checkout's option, on and off
+            variants += [(f"group {side} {state}", ROOT) for side in ("threads", "tasks")
+                         for state in ("on", "off")]  # fmt: skip
+            continue
         label = {"sync": "PgQueue.enqueue", "async": "PgQueue.enqueue_async"}.get(kind)
         label = label or "PgQueue.enqueue keyed"
         variants += [(f"{label} {name}", tree) for name, tree in trees.items()]
     producer_counts = [int(n) for n in args.producers.split(",")]
+    lone = "lone" in args.kinds.split(",")
     with server(args.dsn) as admin:
         dsn = fresh_database(admin, "pgqueue_enqueue_single")
         # Another checkout gets a database of its own, migrated by its own revisions (a client
@@ -198,6 +269,8 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
         print(machine(dsn), "| fsync, synchronous_commit:", [row[0] for row in durable if row])
         figures: dict[tuple[str, int], list[float]] = {}
         cpu: dict[tuple[str, int], list[float]] = {}
+        if lone:
+            lone_call(dsn, args.count)
         for round_ in range(args.rounds):
             for producers in producer_counts:
                 for variant, tree in variants:
@@ -218,16 +291,25 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
                         if tree == ROOT:
                             conn.execute("TRUNCATE raw_jobs")
             print(f"round {round_ + 1} done", flush=True)
+        if not args.rounds:
+            return figures
         print(f"\n{args.count} jobs per figure, {args.rounds} rounds: median jobs/s (min-max),")
-        print("median of the rounds' ratios to raw, median client CPU per job (us)")
+        print("median of the rounds' ratios to raw (as many producers; one producer), median")
+        print("client CPU per job (us)")
         for producers in producer_counts:
             raw = figures["raw", producers]
+            single = figures.get(("raw", 1))
             for variant, _ in variants:
                 values = figures[variant, producers]
                 ratio = statistics.median(v / r for v, r in zip(values, raw, strict=True))
+                to_single = (
+                    f"  {statistics.median(v / r for v, r in zip(values, single, strict=True)):.2f}"
+                    if single
+                    else ""
+                )
                 print(
                     f"  {producers} producer(s)  {variant:<32} {statistics.median(values):>7,.0f}"
-                    f" ({min(values):,.0f}-{max(values):,.0f})  {ratio:.2f}"
+                    f" ({min(values):,.0f}-{max(values):,.0f})  {ratio:.2f}{to_single}"
                     f"  {statistics.median(cpu[variant, producers]):>5,.0f} us"
                 )
     return figures

@@ -178,30 +178,70 @@ def _paced(
     return sent
 
 
+def _threads() -> int:
+    """Producer threads per process (``BENCH_PRODUCER_THREADS``, default 1), sharing its rate."""
+    return int(os.environ.get("BENCH_PRODUCER_THREADS", "1"))
+
+
+def _in_threads(
+    make: Callable[[], Callable[[], int]], rate: float, seconds: float, start_at: float
+) -> list[tuple[int, float, float]]:
+    """_paced in each of _threads() threads, at an even share of ``rate`` each, staggered
+    over one period so that the calls arrive spread out, not in waves."""
+    threads = _threads()
+    sent: list[tuple[int, float, float]] = []
+    share = rate / threads
+
+    def run(n: int) -> None:
+        sent.extend(_paced(make(), share, seconds, start_at + n / rate))
+
+    running = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    return sent
+
+
 def produce_steady(
     dsn: str, task: str, rate: float, seconds: float, start_at: float
 ) -> list[tuple[int, float, float]]:
-    """One job per transaction with ``PgQueue.enqueue`` (see _paced)."""
-    with PgQueue(dsn, pool_size=1) as app:
+    """One job per transaction with ``PgQueue.enqueue`` (see _paced), from _threads() threads
+    sharing one client (``BENCH_GROUP_COMMIT=off``: without group commit)."""
+    options: dict[str, Any] = {}
+    if os.environ.get("BENCH_GROUP_COMMIT"):
+        options["group_commit"] = os.environ["BENCH_GROUP_COMMIT"] == "on"
+    with PgQueue(dsn, pool_size=_threads(), **options) as app:
         app.enqueue_many([])  # open the pool before the clock starts
-        return _paced(lambda: int(app.enqueue(task, {})), rate, seconds, start_at)
+        return _in_threads(lambda: lambda: int(app.enqueue(task, {})), rate, seconds, start_at)
 
 
 def produce_raw(
     dsn: str, rate: float, seconds: float, start_at: float
 ) -> list[tuple[int, float, float]]:
-    """A one-row INSERT per transaction into ``raw_steady`` (see _paced): the ceiling."""
+    """A one-row INSERT per transaction into ``raw_steady`` (see _paced): the ceiling; a
+    connection per thread (_threads())."""
     import psycopg
 
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        insert = "INSERT INTO raw_steady (args) VALUES ('{}') RETURNING id"
+    insert = "INSERT INTO raw_steady (args) VALUES ('{}') RETURNING id"
+    opened: list[psycopg.Connection[Any]] = []
+
+    def make() -> Callable[[], int]:
+        conn = psycopg.connect(dsn, autocommit=True)
+        opened.append(conn)
 
         def enqueue() -> int:
             row = conn.execute(insert, prepare=True).fetchone()
             assert row is not None
             return int(row[0])
 
-        return _paced(enqueue, rate, seconds, start_at)
+        return enqueue
+
+    try:
+        return _in_threads(make, rate, seconds, start_at)
+    finally:
+        for conn in opened:
+            conn.close()
 
 
 if __name__ == "__main__":

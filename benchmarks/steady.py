@@ -1,6 +1,7 @@
 """Steady load and idle latency, this checkout against others in the same rounds, fsync on.
 
     python -m benchmarks.steady [--dsn DSN] [--rates 2000,5000] [--seconds 10] [--producers 4]
+                                [--producer-threads 1] [--group-commit-off]
                                 [--latency-jobs 1000] [--latency-rate 100] [--runs 3]
                                 [--no-raw] [--tree PATH ...]
 
@@ -11,7 +12,10 @@ import that checkout, as in `benchmarks.latency`):
 * **steady load**, per rate: two ``pgq work --concurrency 64`` processes running an ``async
   def`` no-op, and ``--producers`` processes sharing the rate, one job per transaction with
   ``PgQueue.enqueue``, all starting at the same moment (a producer that falls behind sends
-  fewer jobs, it does not run longer).
+  fewer jobs, it does not run longer). ``--producer-threads N``: each producer process runs N
+  threads sharing its rate and one client, as a threaded web server does (group commit
+  writes the calls that arrive together in one transaction); ``--group-commit-off`` adds a
+  column, this checkout with ``PgQueue(group_commit=False)``.
   Figures: the rate the producers reached, their enqueue call p50/p99, enqueue -> start
   p50/p99/p99.9 (wall clock, same machine), the backlog (due and unfinished jobs, sampled every
   0.25 s: least-squares growth and peak), the notifications producers sent per 1,000 jobs
@@ -64,6 +68,7 @@ Sent = tuple[float, float]  # sent, the enqueue returned (wall clock)
 AFTER = 2.0  # seconds of empty queue whose claims are counted
 SETTLE = 30.0  # longest wait for the last jobs to start
 PRODUCERS_START = 5.0  # seconds for the producer processes to start: they begin together
+GROUP_COMMIT_OFF = "this, group commit off"
 
 
 def tree_dir(env: dict[str, str]) -> str:
@@ -328,6 +333,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     p.add_argument("--rates", default="2000,5000", help="comma-separated jobs/s")
     p.add_argument("--seconds", type=float, default=10.0, help="length of each steady load")
     p.add_argument("--producers", type=int, default=4)
+    p.add_argument("--producer-threads", type=int, default=1, help="threads per producer process")
+    p.add_argument(
+        "--group-commit-off",
+        action="store_true",
+        help="add this checkout with group commit off as a column",
+    )
     p.add_argument("--latency-jobs", type=int, default=1000)
     p.add_argument("--latency-rate", type=float, default=100.0)
     p.add_argument("--quiet-jobs", type=int, default=10)
@@ -353,6 +364,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
         dsn = fresh_database(admin, "pgqueue_steady")
         print(machine(dsn), flush=True)
         envs = latency.environments(trees, Path(tmp))
+        if args.group_commit_off:
+            envs[GROUP_COMMIT_OFF] = {**envs["this"], "BENCH_GROUP_COMMIT": "off"}
+        threads = {"BENCH_PRODUCER_THREADS": str(args.producer_threads)}
+        os.environ.update(threads)  # the ceilings' producers
+        envs = {name: {**env, **threads} for name, env in envs.items()}
         for run in range(args.runs):
             for rate in rates if args.raw else []:
                 for kind, column in CEILINGS.items():
@@ -380,7 +396,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
                     add(f"quiet, a job every {args.quiet_gap:g} s", name, figures)
                     print(f"run {run + 1} {name} quiet: {figures}", flush=True)
         print()
-        print(table(results, [*trees, *(CEILINGS.values() if args.raw else [])]), flush=True)
+        print(table(results, [*envs, *(CEILINGS.values() if args.raw else [])]), flush=True)
         print("BENCH-RESULT " + json.dumps(results), flush=True)
     return results
 

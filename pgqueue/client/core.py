@@ -27,6 +27,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue.client.events import EventMethods
+from pgqueue.client.group_commit import GroupCommit
 from pgqueue.client.job_methods import JobMethods
 from pgqueue.client.names import TaskNames, check_arguments, registered_in_process
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
@@ -69,6 +70,10 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
     a DSN is called when the queue first connects. ``prepare=False``
     turns server-side prepared statements off (behind PgBouncer < 1.21 in transaction mode).
     ``check_task_names=False`` accepts any task name at enqueue (see :meth:`enqueue`).
+    ``group_commit`` (on by default): single enqueues without ``conn=`` that threads (or tasks
+    on one event loop) make while the client's previous commit is in flight are written
+    together, in one transaction, each call returning its own id once that committed; a call
+    that finds nothing in flight commits at once, alone (:mod:`pgqueue.client.group_commit`).
 
     The client holds the task registry and what an application does with its jobs (enqueue,
     publish, workflows, results, progress, cancel); the operators' side lives in its parts,
@@ -84,6 +89,7 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         prepare: bool = True,
         pool: ConnectionPool | AsyncConnectionPool | None = None,
         check_task_names: bool = True,
+        group_commit: bool = True,
     ) -> None:
         if max_payload_bytes <= 0:
             raise ConfigurationError("max_payload_bytes must be positive")
@@ -98,6 +104,8 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         self.extra_queues: list[str] = []
         # The names enqueue accepts (pgqueue.client.names): registered, or declared by workers.
         self._names = TaskNames(self.tasks, check=check_task_names)
+        # Concurrent single enqueues without conn= written together (pgqueue.client.group_commit).
+        self._group_commit = GroupCommit(self, enabled=group_commit)
 
     # -- the parts (each module is imported on first use: enqueueing needs none of them) ----
 
@@ -135,6 +143,12 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
     def dsn(self) -> str:
         """The DSN in use (starts the embedded server when none is configured)."""
         return self._pools.dsn
+
+    @property
+    def group_commit(self) -> bool:
+        """Whether concurrent enqueues without ``conn=`` are written together (see
+        :class:`PgQueue`)."""
+        return self._group_commit.enabled
 
     @property
     def pool_size(self) -> int:
@@ -475,6 +489,8 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         return self._enqueue_spec(spec, conn)
 
     def _enqueue_spec(self, spec: JobSpec, conn: object | None) -> JobId:
+        if conn is None and self._group_commit.takes(spec):
+            return self._group_commit.enqueue(spec)
         return self._write(
             partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
         )
@@ -492,6 +508,8 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         return await self._enqueue_spec_async(spec, conn)
 
     async def _enqueue_spec_async(self, spec: JobSpec, conn: object | None) -> JobId:
+        if conn is None and self._group_commit.takes(spec):
+            return await self._group_commit.enqueue_async(spec)
         return await self._write_async(
             partial(enqueue_one, spec), conn, atomic=spec.needs_transaction, wait=spec.wait_if_full
         )

@@ -147,6 +147,10 @@ FRAGMENTS: dict[str, str] = {
     "job_input_copy_values": ", ".join(map(_from_arrays, _COPIED)),
     "job_input_copy_arrays": ", ".join(map(_array_param, _COPIED)),
     "job_input_ready_columns": ", ".join(c.name for c in (JOB_INPUT[0], *_CORE)),
+    # The single INSERT's columns for many jobs, one array per column (a group commit:
+    # ``insert_job_group``), and their values named as the columns.
+    "job_input_plain_arrays": ", ".join(map(_array_param, _PLAIN)),
+    "job_input_plain_values": ", ".join(f"{_from_arrays(c)} AS {c.name}" for c in _PLAIN),
 }
 
 # -- the readers, generated once from the table --------------------------------------------
@@ -253,6 +257,22 @@ copy_rows: Callable[[Sequence[JobSpec], Sequence[int], datetime, str], list[tupl
         f"            for s, job_id in zip(specs, ids)]\n",
     )
 )
+
+
+plain_row: Callable[[JobSpec], tuple[Any, ...]] = _generated(
+    "plain_row",
+    """One job's values of the single INSERT's plain columns (for :func:`plain_arrays`).""",
+    f"def plain_row(s):\n    return ({_reads(_PLAIN)},)\n",
+)
+
+
+def plain_arrays(specs: Sequence[JobSpec]) -> dict[str, list[Any]]:
+    """The parameters of ``insert_job_group``: :func:`single_params` of many jobs, one array
+    per parameter (``{{job_input_plain_arrays}}``, then ``run_at`` and ``delay``)."""
+    arrays = input_arrays([plain_row(spec) for spec in specs], _PLAIN)
+    arrays["run_at"] = [spec.run_at for spec in specs]
+    arrays["delay"] = [spec.delay for spec in specs]
+    return arrays
 
 
 def due_at(spec: JobSpec, db_now: datetime) -> datetime:

@@ -35,10 +35,17 @@ def test_sleep_jobs_and_single_enqueue_produce_figures(pg_server):
     ]
     sleeping = sleep_jobs.main(["--dsn", pg_server.admin_dsn, *args])
     assert sleeping["sync this"][0] > 0
+    counts = ["--count", "20", "--rounds", "1", "--producers", "2"]
     figures = enqueue_single.main(
-        ["--dsn", pg_server.admin_dsn, "--count", "20", "--rounds", "1", "--producers", "2"]
+        ["--dsn", pg_server.admin_dsn, *counts, "--kinds", "sync,group,lone"]
     )
-    assert {variant for variant, _ in figures} == {"raw", "jobs INSERT", "PgQueue.enqueue this"}
+    grouped = {f"group {side} {state}" for side in ("threads", "tasks") for state in ("on", "off")}
+    assert {variant for variant, _ in figures} == {
+        "raw",
+        "jobs INSERT",
+        "PgQueue.enqueue this",
+        *grouped,
+    }
     assert all(values[0] > 0 for values in figures.values())
     kinds = ["--kinds", "sync,async,keyed", "--commit-flush", "off", "--producers", "1"]
     figures = enqueue_single.main(
@@ -51,8 +58,10 @@ def test_steady_load_produces_every_figure(pg_server):
     # (The idle-latency parts are latency.run_once, run by the test above.)
     args = ["--rates", "100", "--seconds", "1", "--producers", "2", "--latency-jobs", "0"]
     only = ["--quiet-jobs", "0", "--no-raw", "--runs", "1", "--allow-fsync-off"]
-    results = steady.main(["--dsn", pg_server.admin_dsn, *args, *only])
-    (load,) = results.values()
-    assert set(load) == set(steady.FIGURES) - {"max"}
-    assert load["reached"][0] > 0
-    assert load["p50"][0] > 0
+    threads = ["--producer-threads", "2", "--group-commit-off"]
+    results = steady.main(["--dsn", pg_server.admin_dsn, *args, *only, *threads])
+    assert set(results) == {"steady 100 this", f"steady 100 {steady.GROUP_COMMIT_OFF}"}
+    for load in results.values():
+        assert set(load) == set(steady.FIGURES) - {"max"}
+        assert load["reached"][0] > 0
+        assert load["p50"][0] > 0

@@ -107,3 +107,24 @@ SELECT pgqueue.mark_keyed(%(tasks)s::text[])
 -- name: jobs_by_idempotency_keys
 -- Through a SECURITY DEFINER function, so a producer role needs no SELECT on pgqueue.jobs.
 SELECT k.idempotency_key, k.id FROM pgqueue.job_ids_by_key(%(keys)s::text[]) AS k
+
+-- name: insert_job_group
+-- Group commit (pgqueue/client/group_commit.py): insert_job for the jobs of several callers in
+-- one statement (one transaction, one WAL flush), with insert_job's columns and rules. Each
+-- job's id comes back in its place in the arrays: NULL where its queue is bounded or fair
+-- (that job then goes through enqueue_input alone, as a single enqueue does).
+WITH given AS MATERIALIZED (
+    SELECT u.n, nextval('pgqueue.jobs_id_seq') AS id,
+           coalesce(u.run_at, now() + u.delay, now()) AS due, {{job_input_plain_values}}
+      FROM unnest({{job_input_plain_arrays}}, %(run_at)s::timestamptz[], %(delay)s::interval[])
+           WITH ORDINALITY AS u({{job_input_plain_columns}}, run_at, delay, n)
+), written AS (
+    INSERT INTO pgqueue.jobs (id, run_at, state, {{job_input_plain_columns}})
+    SELECT g.id, g.due, CASE WHEN g.due > now() THEN 'scheduled' ELSE 'ready' END,
+           {{job_input_plain_columns}}
+      FROM given AS g
+     WHERE NOT EXISTS (SELECT FROM pgqueue.queues AS qs
+                        WHERE qs.name = g.queue AND (qs.max_depth IS NOT NULL OR qs.fair))
+    RETURNING id
+)
+SELECT w.id FROM given AS g LEFT JOIN written AS w ON w.id = g.id ORDER BY g.n

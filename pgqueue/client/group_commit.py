@@ -1,0 +1,563 @@
+"""Group commit: single ``enqueue`` calls without ``conn=`` that arrive while the client's
+previous commit is in flight are written together, in one statement per kind of job (one
+transaction, one round trip, one WAL flush), and each caller returns its own job's id once the
+statement that wrote it committed.
+
+Leader and followers, the classic group commit, with no fixed wait: a call that finds nothing
+in flight commits at once, alone, by the ordinary single-job plan (a lone producer waits for
+nothing and sends what it always sent); calls that arrive meanwhile queue up, and when the
+commit in flight ends, the queue is written as one batch (up to :data:`MOST_JOBS` jobs and
+:data:`MOST_BYTES` of arguments) while newer calls queue behind it. One commit is in flight per
+group: a client's threads are one group, its tasks on one event loop another (a pool serves one
+loop). Threads: the thread of the batch's first call writes it while the others wait.
+Tasks: a task of the client writes one batch after another while calls queue, so a cancelled
+caller never cancels the others' write (a caller cancelled before its batch was taken is simply
+not written).
+
+What each caller gets is what its single enqueue would have given it
+(:mod:`pgqueue.db.group_plans`). A statement the database refuses wrote nothing: each of its
+jobs is then written alone, so a bad job fails alone with its own error; a connection lost while
+a statement was in flight leaves that statement's outcome unknown, so its callers get that
+error, as a single enqueue's caller would. Only the client's own transactions are grouped: a
+call with ``conn=`` runs in the caller's transaction, untouched.
+
+The write of a batch (:meth:`GroupCommit._flush_async`) and a call's part
+(:meth:`GroupCommit._attempt_async`, :meth:`GroupCommit.enqueue_async`) are written once, async;
+their sync twins are generated (``make sync-twins``). What differs is how a call waits and who
+writes the next batch: ``_join``, ``_outcome`` and ``_after``, one small method per side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from collections import deque
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
+from typing import Any, Protocol, TypeVar
+
+import psycopg
+
+from pgqueue.client.room import Room
+from pgqueue.db import plan as plans
+from pgqueue.db.enqueue_plans import enqueue_one
+from pgqueue.db.group_plans import group_writes, groupable
+from pgqueue.errors import PgQueueError
+from pgqueue.rules.job_specs import JobId, JobSpec
+
+T = TypeVar("T")
+
+#: The most jobs one batch writes, and the most bytes of arguments and metadata (a first job
+#: larger than that is written all the same, alone).
+MOST_JOBS = 1000
+MOST_BYTES = 4 * 1024 * 1024
+#: The longest a leader waits for the callers that came with it last time (when the previous
+#: commit wrote several calls; never for a lone producer): they come back together.
+GATHER_WINDOW = 0.001
+
+Outcome = JobId | Exception
+
+
+class Pooled(Protocol):
+    """What a group commit uses of its client (a :class:`~pgqueue.PgQueue`): plans driven on
+    its pooled connections, and a pooled connection."""
+
+    def run(
+        self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
+    ) -> T: ...
+
+    async def run_async(
+        self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
+    ) -> T: ...
+
+    def connection(
+        self, conn: object | None = None
+    ) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+
+    def connection_async(
+        self, conn: object | None = None
+    ) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+
+class _Signal(Protocol):
+    """A threading.Event or an asyncio.Event: what a gathering leader waits on."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+class _Call:
+    """A call waiting in a group: its job and, once settled, what it gets."""
+
+    __slots__ = ("outcome", "size", "spec")
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self.size = len(spec.args_json) + len(spec.meta_json or "")
+        self.outcome: Outcome | None = None
+
+    @property
+    def abandoned(self) -> bool:
+        """Its caller stopped waiting (a cancelled task): not written if not yet taken."""
+        return False
+
+    def queued(self) -> None:
+        """It waits behind a commit in flight (a call that commits at once never does)."""
+
+    def settle(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    def result(self) -> JobId:
+        outcome = self.outcome
+        assert outcome is not None, "a call is settled before its caller reads it"
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+class _ThreadCall(_Call):
+    __slots__ = ("event", "leads")
+
+    def __init__(self, spec: JobSpec) -> None:
+        super().__init__(spec)
+        #: What its thread waits on, made only when it waits (most calls never do).
+        self.event: threading.Event | None = None
+        #: Its thread writes the next batch (the commit before it ended).
+        self.leads = False
+
+    def queued(self) -> None:
+        self.event = threading.Event()
+
+    def settle(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        if self.event is not None:  # (a leader's own call is settled by its own thread)
+            self.event.set()
+
+    def wake(self) -> None:
+        assert self.event is not None, "only a queued call is settled by another"
+        self.event.set()
+
+    def wait(self) -> None:
+        assert self.event is not None, "only a queued call waits"
+        self.event.wait()
+
+
+class _TaskCall(_Call):
+    __slots__ = ("future",)
+
+    def __init__(self, spec: JobSpec, future: asyncio.Future[JobId]) -> None:
+        super().__init__(spec)
+        self.future = future
+
+    @property
+    def abandoned(self) -> bool:
+        return self.future.done()
+
+    def settle(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        if self.future.done():
+            return
+        if isinstance(outcome, Exception):
+            self.future.set_exception(outcome)
+        else:
+            self.future.set_result(outcome)
+
+
+class _Group:
+    """The calls of one group: whether a commit is in flight, and the calls queued behind it
+    (the same rules for threads, under a lock, and for one loop's tasks)."""
+
+    __slots__ = ("busy", "gathering", "lock", "queue", "recent", "signal")
+
+    def __init__(self, lock: AbstractContextManager[Any], signal: _Signal) -> None:
+        self.lock = lock
+        self.busy = False
+        self.queue: deque[_Call] = deque()
+        #: How many calls the group's last commit wrote: the callers seen lately.
+        self.recent = 1
+        #: A leader waits for the callers seen lately (see :meth:`gather`); ``signal`` tells
+        #: it they are all there.
+        self.gathering = False
+        self.signal = signal
+
+    def join(self, call: _Call) -> bool:
+        """Queue ``call`` behind the commit in flight; True when there is none: the call
+        leads (it commits at once, or gathers first: :meth:`gather`), and the group is busy
+        until :meth:`next` finds nothing queued."""
+        with self.lock:
+            if self.busy:
+                call.queued()
+                self.queue.append(call)
+                if self.gathering and len(self.queue) >= self.recent - 1:
+                    self.signal.set()
+                return False
+            self.busy = True
+            return True
+
+    def gather(self) -> bool:
+        """A leader is about to commit: True when it should wait (up to
+        :data:`GATHER_WINDOW`, until ``signal``) for the others that came with it last time.
+        Only after a commit of several calls: a lone producer never waits."""
+        with self.lock:
+            if self.recent <= 1 or len(self.queue) >= self.recent - 1:
+                return False
+            self.gathering = True
+            self.signal.clear()
+            return True
+
+    def ungather(self) -> None:
+        """The leader stopped gathering without a batch (interrupted)."""
+        with self.lock:
+            self.gathering = False
+
+    def gathered(self, leader: _Call) -> list[_Call]:
+        """The leader's batch: its call, then the ones queued meanwhile."""
+        with self.lock:
+            self.gathering = False
+            batch = [leader, *self._take()] if self.queue else [leader]
+            self.recent = len(batch)
+            return batch
+
+    def take(self) -> list[_Call]:
+        """The next batch: the queued calls in the order they came, up to the limits."""
+        with self.lock:
+            batch = self._take()
+            self.recent = max(1, len(batch))
+            return batch
+
+    def _take(self) -> list[_Call]:
+        batch: list[_Call] = []
+        size = 0
+        queue = self.queue
+        while queue and len(batch) < MOST_JOBS:
+            call = queue[0]
+            if call.abandoned:
+                queue.popleft()
+                continue
+            if batch and size + call.size > MOST_BYTES:
+                break
+            batch.append(queue.popleft())
+            size += call.size
+        return batch
+
+    def next(self) -> _Call | None:
+        """A commit ended: the first call queued (the next batch starts with it; a thread's
+        call is marked to lead it, under the lock that :meth:`withdraw` takes), or None and
+        the group is idle."""
+        with self.lock:
+            while self.queue and self.queue[0].abandoned:
+                self.queue.popleft()
+            if self.queue:
+                first = self.queue[0]
+                if isinstance(first, _ThreadCall):
+                    first.leads = True
+                return first
+            self.busy = False
+            return None
+
+    def abort(self) -> list[_Call]:
+        """The writer stopped (its event loop is closing): the calls still queued, to settle
+        with an error; the group is idle again."""
+        with self.lock:
+            calls = list(self.queue)
+            self.queue.clear()
+            self.busy = False
+            return calls
+
+    def withdraw(self, call: _Call) -> bool:
+        """A waiting caller gives up (an interrupted thread): ``call`` leaves the queue if it
+        is still there. True when it was to write the next batch (someone else must)."""
+        with self.lock:
+            if call in self.queue:
+                self.queue.remove(call)
+                return isinstance(call, _ThreadCall) and call.leads
+            return False
+
+
+class GroupCommit:
+    """The group commit of one client (see the module docstring). ``enabled=False``: every
+    call writes alone, as without it."""
+
+    def __init__(self, client: Pooled, *, enabled: bool) -> None:
+        self._client = client
+        self.enabled = enabled
+        self._threads = _Group(threading.Lock(), threading.Event())
+        # One group per event loop (its pool serves that loop only); a loop's tasks share it
+        # without a lock.
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Group] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._writers: set[asyncio.Task[None]] = set()
+
+    def takes(self, spec: JobSpec) -> bool:
+        """Whether a call without ``conn=`` for ``spec`` goes through the group."""
+        return self.enabled and groupable(spec)
+
+    # sync-twin: async source
+    async def enqueue_async(self, spec: JobSpec) -> JobId:
+        """Write ``spec`` with the calls that arrive meanwhile; its id once committed. A full
+        queue is waited for as a single enqueue waits (``wait_if_full``: each attempt joins
+        the group again)."""
+        room = Room(spec.wait_if_full)
+        while True:
+            with room.attempt():
+                return await self._attempt_async(spec)
+            await asyncio.sleep(room.pause())
+
+    async def _attempt_async(self, spec: JobSpec) -> JobId:
+        group, call, leads = self._join_async(spec)
+        if not leads:
+            return await self._outcome_async(group, call)
+        # Nothing in flight: this call leads (after waiting for those that came with it last
+        # time, if several did).
+        batch = await self._gather_async(group, call)
+        if len(batch) > 1:
+            return await self._lead_async(group, batch)
+        try:  # alone: commit at once, as a single enqueue does
+            return await self._client.run_async(enqueue_one(spec))
+        finally:
+            self._after_async(group)
+
+    async def _flush_async(self, batch: list[_Call]) -> None:
+        """Write a batch and settle each of its calls; a call whose statement was refused (or
+        whose queue is bounded or fair) is written alone."""
+        batch = [call for call in batch if not call.abandoned]  # cancelled before it was sent
+        try:
+            alone = await self._together_async(batch) if len(batch) > 1 else batch
+            for call in alone:
+                call.settle(await self._alone_async(call.spec))
+        except BaseException as exc:
+            # Interrupted (a cancelled writer): no caller is left waiting.
+            error = exc if isinstance(exc, Exception) else _interrupted()
+            for call in batch:
+                if call.outcome is None:
+                    call.settle(error)
+            raise
+
+    async def _together_async(self, batch: list[_Call]) -> list[_Call]:
+        """Write the batch's jobs together, one statement per kind; the calls left to write
+        alone."""
+        alone: list[_Call] = []
+        try:
+            async with self._client.connection_async() as conn:
+                for places, plan in group_writes([call.spec for call in batch]):
+                    try:
+                        if conn.autocommit:
+                            ids = await plans.run_async(plan, conn)
+                        else:  # an application's pool: its connections commit when told to
+                            async with conn.transaction():
+                                ids = await plans.run_async(plan, conn)
+                    except Exception:
+                        if conn.broken:
+                            raise  # in flight when the connection went: its outcome is unknown
+                        alone.extend(batch[n] for n in places)  # refused: nothing written
+                        continue
+                    for n, job_id in zip(places, ids, strict=True):
+                        if job_id is None:
+                            alone.append(batch[n])
+                        else:
+                            batch[n].settle(job_id)
+        except Exception as exc:
+            # No connection, or it went: each caller gets that error, as it would alone.
+            for call in batch:
+                if call.outcome is None and call not in alone:
+                    call.settle(exc)
+        return alone
+
+    async def _alone_async(self, spec: JobSpec) -> Outcome:
+        try:
+            return await self._client.run_async(enqueue_one(spec))
+        except Exception as exc:
+            return exc
+
+    # sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+    def enqueue(self, spec: JobSpec) -> JobId:
+        """Write ``spec`` with the calls that arrive meanwhile; its id once committed. A full
+        queue is waited for as a single enqueue waits (``wait_if_full``: each attempt joins
+        the group again)."""
+        room = Room(spec.wait_if_full)
+        while True:
+            with room.attempt():
+                return self._attempt(spec)
+            time.sleep(room.pause())
+
+    def _attempt(self, spec: JobSpec) -> JobId:
+        group, call, leads = self._join(spec)
+        if not leads:
+            return self._outcome(group, call)
+        # Nothing in flight: this call leads (after waiting for those that came with it last
+        # time, if several did).
+        batch = self._gather(group, call)
+        if len(batch) > 1:
+            return self._lead(group, batch)
+        try:  # alone: commit at once, as a single enqueue does
+            return self._client.run(enqueue_one(spec))
+        finally:
+            self._after(group)
+
+    def _flush(self, batch: list[_Call]) -> None:
+        """Write a batch and settle each of its calls; a call whose statement was refused (or
+        whose queue is bounded or fair) is written alone."""
+        batch = [call for call in batch if not call.abandoned]  # cancelled before it was sent
+        try:
+            alone = self._together(batch) if len(batch) > 1 else batch
+            for call in alone:
+                call.settle(self._alone(call.spec))
+        except BaseException as exc:
+            # Interrupted (a cancelled writer): no caller is left waiting.
+            error = exc if isinstance(exc, Exception) else _interrupted()
+            for call in batch:
+                if call.outcome is None:
+                    call.settle(error)
+            raise
+
+    def _together(self, batch: list[_Call]) -> list[_Call]:
+        """Write the batch's jobs together, one statement per kind; the calls left to write
+        alone."""
+        alone: list[_Call] = []
+        try:
+            with self._client.connection() as conn:
+                for places, plan in group_writes([call.spec for call in batch]):
+                    try:
+                        if conn.autocommit:
+                            ids = plans.run(plan, conn)
+                        else:  # an application's pool: its connections commit when told to
+                            with conn.transaction():
+                                ids = plans.run(plan, conn)
+                    except Exception:
+                        if conn.broken:
+                            raise  # in flight when the connection went: its outcome is unknown
+                        alone.extend(batch[n] for n in places)  # refused: nothing written
+                        continue
+                    for n, job_id in zip(places, ids, strict=True):
+                        if job_id is None:
+                            alone.append(batch[n])
+                        else:
+                            batch[n].settle(job_id)
+        except Exception as exc:
+            # No connection, or it went: each caller gets that error, as it would alone.
+            for call in batch:
+                if call.outcome is None and call not in alone:
+                    call.settle(exc)
+        return alone
+
+    def _alone(self, spec: JobSpec) -> Outcome:
+        try:
+            return self._client.run(enqueue_one(spec))
+        except Exception as exc:
+            return exc
+
+    # sync-twin: end
+
+    # -- how a call waits and who writes the next batch, per side -------------------------
+
+    def _join(self, spec: JobSpec) -> tuple[_Group, _ThreadCall, bool]:
+        call = _ThreadCall(spec)
+        return self._threads, call, self._threads.join(call)
+
+    def _gather(self, group: _Group, call: _ThreadCall) -> list[_Call]:
+        if group.gather():
+            assert isinstance(group.signal, threading.Event)
+            try:
+                group.signal.wait(GATHER_WINDOW)
+            except BaseException:  # interrupted while gathering: the queue goes on
+                group.ungather()
+                self._after(group)
+                raise
+        return group.gathered(call)
+
+    def _lead(self, group: _Group, batch: list[_Call]) -> JobId:
+        try:
+            self._flush(batch)
+        finally:
+            self._after(group)
+        return batch[0].result()
+
+    def _outcome(self, group: _Group, call: _ThreadCall) -> JobId:
+        try:
+            call.wait()
+            if call.outcome is None:  # woken to write the next batch, this call first
+                try:
+                    self._flush(group.take())
+                finally:
+                    self._after(group)
+        except BaseException:
+            if group.withdraw(call):
+                self._after(group)
+            raise
+        return call.result()
+
+    def _after(self, group: _Group) -> None:
+        following = group.next()
+        if isinstance(following, _ThreadCall):
+            following.wake()  # (marked to lead by next())
+
+    def _join_async(self, spec: JobSpec) -> tuple[_Group, _TaskCall, bool]:
+        loop = asyncio.get_running_loop()
+        group = self._loops.get(loop)
+        if group is None:
+            group = self._loops[loop] = _Group(nullcontext(), asyncio.Event())
+        call = _TaskCall(spec, loop.create_future())
+        return group, call, group.join(call)
+
+    async def _gather_async(self, group: _Group, call: _TaskCall) -> list[_Call]:
+        if group.gather():
+            assert isinstance(group.signal, asyncio.Event)
+            try:
+                await asyncio.wait_for(group.signal.wait(), GATHER_WINDOW)
+            except TimeoutError:
+                pass
+            except BaseException:  # cancelled while gathering: the queue goes on
+                group.ungather()
+                self._after_async(group)
+                raise
+        return group.gathered(call)
+
+    async def _lead_async(self, group: _Group, batch: list[_Call]) -> JobId:
+        # A task of the client's writes the batch, so a cancelled leader cancels nobody
+        # else's write.
+        self._start_writer(group, batch)
+        leader = batch[0]
+        assert isinstance(leader, _TaskCall)
+        return await leader.future
+
+    async def _outcome_async(self, group: _Group, call: _TaskCall) -> JobId:
+        return await call.future
+
+    def _after_async(self, group: _Group) -> None:
+        if group.next() is not None:
+            self._start_writer(group, [])
+
+    def _start_writer(self, group: _Group, batch: list[_Call]) -> None:
+        writer = asyncio.get_running_loop().create_task(
+            self._write_queued_async(group, batch), name="pgqueue-group-commit"
+        )
+        self._writers.add(writer)
+        writer.add_done_callback(self._writers.discard)
+
+    async def _write_queued_async(self, group: _Group, batch: list[_Call]) -> None:
+        """``batch``, then one batch after another while calls queue (a task of the
+        client's)."""
+        try:
+            while True:
+                if batch:
+                    await self._flush_async(batch)
+                if group.next() is None:
+                    return
+                batch = group.take()
+        except BaseException:
+            for call in group.abort():
+                call.settle(_interrupted())
+            raise
+
+
+def _interrupted() -> PgQueueError:
+    return PgQueueError(
+        "enqueue interrupted while the jobs written with it were being committed: "
+        "it may or may not have been written"
+    )
