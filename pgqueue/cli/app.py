@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from pgqueue._version import __version__
-from pgqueue.cli import control, dashboard_cmd, jobs, ops, roles, worker_cmds
+from pgqueue.cli import control, dashboard_cmd, jobs, maintain_cmd, ops, roles, worker_cmds
 from pgqueue.cli.common import (
     DsnOption,
     JsonOption,
@@ -60,6 +60,9 @@ app.command(
     "work", epilog=example("pgq work myapp.tasks:pgq --queue emails,reports --concurrency 4:32")
 )(worker_cmds.work)
 app.command("reaper", epilog=example("pgq reaper --interval 10s"))(worker_cmds.reaper)
+app.command("maintain", epilog=example("pgq maintain --dsn postgresql://owner@db/app --once"))(
+    maintain_cmd.maintain
+)
 app.command("cancel", epilog=example("pgq cancel 1042 1043"))(control.cancel)
 app.command("pause", epilog=example("pgq pause emails"))(control.pause)
 app.command("resume", epilog=example("pgq resume emails"))(control.resume)
