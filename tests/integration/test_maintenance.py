@@ -32,6 +32,7 @@ from pgqueue.db.roles import RoleNames
 from pgqueue.handler.job_context import CLAIMED_COLUMNS
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.maintainer import Maintainer, Report
+from pgqueue.worker.metrics import WorkerMetrics
 from pgqueue.worker.observer import WorkerObserver
 from tests.helpers import wait_for
 
@@ -264,3 +265,14 @@ def test_pgq_maintain_refuses_bad_settings_in_one_line(args, named):
     result = CliRunner().invoke(app, ["maintain", "--once", *args])
     assert result.exit_code == 2
     assert named in result.output and "Traceback" not in result.output
+
+
+def test_each_step_is_a_metric():
+    metrics = WorkerMetrics()
+    metrics.maintained("reindex", "jobs_pkey", 7_000_000)
+    metrics.maintained("gave_up", "jobs", 0)
+    sample = metrics.registry.get_sample_value
+    assert sample("pgqueue_maintenance_total", {"action": "reindex", "relation": "jobs_pkey"}) == 1
+    assert sample("pgqueue_maintenance_total", {"action": "gave_up", "relation": "jobs"}) == 1
+    assert sample("pgqueue_maintenance_reclaimed_bytes_total", {"relation": "jobs_pkey"}) == 7e6
+    assert sample("pgqueue_maintenance_reclaimed_bytes_total", {"relation": "jobs"}) is None
