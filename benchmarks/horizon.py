@@ -2,7 +2,7 @@
 
     python -m benchmarks.horizon [--dsn DSN] [--rate 300] [--producers 2] [--hold-seconds 600]
                                  [--before-seconds 60] [--after-seconds 60] [--window 30]
-                                 [--systems pgqueue,naive]
+                                 [--systems pgqueue,naive] [--maintenance-wait 180]
 
 Starts an embedded PostgreSQL with stock settings (``fsync`` on, ``pg_stat_statements``
 preloaded) unless ``--dsn`` is given. Per system, in a database of its own:
@@ -17,8 +17,11 @@ preloaded) unless ``--dsn`` is given. Per system, in a database of its own:
 * ``--before-seconds`` in, a third connection opens a ``REPEATABLE READ`` transaction, reads
   the queue table once and stays idle in it for ``--hold-seconds``, then rolls back: the
   analytics query, the forgotten ``BEGIN``, the replica with ``hot_standby_feedback``;
-* after the producer stops, the workers drain what is left, then ``VACUUM`` runs on the queue
-  table, as autovacuum would (and ``VACUUM (INDEX_CLEANUP ON)`` after it).
+* after the producer stops, the workers drain what is left; for pgqueue, the workers'
+  maintenance service (pgqueue/worker/maintainer.py, a pass a minute) is given up to
+  ``--maintenance-wait`` seconds to bring the table and its indexes back to at most twice their
+  size before the hold, with no manual step; then ``VACUUM`` runs on the queue table, as
+  autovacuum would (and ``VACUUM (INDEX_CLEANUP ON)`` after it).
 
 Per ``--window`` seconds (by the time a job was sent): enqueue -> handler start p50/p99
 (wall clock, same machine: from the producer's call, its commit included), the jobs started per
@@ -288,6 +291,9 @@ def run_system(system: str, dsn: str, args: argparse.Namespace, tmp: Path) -> Ru
                 max(s.index_bytes for s in run.samples),
             )
             run.sizes["after the drain"] = sizes(conn, table)
+            if system == "pgqueue":
+                waited = wait_for_maintenance(conn, table, run, args.maintenance_wait)
+                run.sizes[f"after the workers' maintenance ({waited:.0f} s)"] = sizes(conn, table)
             conn.execute(f"VACUUM {table}")
             run.sizes["after VACUUM"] = sizes(conn, table)
             conn.execute(f"VACUUM (INDEX_CLEANUP ON) {table}")
@@ -299,6 +305,22 @@ def run_system(system: str, dsn: str, args: argparse.Namespace, tmp: Path) -> Ru
             latency.stop(proc)
     run.starts, _ = steady.starts_and_claims(paths)
     return run
+
+
+def wait_for_maintenance(
+    conn: psycopg.Connection[Any], table: str, run: Run, seconds: float
+) -> float:
+    """Until the workers' maintenance service (a pass every minute by default) brought the
+    table and its indexes back to at most twice their size before the hold, at most
+    ``seconds``: no manual step. How long it took."""
+    goal = [2 * size for size in run.sizes["before the hold"]]
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        now = sizes(conn, table)
+        if all(got <= limit for got, limit in zip(now, goal, strict=True)):
+            break
+        time.sleep(SAMPLE_EVERY)
+    return time.monotonic() - start
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -400,6 +422,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--window", type=float, default=30.0, help="seconds per row")
     p.add_argument("--producers", type=int, default=2, help="processes sharing the rate")
     p.add_argument("--systems", default="pgqueue,naive")
+    p.add_argument(
+        "--maintenance-wait",
+        type=float,
+        default=180.0,
+        help="after the drain, how long to wait for pgqueue's maintenance service to bring\n"
+        "the table and indexes back to <= 2x their size before the hold (no manual step)",
+    )
     p.add_argument(
         "--allow-fsync-off", action="store_true", help="smoke tests: figures mean nothing"
     )

@@ -18,6 +18,7 @@ class Pgq(LazyGroup):
     lazy = {
         "work": command("pgqueue.cli.worker_cmds"),
         "reaper": command("pgqueue.cli.worker_cmds"),
+        "maintain": command("pgqueue.cli.maintain_cmd"),
         "cancel": command("pgqueue.cli.control"),
         "pause": command("pgqueue.cli.control"),
         "resume": command("pgqueue.cli.control"),

@@ -79,6 +79,17 @@ class WorkerMetrics(WorkerObserver):
         self.db_errors = counter(
             "pgqueue_db_errors", "Database errors seen by the worker's services.", ["service"]
         )
+        self.maintenance = counter(
+            "pgqueue_maintenance",
+            "Steps of the maintenance service (action: vacuum, reindex, drop, gave_up).",
+            ["action", "relation"],
+        )
+        self.reclaimed = counter(
+            "pgqueue_maintenance_reclaimed_bytes",
+            "Bytes the maintenance service gave back (a table's or index's size before less "
+            "after).",
+            ["relation"],
+        )
         self.loop_stalls = Counter(
             "pgqueue_event_loop_stalls",
             "Times a handler blocked the worker's event loop past a heartbeat interval.",
@@ -116,6 +127,11 @@ class WorkerMetrics(WorkerObserver):
 
     def db_error(self, service: str) -> None:
         self.db_errors.labels(service).inc()
+
+    def maintained(self, action: str, relation: str, reclaimed: int) -> None:
+        self.maintenance.labels(action, relation).inc()
+        if reclaimed > 0:
+            self.reclaimed.labels(relation).inc(reclaimed)
 
     def loop_stalled(self, seconds: float) -> None:
         self.loop_stalls.inc()

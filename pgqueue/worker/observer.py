@@ -51,6 +51,11 @@ class WorkerObserver:
     def db_error(self, service: str) -> None:
         """A service hit a database error (it will retry)."""
 
+    def maintained(self, action: str, relation: str, reclaimed: int) -> None:
+        """The maintenance service ran ``action`` (vacuum, reindex, drop: a leftover of a failed
+        REINDEX; gave_up: a lock or statement timeout) on ``relation``, reclaiming
+        ``reclaimed`` bytes."""
+
     def loop_stalled(self, seconds: float) -> None:
         """The event loop has not run for ``seconds`` (a handler blocks it); called once per
         stall, from the watchdog's thread (see :mod:`pgqueue.worker.watchdog`)."""
@@ -146,6 +151,9 @@ class Observers(WorkerObserver):
 
     def db_error(self, service: str) -> None:
         self._each("db_error", service)
+
+    def maintained(self, action: str, relation: str, reclaimed: int) -> None:
+        self._each("maintained", action, relation, reclaimed)
 
     def loop_stalled(self, seconds: float) -> None:
         self._each("loop_stalled", seconds)

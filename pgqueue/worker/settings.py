@@ -154,6 +154,19 @@ class WorkerSettings:
             switch=("pruner", "Prune history and dead letters here."),
         ),
     )
+    #: None: this worker does not run the maintenance service (pgqueue/worker/maintainer.py).
+    maintenance_interval: float | None = field(
+        default=60.0,
+        metadata=option(
+            kind="duration",
+            help="How often this worker looks for bloat to reclaim once a held snapshot ended "
+            "(one worker per database does it; needs the tables' owner).",
+            switch=(
+                "maintenance",
+                "VACUUM and REINDEX CONCURRENTLY what a held snapshot bloated (see pgq maintain).",
+            ),
+        ),
+    )
     listen: bool = field(
         default=True, metadata=option(help="LISTEN for wake-ups (else poll only).")
     )
@@ -204,6 +217,8 @@ class WorkerSettings:
             raise ConfigurationError("reaper interval must be positive")
         if self.prune_interval is not None and self.prune_interval <= 0:
             raise ConfigurationError("prune interval must be positive")
+        if self.maintenance_interval is not None and self.maintenance_interval <= 0:
+            raise ConfigurationError("maintenance interval must be positive")
         if self.pool not in ("thread", "process"):
             raise ConfigurationError(f"pool must be 'thread' or 'process', got {self.pool!r}")
         if self.pool != "process" and (

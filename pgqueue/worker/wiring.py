@@ -32,6 +32,7 @@ from pgqueue.worker.heartbeater import Heartbeater
 from pgqueue.worker.holdings import Holdings
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.listener import Listener
+from pgqueue.worker.maintainer import Maintainer
 from pgqueue.worker.observer import WorkerObserver, WorkerStats
 from pgqueue.worker.pruner import Pruner
 from pgqueue.worker.reaper import Reaper
@@ -159,6 +160,16 @@ def assemble(
         supervisor.add(Reaper(store, every=settings.reaper_interval), database, after=fetcher)
     if settings.prune_interval is not None:
         supervisor.add(Pruner(store, every=settings.prune_interval), database, after=fetcher)
+    if settings.maintenance_interval is not None:
+        # VACUUM and REINDEX on a connection of its own, direct (a session lock elects one
+        # maintainer per database: it must not go through a transaction pooler).
+        direct = settings.listen_dsn or dsn
+        maintainer = Maintainer(
+            direct,
+            every=settings.maintenance_interval,
+            application_name=application_name(direct, "maintenance", worker_id),
+        )
+        supervisor.add(maintainer, Outage() if settings.listen_dsn else database, after=fetcher)
     if settings.scheduler:
         scheduler = Scheduler(store, max_interval=settings.scheduler_interval)
         supervisor.add(scheduler, database, after=fetcher)

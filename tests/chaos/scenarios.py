@@ -2,7 +2,8 @@
 ``pytest -m chaos``) and ``full`` (``python -m benchmarks.chaos``).
 
 Every scenario returns a :class:`~tests.chaos.harness.Report`; the caller checks it. Scenario 14
-(durable jobs) lives in :mod:`tests.chaos.durable`.
+(durable jobs) lives in :mod:`tests.chaos.durable`, scenario 15 (a held snapshot) in
+:mod:`tests.chaos.horizon`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tests.chaos.harness import (
     run,
     scalar,
 )
+from tests.chaos.horizon import held_snapshot
 from tests.chaos.proxy import TRANSACTION_COMMIT, Proxy
 
 # -- 1. SIGKILL ------------------------------------------------------------------------------
@@ -824,4 +826,5 @@ SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "failover": failover,
     "failover-async": failover_async,
     "durable": durable_jobs,
+    "horizon": held_snapshot,
 }

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.chaos import durable, scenarios
+from tests.chaos import durable, horizon, scenarios
 from tests.chaos.harness import Env, Report
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -161,3 +161,15 @@ def test_durable_jobs_under_sigkill_and_restarts(own_server, tmp_path):
     assert report.notes["events emitted before the wait"] > 0
     assert report.notes["events emitted while it waited"] > 0
     assert report.notes["emits rolled back"] > 0
+
+
+def test_a_held_snapshot_loses_nothing_and_the_sizes_come_back(dsn, tmp_path):
+    report = show(horizon.held_snapshot(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.duplicates == 0 and report.faults == 1
+    before, peak, after = report.notes["indexes MB before / peak / after"]
+    assert peak > horizon.GOAL * before, "the hold bloated nothing: the scenario proved little"
+    # Back to at most twice the size before the hold, by the workers alone.
+    assert report.notes["back to size after (s)"] is not None
+    assert after <= horizon.GOAL * before
+    assert report.notes["maintenance steps"]["reindex"] > 0

@@ -20,7 +20,7 @@ NOT_OPTIONS = {"min_concurrency", "scheduler_interval", "app_spec"}
 OWN_OPTIONS = {"app", "metrics_port", "metrics_host", "dsn", "read_dsn", "log_level",
                "log_format", "log_config"}  # fmt: skip
 # The --NAME/--no-NAME options that switch a setting off (None).
-SWITCHES = {"reaper", "pruner"}
+SWITCHES = {"reaper", "pruner", "maintenance"}
 
 
 def parse(*argv: str) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def test_each_option_sets_its_setting() -> None:
         *("--max-memory-per-child", "300", "--no-scheduler", "--burst", "--lease", "10s"),
         *("--shutdown-grace", "1s", "--poll-interval", "250ms", "--no-reaper"),
         *("--prune-interval", "2m", "--no-listen", "--listen-dsn", "postgresql:///x"),
-        "--no-prepare",
+        *("--no-prepare", "--no-maintenance"),
     ) == WorkerSettings(
         queues=["a", "b"],
         concurrency=8,
@@ -69,6 +69,7 @@ def test_each_option_sets_its_setting() -> None:
         poll_interval=0.25,
         reaper_interval=None,
         prune_interval=120.0,
+        maintenance_interval=None,
         listen=False,
         listen_dsn="postgresql:///x",
         prepare=False,
@@ -77,6 +78,7 @@ def test_each_option_sets_its_setting() -> None:
     assert settings("--reaper-interval", "3s", "--no-pruner") == WorkerSettings(
         reaper_interval=3.0, prune_interval=None, app_spec="myapp:pgq"
     )
+    assert settings("--maintenance-interval", "5m").maintenance_interval == 300.0
     assert settings("--concurrency", "4", "--prefetch", "auto").min_concurrency is None
 
 
