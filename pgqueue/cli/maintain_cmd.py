@@ -80,6 +80,6 @@ def maintain(
 
 
 commands = typer.Typer()
-commands.command(
-    "maintain", epilog=example("pgq maintain --dsn postgresql://owner@db/app --once")
-)(maintain)
+commands.command("maintain", epilog=example("pgq maintain --dsn postgresql://owner@db/app --once"))(
+    maintain
+)
