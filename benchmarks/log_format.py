@@ -75,7 +75,9 @@ LINES: dict[str, Callable[[logging.Logger, int], None]] = {
 }
 
 
-def measure(formatter: logging.Formatter, line: Callable[[logging.Logger, int], None], n: int) -> float:
+def measure(
+    formatter: logging.Formatter, line: Callable[[logging.Logger, int], None], n: int
+) -> float:
     handler = logging.StreamHandler(Null())
     handler.setFormatter(formatter)
     handler.addFilter(ContextFilter())

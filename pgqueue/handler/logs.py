@@ -40,6 +40,7 @@ from typing import Any
 
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler.job_context import _current as _current_job
+from pgqueue.rules.log_actions import Action, fields
 
 #: The record attributes the filter provides, in the order the text lines append them.
 FIELDS = ("job_id", "task", "queue", "attempt", "worker_id")
@@ -51,7 +52,8 @@ CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".ini", ".conf")
 
 _FIELD_SET = frozenset(FIELDS)
 # The attributes the filter makes sure of; an empty one is left out of the formatted line.
-_DEFAULTS = frozenset((*FIELDS, ACTION))
+_DEFAULT_ORDER = (*FIELDS, ACTION)
+_DEFAULTS = frozenset(_DEFAULT_ORDER)
 
 _bound: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
     "pgqueue_log_fields", default=MappingProxyType({})
@@ -79,19 +81,19 @@ def add_context(record: logging.LogRecord) -> logging.LogRecord:
     keys = attrs.keys()
     if keys >= _DEFAULTS and keys >= bound.keys():
         return record
-    for name, value in bound.items():
-        attrs.setdefault(name, value)
     ctx = _current_job.get(None)
-    if ctx is not None:
+    if ctx is not None:  # first: the line's order is FIELDS' order
         job = ctx.job
         attrs.setdefault("job_id", job.id)
         attrs.setdefault("task", job.task)
         attrs.setdefault("queue", job.queue)
         attrs.setdefault("attempt", job.attempt)
         attrs.setdefault("worker_id", ctx.worker_id)
+    for name, value in bound.items():
+        attrs.setdefault(name, value)
     # Outside a job: what extra= stated (pgqueue's lines about a job, logged by the fetcher or
     # the completer), else empty.
-    for name in _DEFAULTS:
+    for name in _DEFAULT_ORDER:
         attrs.setdefault(name, "")
     return record
 
@@ -491,5 +493,6 @@ class AppLogging:
                 logging.getLogger(record.name).callHandlers(record)
             if self.configured_by == "app" and self.fmt is not None:
                 self.log.warning(
-                    "the application configured logging when imported: --log-format is not used"
+                    "the application configured logging when imported: --log-format is not used",
+                    extra=fields(Action.LOG_FORMAT_UNUSED),
                 )

@@ -281,8 +281,8 @@ class Action(Enum):
         "pid job_id",
         "a handler did not stop in time: its child is terminated",
     )
-    CHILD_DIED = ("child.died", "pid job_id", "a child process died while running a job")
-    CHILD_DIED_IDLE = ("child.died_idle", "pid", "an idle child process died")
+    CHILD_DIED = ("child.died", "pid job_id how", "a child process died while running a job")
+    CHILD_DIED_IDLE = ("child.died_idle", "pid how", "an idle child process died")
     CHILD_BAD_FRAME = (
         "child.bad_frame",
         "pid",
@@ -325,7 +325,7 @@ class Action(Enum):
     )
     LOG_DROPPED = (
         "logging.dropped",
-        "count",
+        "count total queue_size",
         "log records dropped: the log output did not keep up",
     )
 

@@ -125,6 +125,28 @@ def test_json_keeps_types_and_writes_valid_json_for_any_value(clean_logging):
     assert line["obj"].startswith("<object object")
 
 
+def test_a_format_of_ones_own_gets_the_fields_through_the_text_formatter(clean_logging):
+    """What docs/how-to/logging.md tells a --log-config with a format of its own to do."""
+    out = io.StringIO()
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "formatters": {
+                "mine": {"()": "pgqueue.handler.logs.TextFormatter", "fmt": "MINE %(message)s"}
+            },
+            "handlers": {
+                "h": {"class": "logging.StreamHandler", "stream": out, "formatter": "mine"}
+            },
+            "loggers": {"t.mine": {"handlers": ["h"], "level": "INFO", "propagate": False}},
+        }
+    )
+    logging.getLogger("t.mine").info(
+        "job started", extra=fields(Action.JOB_STARTED, job_id=3, task="t")
+    )
+    assert out.getvalue() == "MINE job started job_id=3 task=t\n"
+
+
 def test_app_logging_leaves_an_app_configuration_alone_and_reenables_pgqueue(clean_logging):
     out = io.StringIO()
     logging.getLogger().handlers[:] = []  # a fresh process: nothing configured (not pytest's)
@@ -173,11 +195,13 @@ class Gate(logging.Handler):
         self.open = threading.Event()
         self.entered = threading.Event()
         self.messages: list[str] = []
+        self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.entered.set()
         self.open.wait(30)
         self.messages.append(record.getMessage())
+        self.records.append(record)
 
 
 def test_the_queue_drops_and_counts_instead_of_blocking_and_snapshots_arguments(clean_logging):
@@ -203,4 +227,6 @@ def test_the_queue_drops_and_counts_instead_of_blocking_and_snapshots_arguments(
     lines = [m for m in gate.messages if "dropped" not in m]
     assert lines == ["one", "items=['first']", "more n=0", "more n=1"]
     [report] = [m for m in gate.messages if "dropped" in m]
-    assert report.startswith("log records dropped: the log output did not keep up count=48")
+    assert report == "log records dropped: the log output did not keep up"
+    [record] = [r for r in gate.records if "dropped" in r.getMessage()]
+    assert (record.action, record.count, record.queue_size) == ("logging.dropped", 48, 3)
