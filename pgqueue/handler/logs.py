@@ -32,8 +32,9 @@ import logging.config
 import math
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -212,6 +213,8 @@ def split_fields(message: str) -> tuple[str, dict[str, str]]:
 
 # The attributes every LogRecord has; anything else on a record came from extra= or a filter.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_LEADING = len(vars(logging.makeLogRecord({})))
+_LAST_STANDARD = list(vars(logging.makeLogRecord({})))[-1]
 _NOT_EXTRA = _STANDARD | _DEFAULTS
 
 
@@ -225,15 +228,22 @@ def record_fields(record: logging.LogRecord) -> dict[str, object]:
         return {
             name: attrs[name] for name in FIELDS if attrs[name] != "" and attrs[name] is not None
         }
-    # The record's dict holds makeRecord's attributes, then extra= in the caller's order, then
-    # what the filter added: its order is the line's.
     return {
         name: value
-        for name, value in attrs.items()
+        for name, value in _after_standard(attrs)
         if name not in _STANDARD
         and name[0] != "_"
         and not (name in _DEFAULTS and (value is None or value == ""))
     }
+
+
+def _after_standard(attrs: dict[str, Any]) -> Iterable[tuple[str, Any]]:
+    """A record's attributes past the ones ``LogRecord.__init__`` sets (skipped at C speed when
+    they lead, as they do in every record ``makeRecord`` made): ``extra=`` in the caller's
+    order, then what the filter added. That order is the line's."""
+    if next(islice(attrs, _LEADING - 1, None), None) == _LAST_STANDARD:
+        return islice(attrs.items(), _LEADING, None)
+    return attrs.items()
 
 
 # -- formatters -----------------------------------------------------------------------------
@@ -258,12 +268,13 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = record_fields(record)
         text = super().format(record)
-        message = record.message
-        extra = " ".join(
-            f"{key}={value}"
-            for key, value in fields.items()
-            if key != ACTION and f"{key}=" not in message
-        )
+        if ACTION in fields:  # pgqueue's own: its message never states a field
+            extra = " ".join([f"{key}={value}" for key, value in fields.items() if key != ACTION])
+        else:
+            message = record.message
+            extra = " ".join(
+                [f"{key}={value}" for key, value in fields.items() if f"{key}=" not in message]
+            )
         if not extra:
             return text
         head, newline, rest = text.partition("\n")  # keep tracebacks below the fields
