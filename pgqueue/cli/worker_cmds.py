@@ -27,6 +27,7 @@ from pgqueue.client import PgQueue
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler import log_queue, logs
 from pgqueue.rules import config
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker import Worker
 from pgqueue.worker.reaper import reap_forever, reap_once
 
@@ -283,7 +284,8 @@ def work(
         pgq.close()
         if not worker.threads_finished:
             logging.getLogger("pgqueue.worker").warning(
-                "exiting with handler threads still running (their jobs were handed back)"
+                "exiting with handler threads still running (their jobs were handed back)",
+                extra=fields(Action.WORKER_THREADS_LEFT),
             )
     finally:
         drained = log_writer.stop()  # the last lines are written before we exit

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue.db.plan import Plan, fetch_values
 from pgqueue.errors import InvalidJobError, UnknownTaskError
+from pgqueue.rules.log_actions import Action, fields
 
 if TYPE_CHECKING:
     from pgqueue.rules.tasks import Task
@@ -98,6 +99,7 @@ class TaskNames:
             "task names are not checked at enqueue: this role cannot read "
             "pgqueue.declared_tasks (%s); run `pgq roles` again to grant it",
             " ".join(str(exc).split()),
+            extra=fields(Action.TASK_NAMES_UNCHECKED),
         )
 
     def raise_unknown(self, names: Iterable[str]) -> None:

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from pgqueue.rules.log_actions import Action, fields
+
 log = logging.getLogger("pgqueue.db")
 T = TypeVar("T")
 
@@ -138,13 +140,19 @@ class ConnectFailures:
         cause = refusal(exc)
         if cause is not None and (cause != self._said or now - self._said_at >= 60.0):
             self._said, self._said_at = cause, now
-            log.warning("%s; the %s retries with backoff", cause, self.name)
+            log.warning(
+                "%s; the %s retries with backoff", cause, self.name, extra=fields(Action.DB_REFUSED)
+            )
 
     def clear(self) -> None:
         self.last = None
         if self._said is not None:
             self._said = None
-            log.info("PostgreSQL accepts connections again (%s)", self.name)
+            log.info(
+                "PostgreSQL accepts connections again (%s)",
+                self.name,
+                extra=fields(Action.DB_ACCEPTING),
+            )
 
     def explain(self, exc: BaseException) -> str:
         """``exc`` in one line; a pool timeout with the connection failure behind it."""
@@ -245,12 +253,13 @@ class _WaitForAcceptance:
                 cause,
                 self.timeout,
                 delay,
+                extra=fields(Action.DB_REFUSED),
             )
         return delay
 
     def succeeded(self) -> None:
         if self.failures:
-            log.info("PostgreSQL accepts connections again")
+            log.info("PostgreSQL accepts connections again", extra=fields(Action.DB_ACCEPTING))
 
 
 def connect_when_accepted(connect: Callable[[], T], timeout: float) -> T:

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from pgqueue.db.queries import query
+from pgqueue.rules.log_actions import Action, fields
 
 log = logging.getLogger("pgqueue.db.results")
 
@@ -86,8 +87,12 @@ class ResultListener:
             except psycopg.Error as exc:
                 failures += 1
                 delay = min(_MAX_BACKOFF, 0.1 * 2**failures)
-                log.warning("results listener lost its connection (%s); retrying in %.1fs",
-                            str(exc).strip()[:200], delay)  # fmt: skip
+                log.warning(
+                    "results listener lost its connection (%s); retrying in %.1fs",
+                    str(exc).strip()[:200],
+                    delay,
+                    extra=fields(Action.RESULTS_LISTENER_LOST),
+                )
                 self._wake_all()
                 if self._conn is not None:
                     await self._conn.close()

@@ -59,6 +59,7 @@ from psycopg.rows import class_row
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import Owned, own_transaction, own_transaction_async
 from pgqueue.errors import CommitOutcomeUnknown, JobTransactionError, LeaseLost
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.vocabulary import TransactionState
 
 if TYPE_CHECKING:
@@ -261,7 +262,10 @@ class _Settling:
         ):
             # Not an outage: the server cannot say (a failover to a standby that never saw
             # the transaction: "transaction ID is in the future").
-            log.warning("cannot look into a lost COMMIT reply error=%s", error)
+            log.warning(
+                "cannot look into a lost COMMIT reply",
+                extra=fields(Action.TRANSACTION_UNKNOWN, error=str(error)),
+            )
             return UNKNOWN
         if time.monotonic() > self.deadline:
             return UNKNOWN
@@ -377,10 +381,8 @@ class JobTransaction(Generic[SyncConnT, AsyncConnT]):
         if verdict == "aborted":
             ctx.set_transaction_state(None)  # still held: the attempt fails like any other
             log.warning(
-                "the transaction's COMMIT got no reply and did not commit; the attempt failed "
-                "job_id=%s attempt=%s",
-                ctx.id,
-                ctx.attempt,
+                "the transaction's COMMIT got no reply and did not commit; the attempt failed",
+                extra=fields(Action.TRANSACTION_NOT_COMMITTED, job_id=ctx.id, attempt=ctx.attempt),
             )
             raise error
         if verdict == UNKNOWN:
@@ -391,9 +393,8 @@ class JobTransaction(Generic[SyncConnT, AsyncConnT]):
                 "row decides (complete if it committed, else it runs again after its lease)"
             ) from error
         log.info(
-            "the transaction's COMMIT reply was lost; it committed job_id=%s attempt=%s",
-            ctx.id,
-            ctx.attempt,
+            "the transaction's COMMIT reply was lost; it committed",
+            extra=fields(Action.TRANSACTION_COMMITTED, job_id=ctx.id, attempt=ctx.attempt),
         )
 
     # -- sync and async ------------------------------------------------------------------
@@ -445,7 +446,11 @@ class JobTransaction(Generic[SyncConnT, AsyncConnT]):
             await self._owning.__aexit__(kind, error, tb)
         except Exception:
             # The connection is broken: the server rolls the transaction back.
-            log.debug("rolling back a job's transaction failed", exc_info=True)
+            log.debug(
+                "rolling back a job's transaction failed",
+                exc_info=True,
+                extra=fields(Action.TRANSACTION_ROLLBACK_FAILED),
+            )
 
     async def _release_async(self) -> None:
         source, self._source = self._source, None
@@ -518,7 +523,11 @@ class JobTransaction(Generic[SyncConnT, AsyncConnT]):
             self._owning.__exit__(kind, error, tb)
         except Exception:
             # The connection is broken: the server rolls the transaction back.
-            log.debug("rolling back a job's transaction failed", exc_info=True)
+            log.debug(
+                "rolling back a job's transaction failed",
+                exc_info=True,
+                extra=fields(Action.TRANSACTION_ROLLBACK_FAILED),
+            )
 
     def _release(self) -> None:
         source, self._source = self._source, None

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pgqueue.handler.logs import add_context, parse_format
+from pgqueue.rules.log_actions import Action, fields
 
 DEFAULT_MAXSIZE = 10_000  # records; about 10 MB at worst
 REPORT_EVERY = 10.0  # seconds between two "log records dropped" lines
@@ -243,9 +244,12 @@ class LogQueue:
             logging.WARNING,
             __file__,
             0,
-            "log records dropped: the log output did not keep up count=%s total=%s queue_size=%s",
-            (count, self.dropped, self.maxsize),
+            "log records dropped: the log output did not keep up",
             None,
+            None,
+        )
+        record.__dict__.update(
+            fields(Action.LOG_DROPPED, count=count, total=self.dropped, queue_size=self.maxsize)
         )
         add_context(record)
         targets = self._report_to or ((logging.lastResort,) if logging.lastResort else ())

@@ -1,16 +1,20 @@
 """Logging for the ``pgq`` processes and for applications that configure logging themselves.
 
-Fields: :class:`ContextFilter` puts ``job_id``, ``task``, ``queue``, ``attempt`` and
-``worker_id`` on every record it sees, so any formatter can name them (``%(job_id)s``): inside a
-job handler they are the job's (from ``current_job()``), ``worker_id`` inside a worker
-(:func:`bind`), and outside a job the ones the message states (``job started job_id=%s ...``:
-pgqueue's own lines about a job). Missing ones are empty strings, so a format string that names
-them never fails. A value passed with ``extra=`` is never overwritten (the filter runs after
-``makeRecord``; a record factory could not add these names without breaking such ``extra=``).
+Fields: pgqueue's own log calls pass their data as ``extra=`` with a stable ``action`` code
+(:mod:`pgqueue.rules.log_actions`), so every value is a record attribute with its own type.
+:class:`ContextFilter` puts ``job_id``, ``task``, ``queue``, ``attempt`` and ``worker_id`` on
+every record it sees, so any formatter can name them (``%(job_id)s``): inside a job handler they
+are the job's (from ``current_job()``), ``worker_id`` inside a worker (:func:`bind`); outside a
+job, pgqueue's lines about one state them in ``extra=``. Missing ones (and ``action``) are
+empty strings, so a format string that names them never fails. A value passed with ``extra=``
+is never overwritten (the filter runs after ``makeRecord``; a record factory could not add
+these names without breaking such ``extra=``).
 
-Formatters: :class:`TextFormatter` (``key=value`` lines, the default) and :class:`JsonFormatter`
-(one JSON object per line; the message's ``key=value`` pairs and ``extra=`` values become
-fields, with their Python types when the caller passed them as arguments).
+Formatters: :class:`TextFormatter` (``message key=value ...`` lines, the default) and
+:class:`JsonFormatter` (one JSON object per line; ``extra=`` values and the context fields are
+fields, with their Python types). An application's own message that states ``key=value``
+pairs still gets them as JSON fields (typed when they were arguments): that alone parses a
+message; pgqueue's records (those with an ``action``) never are.
 
 ``pgq work`` sets logging up around importing the application (:class:`AppLogging`): it leaves
 logging alone when the application configured it or ``--log-config`` did, and re-enables
@@ -28,22 +32,29 @@ import logging.config
 import math
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler.job_context import _current as _current_job
+from pgqueue.rules.log_actions import Action, fields
 
 #: The record attributes the filter provides, in the order the text lines append them.
 FIELDS = ("job_id", "task", "queue", "attempt", "worker_id")
+#: What pgqueue's own records name in ``extra=``: the event (see pgqueue.rules.log_actions).
+ACTION = "action"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMATS = ("text", "json")
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml", ".ini", ".conf")
 
 _FIELD_SET = frozenset(FIELDS)
+# The attributes the filter makes sure of; an empty one is left out of the formatted line.
+_DEFAULT_ORDER = (*FIELDS, ACTION)
+_DEFAULTS = frozenset(_DEFAULT_ORDER)
 
 _bound: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
     "pgqueue_log_fields", default=MappingProxyType({})
@@ -69,25 +80,22 @@ def add_context(record: logging.LogRecord) -> logging.LogRecord:
     attrs = record.__dict__
     bound = _bound.get()
     keys = attrs.keys()
-    if keys >= _FIELD_SET and keys >= bound.keys():
+    if keys >= _DEFAULTS and keys >= bound.keys():
         return record
-    for name, value in bound.items():
-        attrs.setdefault(name, value)
     ctx = _current_job.get(None)
-    if ctx is not None:
+    if ctx is not None:  # first: the line's order is FIELDS' order
         job = ctx.job
         attrs.setdefault("job_id", job.id)
         attrs.setdefault("task", job.task)
         attrs.setdefault("queue", job.queue)
         attrs.setdefault("attempt", job.attempt)
         attrs.setdefault("worker_id", ctx.worker_id)
-        return record
-    # Outside a job: the job the message names (pgqueue's lines about a job, logged by the
-    # fetcher or the completer), else empty.
-    stated = arg_fields(record)
-    for name in FIELDS:
-        if name not in attrs:
-            attrs[name] = stated.get(name, "")
+    for name, value in bound.items():
+        attrs.setdefault(name, value)
+    # Outside a job: what extra= stated (pgqueue's lines about a job, logged by the fetcher or
+    # the completer), else empty.
+    for name in _DEFAULT_ORDER:
+        attrs.setdefault(name, "")
     return record
 
 
@@ -116,7 +124,10 @@ def _all_loggers() -> list[logging.Logger]:
     return [logging.getLogger(), *(x for x in named if isinstance(x, logging.Logger))]
 
 
-# -- what the message says ------------------------------------------------------------------
+# -- what an application's message says -----------------------------------------------------
+# pgqueue's own records carry their data in extra=; an application's line may still state
+# ``key=%s`` pairs in its message, which the JSON formatter has always made fields of (and the
+# log queue's snapshot reads the conversions to render arguments safely).
 
 # One printf-style conversion specifier (what ``msg % args`` consumes).
 _SPEC = re.compile(
@@ -202,26 +213,37 @@ def split_fields(message: str) -> tuple[str, dict[str, str]]:
 
 # The attributes every LogRecord has; anything else on a record came from extra= or a filter.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
-_NOT_EXTRA = _STANDARD | _FIELD_SET
+_LEADING = len(vars(logging.makeLogRecord({})))
+_LAST_STANDARD = list(vars(logging.makeLogRecord({})))[-1]
+_NOT_EXTRA = _STANDARD | _DEFAULTS
 
 
 def record_fields(record: logging.LogRecord) -> dict[str, object]:
-    """The ``extra=`` values (what the caller said), then pgqueue's fields that have one."""
+    """The ``extra=`` values in the caller's order (``action`` first in pgqueue's), then the
+    context fields it did not state; empty ones are left out."""
     attrs = record.__dict__
-    if not attrs.keys() >= _FIELD_SET:
+    if not attrs.keys() >= _DEFAULTS:
         add_context(record)  # a formatter used without the filter still gets them
-    fields: dict[str, object] = {}
-    if attrs.keys() - _NOT_EXTRA:  # rare: keep the caller's order
-        fields = {
-            name: value
-            for name, value in attrs.items()
-            if name not in _NOT_EXTRA and name[0] != "_"
+    if not attrs[ACTION] and not attrs.keys() - _NOT_EXTRA:  # no extra=: the context alone
+        return {
+            name: attrs[name] for name in FIELDS if attrs[name] != "" and attrs[name] is not None
         }
-    for name in FIELDS:
-        value = attrs.get(name, "")
-        if value != "" and value is not None:
-            fields[name] = value
-    return fields
+    return {
+        name: value
+        for name, value in _after_standard(attrs)
+        if name not in _STANDARD
+        and name[0] != "_"
+        and not (name in _DEFAULTS and (value is None or value == ""))
+    }
+
+
+def _after_standard(attrs: dict[str, Any]) -> Iterable[tuple[str, Any]]:
+    """A record's attributes past the ones ``LogRecord.__init__`` sets (skipped at C speed when
+    they lead, as they do in every record ``makeRecord`` made): ``extra=`` in the caller's
+    order, then what the filter added. That order is the line's."""
+    if next(islice(attrs, _LEADING - 1, None), None) == _LAST_STANDARD:
+        return islice(attrs.items(), _LEADING, None)
+    return attrs.items()
 
 
 # -- formatters -----------------------------------------------------------------------------
@@ -230,8 +252,9 @@ TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
 class TextFormatter(logging.Formatter):
-    """``time level logger: message key=value ...``: the fields the message does not state
-    already (pgqueue's and ``extra=`` ones) are appended."""
+    """``time level logger: message key=value ...``: the ``extra=`` values in the order given,
+    then the context fields, each unless the message states it already. The ``action`` is not
+    shown (the message says it in words; the JSON formatter and ``%(action)s`` have it)."""
 
     def __init__(
         self,
@@ -245,10 +268,13 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = record_fields(record)
         text = super().format(record)
-        message = record.message
-        extra = " ".join(
-            f"{key}={value}" for key, value in fields.items() if f"{key}=" not in message
-        )
+        if ACTION in fields:  # pgqueue's own: its message never states a field
+            extra = " ".join([f"{key}={value}" for key, value in fields.items() if key != ACTION])
+        else:
+            message = record.message
+            extra = " ".join(
+                [f"{key}={value}" for key, value in fields.items() if f"{key}=" not in message]
+            )
         if not extra:
             return text
         head, newline, rest = text.partition("\n")  # keep tracebacks below the fields
@@ -256,9 +282,10 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg``, pgqueue's fields, the
-    ``extra=`` values and the message's ``key=value`` pairs (typed when they were arguments),
-    ``exc`` with the traceback."""
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg``, then the ``extra=``
+    values (``action`` first in pgqueue's records) and the context fields, with their types;
+    ``exc`` with the traceback. An application's record (no ``action``) also gets the
+    message's ``key=value`` pairs (typed when they were arguments)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -269,10 +296,13 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
         }
         fields = record_fields(record)
-        text, stated = split_fields(record.getMessage())
-        entry["msg"] = text
-        fields.update(stated)  # what the message says wins over the context ...
-        fields.update(arg_fields(record))  # ... with the argument's own type
+        message = record.getMessage()
+        if ACTION in fields or "=" not in message:  # pgqueue's own: the data is in extra=
+            entry["msg"] = message
+        else:
+            entry["msg"], stated = split_fields(message)
+            fields.update(stated)  # what the message says wins over the context ...
+            fields.update(arg_fields(record))  # ... with the argument's own type
         for key, value in fields.items():
             entry.setdefault(key, value)  # never over ts, level, logger, msg
         if record.exc_info:
@@ -474,5 +504,6 @@ class AppLogging:
                 logging.getLogger(record.name).callHandlers(record)
             if self.configured_by == "app" and self.fmt is not None:
                 self.log.warning(
-                    "the application configured logging when imported: --log-format is not used"
+                    "the application configured logging when imported: --log-format is not used",
+                    extra=fields(Action.LOG_FORMAT_UNUSED),
                 )

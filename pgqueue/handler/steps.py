@@ -68,6 +68,7 @@ from pgqueue.errors import (
 )
 from pgqueue.handler.job_transaction import TransactionHost, current_host
 from pgqueue.rules.codec import TaskCodec
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.payload import check_name, dumps
 from pgqueue.rules.retry import RetryPolicy
 
@@ -282,7 +283,13 @@ def _result(step: Step, text: str) -> Any:
 
 
 def _log_unrecorded(step: Step, exc: BaseException) -> None:
-    log.warning("could not record step %r of job %s as failed: %s", step.name, step.ctx.id, exc)
+    log.warning(
+        "could not record step %r of job %s as failed: %s",
+        step.name,
+        step.ctx.id,
+        exc,
+        extra=fields(Action.STEP_NOT_RECORDED),
+    )
 
 
 # -- sync ----------------------------------------------------------------------------------

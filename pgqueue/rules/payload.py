@@ -16,6 +16,7 @@ from typing import Any
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.codec import TaskCodec, to_plain
 from pgqueue.rules.config import MAX_NAME_LENGTH
+from pgqueue.rules.log_actions import Action, fields
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +286,7 @@ def _warn_dropped(task: str, names: list[str]) -> None:
         "older signature; logged once)",
         task,
         ", ".join(map(repr, names)),
+        extra=fields(Action.PAYLOAD_ARGS_DROPPED),
     )
 
 

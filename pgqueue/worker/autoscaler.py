@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.service import Service
@@ -79,4 +80,9 @@ class Autoscaler(Service):
         self.changes.append((before, size))
         self._changed_at = now
         self._busy_since = self._idle_since = None
-        self.log.info("concurrency %s -> %s (running=%s)", before, size, len(self.executor.running))
+        self.log.info(
+            "concurrency %s -> %s",
+            before,
+            size,
+            extra=fields(Action.WORKER_CONCURRENCY, running=len(self.executor.running)),
+        )

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker import written_log
 from pgqueue.worker.outcome import Outcome, Written
 from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore
@@ -93,11 +94,13 @@ class RowIsolation:
                 if len(chunk) > 1:
                     if chunk is outcomes:
                         self.log.warning(
-                            "batch write failed; writing it in parts to isolate the failing "
-                            "job(s) statement=%s jobs=%s error=%s",
-                            name,
-                            len(chunk),
-                            log_value(problem(exc)),
+                            "batch write failed; writing it in parts to isolate the failing job(s)",
+                            extra=fields(
+                                Action.BATCH_SPLIT,
+                                statement=name,
+                                jobs=len(chunk),
+                                error=log_value(problem(exc)),
+                            ),
                         )
                     half = len(chunk) // 2
                     chunks += [chunk[half:], chunk[:half]]  # the lower ids first
@@ -125,15 +128,17 @@ class RowIsolation:
         except psycopg.Error as again:
             self.log.error(
                 "outcome could not be written, nor the job dead-lettered; its lease is ended "
-                "so the reaper takes it job_id=%s task=%s queue=%s attempt=%s outcome=%s "
-                "dead_letter_error=%s error=%s",
-                job.id,
-                job.task,
-                job.queue,
-                job.attempt,
-                outcome.kind,
-                log_value(problem(again)),
-                log_value(why),
+                "so the reaper takes it",
+                extra=fields(
+                    Action.OUTCOME_UNWRITABLE,
+                    job_id=job.id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    outcome=outcome.kind,
+                    dead_letter_error=log_value(problem(again)),
+                    error=log_value(why),
+                ),
             )
             try:
                 await self.store.fetch("expire_unwritable", {**fenced, "problem": why})
@@ -142,24 +147,27 @@ class RowIsolation:
             except psycopg.Error as third:
                 # Not held here any more either way: its lease runs out without heartbeats.
                 self.log.error(
-                    "could not end the lease; it expires on its own job_id=%s error=%s",
-                    job.id,
-                    log_value(problem(third)),
+                    "could not end the lease; it expires on its own",
+                    extra=fields(
+                        Action.LEASE_END_FAILED, job_id=job.id, error=log_value(problem(third))
+                    ),
                 )
             return "stale"  # this worker's write changed nothing
         if not rows:
             written_log.outcome_written(self.log, outcome, "stale")
             return "stale"
         self.log.error(
-            "outcome could not be written; job dead-lettered with the reason job_id=%s "
-            "task=%s queue=%s attempt=%s outcome=%s dead_letter_id=%s error=%s",
-            job.id,
-            job.task,
-            job.queue,
-            job.attempt,
-            outcome.kind,
-            rows[0][0],
-            log_value(why),
+            "outcome could not be written; job dead-lettered with the reason",
+            extra=fields(
+                Action.OUTCOME_DEAD_LETTERED,
+                job_id=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                outcome=outcome.kind,
+                dead_letter_id=rows[0][0],
+                error=log_value(why),
+            ),
         )
         return "dead"
 
@@ -208,14 +216,20 @@ class BreakerCounts:
             # Counts only steer the breaker; they must not stall the outcomes behind them.
             self._pending = []
             self.log.error(
-                "circuit breaker outcomes not recorded jobs=%s error=%s",
-                len(outcomes),
-                log_value(problem(exc)),
+                "circuit breaker outcomes not recorded",
+                extra=fields(
+                    Action.BREAKER_NOT_RECORDED, jobs=len(outcomes), error=log_value(problem(exc))
+                ),
             )
             return
         self._pending = []
         for task, before, after in rows:
             if before != after:
-                self.log.warning("circuit breaker %s task=%s (was %s)", after, task, before)
+                self.log.warning(
+                    "circuit breaker %s (was %s)",
+                    after,
+                    before,
+                    extra=fields(Action.BREAKER_CHANGED, task=task),
+                )
                 if after == "open" and self.on_open is not None:
                     self.on_open(task)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.handler.job_transaction import TransactionHost
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker import frames
 from pgqueue.worker.child_process import (
@@ -182,7 +183,9 @@ class Child:
                 messages = self._frames.feed(data)
             except ValueError as exc:  # not our protocol: nothing it says can be trusted
                 log.error(
-                    "child process pid=%s wrote a corrupt frame (%s); killing it", self.pid, exc
+                    "child process wrote a corrupt frame (%s); killing it",
+                    exc,
+                    extra=fields(Action.CHILD_BAD_FRAME, pid=self.pid),
                 )
                 self._close_reader()
                 self.terminate(0.0)
@@ -230,9 +233,9 @@ class Child:
         answer = frames.read_done(message, self.batch_size)
         if answer is None:
             log.error(
-                "child process pid=%s answered with kind %r; killing it",
-                self.pid,
+                "child process answered with kind %r; killing it",
                 message.get("kind"),
+                extra=fields(Action.CHILD_BAD_FRAME, pid=self.pid),
             )
             self.terminate(0.0)
             return
@@ -286,11 +289,10 @@ class Child:
 
     def _not_stopped(self, key: JobKey, reason: CancelReason, grace: float) -> None:
         log.info(
-            "handler did not stop within %gs (%s); terminating its child pid=%s job_id=%s",
+            "handler did not stop within %gs (%s); terminating its child",
             grace,
             reason,
-            self.pid,
-            key[0],
+            extra=fields(Action.CHILD_TERMINATING, pid=self.pid, job_id=key[0]),
         )
         self.terminate(self.pool.settings.kill_grace)
 
@@ -300,9 +302,15 @@ class Child:
             return
         self.retiring = True
         if self.pool.closing:
-            log.debug("stopping child process pid=%s: %s", self.pid, why)
+            log.debug(
+                "stopping child process: %s", why, extra=fields(Action.CHILD_STOPPING, pid=self.pid)
+            )
         else:
-            log.info("replacing child process pid=%s: %s", self.pid, why)
+            log.info(
+                "replacing child process: %s",
+                why,
+                extra=fields(Action.CHILD_REPLACING, pid=self.pid),
+            )
         self.send(frames.exit_())
         self._stop_timer = self.loop.call_later(
             _EXIT_GRACE, self.terminate, self.pool.settings.kill_grace
@@ -361,10 +369,10 @@ class Child:
             fatal = (self._fatal or "").strip()
             log.log(
                 logging.DEBUG if self.pool.closing else logging.ERROR,
-                "child process pid=%s could not start (%s)%s",
-                self.pid,
+                "child process could not start (%s)%s",
                 how,
                 f":\n{fatal}" if fatal else "",
+                extra=fields(Action.CHILD_START_FAILED, pid=self.pid),
             )
             # The error's last line ("ModuleNotFoundError: No module named 'x'") for the job.
             why = fatal.splitlines()[-1] if fatal else f"the child {how} before it was ready"
@@ -375,15 +383,21 @@ class Child:
         if reply is not None and not reply.done():
             if not self.terminating:
                 log.warning(
-                    "child process died while running a job pid=%s job_id=%s: %s",
-                    self.pid,
-                    self.job[0] if self.job else "",
-                    how,
+                    "child process died while running a job",
+                    extra=fields(
+                        Action.CHILD_DIED,
+                        pid=self.pid,
+                        job_id=self.job[0] if self.job else "",
+                        how=how,
+                    ),
                 )
             error = ChildProcessDied(f"child process {how} (pid {self.pid})")
             reply.set_result(ChildGone(error))
         elif not self.retiring and not self.pool.closing:
-            log.warning("idle child process died pid=%s: %s", self.pid, how)
+            log.warning(
+                "idle child process died",
+                extra=fields(Action.CHILD_DIED_IDLE, pid=self.pid, how=how),
+            )
         if self.process is not None:
             self.process.release()
         self.pool.child_gone(self)

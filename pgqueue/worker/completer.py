@@ -25,6 +25,7 @@ from collections.abc import Callable
 import psycopg
 
 from pgqueue.handler.steps import SLEEP
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker import written_log
 from pgqueue.worker.bad_rows import BreakerCounts, RowIsolation
 from pgqueue.worker.claim_ledger import ClaimLedger
@@ -137,10 +138,13 @@ class Completer(Service):
             return  # its claim's COMMIT is on its way: the ledger hands it back after
         if admission == "not ours":
             self.log.warning(
-                "claim did not commit; outcome not written job_id=%s task=%s attempt=%s",
-                outcome.job.id,
-                outcome.job.task,
-                outcome.job.attempt,
+                "claim did not commit; outcome not written",
+                extra=fields(
+                    Action.OUTCOME_UNCLAIMED,
+                    job_id=outcome.job.id,
+                    task=outcome.job.task,
+                    attempt=outcome.job.attempt,
+                ),
             )
             return
         self.pending.append(outcome)

@@ -31,6 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
@@ -307,9 +308,12 @@ class Fetcher(Service):
             self._hand_over(rows, sent_at)
         except TRANSIENT_ERRORS as exc:
             # The main lane meets the same outage and reports it.
-            self.log.debug("claim ahead failed error=%r", str(exc).strip()[:200])
+            self.log.debug(
+                "claim ahead failed",
+                extra=fields(Action.CLAIM_AHEAD_FAILED, error=str(exc).strip()[:200]),
+            )
         except Exception:
-            self.log.exception("claim ahead failed")
+            self.log.exception("claim ahead failed", extra=fields(Action.CLAIM_AHEAD_FAILED))
         finally:
             self._ahead = None
             self._ahead_sent = False
@@ -340,11 +344,14 @@ class Fetcher(Service):
         if jobs and self.log.isEnabledFor(logging.INFO):
             for job in jobs:
                 self.log.info(
-                    "job started job_id=%s task=%s queue=%s attempt=%s",
-                    job.id,
-                    job.task,
-                    job.queue,
-                    job.attempt,
+                    "job started",
+                    extra=fields(
+                        Action.JOB_STARTED,
+                        job_id=job.id,
+                        task=job.task,
+                        queue=job.queue,
+                        attempt=job.attempt,
+                    ),
                 )
         self.observer.jobs_started(jobs)
 
@@ -422,9 +429,12 @@ class Fetcher(Service):
         self.ledger.claim_failed(keys, running)
         self.wake()  # rolled back, its jobs are ready again: claim them
         self.log.warning(
-            "claim did not commit; its jobs were stopped and run again later job_ids=%s error=%r",
-            ",".join(str(job_id) for job_id, _ in keys) or "none",
-            "cancelled" if error is None else self.outage.explain(error)[:300],
+            "claim did not commit; its jobs were stopped and run again later",
+            extra=fields(
+                Action.CLAIM_UNCOMMITTED,
+                job_ids=",".join(str(job_id) for job_id, _ in keys) or "none",
+                error="cancelled" if error is None else self.outage.explain(error)[:300],
+            ),
         )
 
     def _running_per_queue(self) -> list[int]:

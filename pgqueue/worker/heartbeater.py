@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.holdings import Holdings
 from pgqueue.worker.leases import LeaseClock
@@ -91,10 +92,13 @@ class Heartbeater(Service):
             elif cancel_requested and (job := self.holdings.job((job_id, token))):
                 self.holdings.stop((job_id, token), "cancelled")
                 self.log.info(
-                    "cancel requested; stopping handler job_id=%s task=%s attempt=%s",
-                    job_id,
-                    job.task,
-                    job.attempt,
+                    "cancel requested; stopping handler",
+                    extra=fields(
+                        Action.JOB_CANCEL_REQUESTED,
+                        job_id=job_id,
+                        task=job.task,
+                        attempt=job.attempt,
+                    ),
                 )
 
     def _lost(self, job_id: int, token: int) -> None:
@@ -106,11 +110,14 @@ class Heartbeater(Service):
         self.lost.add((job_id, token))
         self.observer.lease_lost(job)
         self.log.warning(
-            "lease lost; stopping handler job_id=%s task=%s attempt=%s lease_token=%s",
-            job_id,
-            job.task,
-            job.attempt,
-            token,
+            "lease lost; stopping handler",
+            extra=fields(
+                Action.LEASE_LOST,
+                job_id=job_id,
+                task=job.task,
+                attempt=job.attempt,
+                lease_token=token,
+            ),
         )
         self.holdings.stop((job_id, token), "lease lost")
 
@@ -119,4 +126,7 @@ class Heartbeater(Service):
         try:
             await self.run_once(timeout=2.0)
         except TRANSIENT_ERRORS:
-            self.log.warning("could not flush the last job counts; they are not recorded")
+            self.log.warning(
+                "could not flush the last job counts; they are not recorded",
+                extra=fields(Action.WORKER_COUNTS_UNFLUSHED),
+            )

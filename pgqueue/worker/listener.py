@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from pgqueue.db.queries import query
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.service import Service
 
 
@@ -62,7 +63,8 @@ class Listener(Service):
                 self.log.warning(
                     "LISTEN does not work on this connection (a transaction-pooling proxy such "
                     "as PgBouncer?): falling back to polling; pass --listen-dsn with a direct "
-                    "connection to wake up at once"
+                    "connection to wake up at once",
+                    extra=fields(Action.LISTENER_POLLING),
                 )
                 self.stop()
                 return
@@ -70,7 +72,7 @@ class Listener(Service):
             # It stays in run_once while connected: say now that the database is back, so an
             # outage ends (and the services backing off retry) the moment it reconnects.
             self.outage.succeeded(self)
-            self.log.info("listening for notifications")
+            self.log.info("listening for notifications", extra=fields(Action.LISTENER_LISTENING))
             self.on_jobs(None)  # catch up on anything enqueued while we were not listening
             while not self.stopping.is_set():
                 async for notify in conn.notifies(timeout=self.health_interval):

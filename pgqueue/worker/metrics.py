@@ -30,6 +30,7 @@ from pgqueue.db.queries import query
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler import log_queue
 from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.vocabulary import LiveState
 from pgqueue.worker.observer import WorkerObserver, Written
 from pgqueue.worker.outcome import Outcome
@@ -184,7 +185,11 @@ class _ScrapeReader(Generic[T]):
                 self.queries += 1
                 self._value = self._read_fn(self._conn)
             except psycopg.Error as exc:
-                log.warning("%s query failed error=%r", what, str(exc).strip()[:200])
+                log.warning(
+                    "%s query failed",
+                    what,
+                    extra=fields(Action.METRICS_QUERY_FAILED, error=str(exc).strip()[:200]),
+                )
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
@@ -355,7 +360,10 @@ class MetricsServer:
         except OSError as exc:
             raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc}") from None
         self.port = self.server.server_port
-        log.info("metrics served host=%s port=%s path=/metrics", host, self.port)
+        log.info(
+            "metrics served",
+            extra=fields(Action.METRICS_SERVED, host=host, port=self.port, path="/metrics"),
+        )
 
     def close(self) -> None:
         self.server.shutdown()

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.worker.observer")
@@ -127,7 +128,10 @@ class Observers(WorkerObserver):
             try:
                 getattr(observer, name)(*args)
             except Exception:
-                log.exception("observer hook failed hook=%s observer=%r", name, observer)
+                log.exception(
+                    "observer hook failed",
+                    extra=fields(Action.OBSERVER_FAILED, hook=name, observer=repr(observer)),
+                )
 
     def job_started(self, job: ClaimedJob) -> None:
         self._each("job_started", job)

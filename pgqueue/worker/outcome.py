@@ -16,6 +16,7 @@ from pgqueue.errors import Fail, InvalidJobError, Retry
 from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.handler.job_transaction import COMMITTED, LOST, UNKNOWN
 from pgqueue.handler.parking import JobParked
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.options import MAX_DURATION
 from pgqueue.rules.payload import dumps
 from pgqueue.rules.vocabulary import OutcomeKind
@@ -177,7 +178,10 @@ def failed_outcome(
     try:
         delay = task.retry_delay(job.attempt, exc) if job.attempt < job.max_attempts else 0.0
     except Exception:
-        log.exception("backoff policy failed; retrying at once task=%s", task.name)
+        log.exception(
+            "backoff policy failed; retrying at once",
+            extra=fields(Action.RETRY_POLICY_FAILED, task=task.name),
+        )
         delay = 0.0
     return Outcome.from_exception(job, "error", exc, worker_id, delay)
 
@@ -190,7 +194,10 @@ def raised_outcome(
         try:
             delay = exc.delay if exc.delay is not None else task.retry_delay(job.attempt, exc)
         except Exception:
-            log.exception("backoff policy failed; retrying at once task=%s", task.name)
+            log.exception(
+                "backoff policy failed; retrying at once",
+                extra=fields(Action.RETRY_POLICY_FAILED, task=task.name),
+            )
             delay = 0.0
         if isinstance(delay, timedelta):
             delay = delay.total_seconds()
@@ -229,18 +236,20 @@ def transaction_outcome(ctx: JobContext, outcome: Outcome | None) -> Outcome | N
         if outcome is None or outcome.kind != "ack":
             log.warning(
                 "handler failed after its transaction completed the job; ignored (the job "
-                "is complete) job_id=%s task=%s attempt=%s error=%s",
-                job.id,
-                job.task,
-                job.attempt,
-                (outcome.summary if outcome is not None else None) or "stopped",
+                "is complete)",
+                extra=fields(
+                    Action.JOB_FAILED_AFTER_COMMIT,
+                    job_id=job.id,
+                    task=job.task,
+                    attempt=job.attempt,
+                    error=(outcome.summary if outcome is not None else None) or "stopped",
+                ),
             )
         elif outcome.result not in (None, "null") and ctx.result_json is None:
             log.warning(
                 "handler returned a value after its transaction completed the job: not "
-                "kept (call ctx.set_result(value) inside the block) job_id=%s task=%s",
-                job.id,
-                job.task,
+                "kept (call ctx.set_result(value) inside the block)",
+                extra=fields(Action.JOB_RESULT_NOT_KEPT, job_id=job.id, task=job.task),
             )
         return Outcome(job, "ack", written=ctx.completed_as or "succeeded")
     if state == LOST:
@@ -249,10 +258,8 @@ def transaction_outcome(ctx: JobContext, outcome: Outcome | None) -> Outcome | N
         log.warning(
             "the job's transaction may or may not have committed (its COMMIT got no reply "
             "and the server could not be asked); nothing written: if it did not commit, "
-            "the job runs again once its lease expires job_id=%s task=%s attempt=%s",
-            job.id,
-            job.task,
-            job.attempt,
+            "the job runs again once its lease expires",
+            extra=fields(Action.OUTCOME_UNKNOWN, job_id=job.id, task=job.task, attempt=job.attempt),
         )
         return None
     return outcome  # rolled back (or never ended): the attempt as the handler left it

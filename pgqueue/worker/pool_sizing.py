@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.child_process import ChildSettings
 
 log = logging.getLogger("pgqueue.worker.pool")
@@ -32,7 +33,8 @@ class Recycling:
                     self._warned_rss = True
                     log.warning(
                         "max-memory-per-child is not applied: children cannot read their "
-                        "memory use on this system"
+                        "memory use on this system",
+                        extra=fields(Action.POOL_MEMORY_UNCHECKED),
                     )
             elif rss > settings.max_memory_mb * 2**20:
                 return (

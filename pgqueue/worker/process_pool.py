@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from pgqueue.errors import ConfigurationError
 from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.handler.job_transaction import TransactionHost
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.child_handle import Child
 from pgqueue.worker.child_process import (
@@ -272,13 +273,15 @@ class ProcessPool:
         try:
             process = await self._spawner.launch(config)
         except Exception as exc:
-            log.exception("could not start a child process")
+            log.exception(
+                "could not start a child process", extra=fields(Action.CHILD_START_FAILED)
+            )
             child.launch_failed(exc)
             return
         child.connect(process)
 
     def child_ready(self, child: Child) -> None:
-        log.info("child process started pid=%s", child.pid)
+        log.info("child process started", extra=fields(Action.CHILD_STARTED, pid=child.pid))
         missing = self.sync_tasks - child.tasks
         if missing and not self._warned_tasks:
             self._warned_tasks = True
@@ -287,6 +290,7 @@ class ProcessPool:
                 "jobs fail in children (register them at import time, or set app_spec)",
                 self.settings.app_spec,
                 ", ".join(sorted(missing)),
+                extra=fields(Action.CHILD_TASKS_MISSING),
             )
         if child.owner is None:
             self._release(child)
@@ -343,7 +347,10 @@ class ProcessPool:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._all_gone.wait(), 2.0)
         for child in list(self.children):
-            log.error("child process pid=%s did not exit after SIGKILL", child.pid)
+            log.error(
+                "child process did not exit after SIGKILL",
+                extra=fields(Action.CHILD_UNKILLABLE, pid=child.pid),
+            )
             child.abandon()
         self.children.clear()
         self._spawner.close()

@@ -12,6 +12,7 @@ keep is read from ``pgqueue.retention`` by the statements themselves, so all wor
 from __future__ import annotations
 
 from pgqueue.db import flow_plans, retention
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import WorkerStore
 
@@ -38,18 +39,22 @@ class Pruner(Service):
         report = await self.store.drive(retention.prune(self.batch_size))
         if report.history or report.dead_letters or report.workflows:
             self.log.info(
-                "pruned history=%s dead_letters=%s workflows=%s",
-                report.history,
-                report.dead_letters,
-                report.workflows,
+                "pruned",
+                extra=fields(
+                    Action.PRUNER_PRUNED,
+                    history=report.history,
+                    dead_letters=report.dead_letters,
+                    workflows=report.workflows,
+                ),
             )
         buckets = await self.store.drive(flow_plans.prune_key_buckets(self.batch_size))
         if buckets:
-            self.log.debug("pruned full key buckets=%s", buckets)
+            self.log.debug("pruned full key", extra=fields(Action.PRUNER_BUCKETS, buckets=buckets))
         self.passes += 1
         if self.passes % SETTLE_EVERY == 1:
             settled = await self.store.drive(retention.settle_waiting())
             if settled:
                 self.log.warning(
-                    "settled waiting jobs whose parents left unnoticed parents=%s", settled
+                    "settled waiting jobs whose parents left unnoticed",
+                    extra=fields(Action.PRUNER_SETTLED, parents=settled),
                 )

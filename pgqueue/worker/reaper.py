@@ -15,6 +15,7 @@ import signal
 from pgqueue.db import admin
 from pgqueue.db.startup import check_database_async
 from pgqueue.errors import DatabaseUnavailableError
+from pgqueue.rules.log_actions import Action, Seconds, fields
 from pgqueue.worker.observer import WorkerObserver
 from pgqueue.worker.service import Outage, Service
 from pgqueue.worker.store import WorkerDB, WorkerStore, application_name
@@ -52,7 +53,10 @@ class Reaper(Service):
                 total += recovered
                 self.recovered += recovered
                 self.observer.jobs_reaped(recovered)
-                self.log.warning("recovered jobs with expired leases count=%s", recovered)
+                self.log.warning(
+                    "recovered jobs with expired leases",
+                    extra=fields(Action.REAPER_RECOVERED, count=recovered),
+                )
             if recovered < self.batch:
                 return total
 
@@ -82,7 +86,7 @@ async def reap_forever(dsn: str, *, every: float) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopped.set)
     await store.open()
-    reaper.log.info("reaper started interval=%ss", every)
+    reaper.log.info("reaper started", extra=fields(Action.REAPER_STARTED, interval=Seconds(every)))
     try:
         supervisor.start()
         await stopped.wait()
@@ -91,4 +95,6 @@ async def reap_forever(dsn: str, *, every: float) -> None:
         await store.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-    reaper.log.info("reaper stopped recovered=%s", reaper.recovered)
+    reaper.log.info(
+        "reaper stopped", extra=fields(Action.REAPER_STOPPED, recovered=reaper.recovered)
+    )

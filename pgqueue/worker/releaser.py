@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pgqueue.handler.job_context import ClaimedJob
+from pgqueue.rules.log_actions import Action, Seconds, fields
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.service import RetryDelay
@@ -42,9 +43,9 @@ async def final_write(
             if loop.time() > deadline:
                 log.error(
                     "could not write %s before exiting (leases will expire and the "
-                    "reaper will recover the jobs) error=%r",
+                    "reaper will recover the jobs)",
                     what,
-                    str(exc)[:200],
+                    extra=fields(Action.WORKER_RELEASE_FAILED, error=str(exc)[:200]),
                 )
                 return
             await asyncio.sleep(delay.next())
@@ -74,17 +75,24 @@ class Releaser:
 
         await final_write(release, "released jobs")
         log.info(
-            "released %s jobs count=%s ids=%s", why, len(rows), ",".join(str(r[0]) for r in rows)
+            "released %s jobs",
+            why,
+            extra=fields(
+                Action.WORKER_RELEASED, count=len(rows), ids=",".join(str(r[0]) for r in rows)
+            ),
         )
         released = {row[0] for row in rows}
         for job in jobs:
             if job.id in released:
                 log.info(
-                    "job released job_id=%s task=%s queue=%s attempt=%s",
-                    job.id,
-                    job.task,
-                    job.queue,
-                    job.attempt,
+                    "job released",
+                    extra=fields(
+                        Action.JOB_RELEASED,
+                        job_id=job.id,
+                        task=job.task,
+                        queue=job.queue,
+                        attempt=job.attempt,
+                    ),
                 )
 
     def breaker_opened(self, task: str) -> None:
@@ -103,7 +111,12 @@ class Releaser:
         # Prefetched jobs that never started go back first: no reason to run them now.
         never_started = executor.release_waiting()
         if executor.running:
-            log.info("draining running=%s grace=%ss", len(executor.running), grace)
+            log.info(
+                "draining",
+                extra=fields(
+                    Action.WORKER_DRAINING, running=len(executor.running), grace=Seconds(grace)
+                ),
+            )
         finished = await executor.wait_idle(grace)
         unfinished = [] if finished else executor.stop_all("shutdown")
         if unfinished:

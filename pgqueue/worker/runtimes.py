@@ -32,6 +32,7 @@ from pgqueue.errors import JobTimeout
 from pgqueue.handler.job_context import JobContext, reset_current, set_current
 from pgqueue.handler.job_transaction import TransactionHost
 from pgqueue.handler.parking import JobParked
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.attempts import Running, Verdicts
@@ -183,7 +184,9 @@ class _OnTheLoop(_HoldsNothing):
             else:
                 outcome = await self._call(running, task, *prepared)
         except Exception:  # pragma: no cover - every handler error becomes an outcome
-            log.exception("executor bug while running job id=%s", job.id)
+            log.exception(
+                "executor bug while running a job", extra=fields(Action.EXECUTOR_BUG, job_id=job.id)
+            )
         finally:
             host.vacate(running)
             host.refill()
@@ -195,7 +198,10 @@ class _OnTheLoop(_HoldsNothing):
             if run.items:
                 settled = await self._call_batch(run)
         except Exception:  # pragma: no cover - every handler error becomes an outcome
-            log.exception("executor bug while running a batch task=%s", run.task.name)
+            log.exception(
+                "executor bug while running a batch",
+                extra=fields(Action.EXECUTOR_BUG, task=run.task.name),
+            )
         finally:
             self.host.vacate_batch(run)
         self.host.record_batch(run, settled)
@@ -247,7 +253,9 @@ class LoopRuntime(_OnTheLoop):
                 else:
                     outcome = returned_outcome(task, job, value, host.worker_id)
         except Exception:  # pragma: no cover - every handler error becomes an outcome
-            log.exception("executor bug while running job id=%s", job.id)
+            log.exception(
+                "executor bug while running a job", extra=fields(Action.EXECUTOR_BUG, job_id=job.id)
+            )
         finally:
             host.vacate(running)
             host.refill()
@@ -446,11 +454,13 @@ class ThreadRuntime(_HoldsNothing):
                 self.abandoned -= 1
                 if call.error is None:
                     log.info(
-                        "abandoned handler finished late; result ignored "
-                        "job_id=%s task=%s attempt=%s",
-                        running.ctx.id,
-                        running.ctx.task,
-                        running.ctx.attempt,
+                        "abandoned handler finished late; result ignored",
+                        extra=fields(
+                            Action.JOB_LATE,
+                            job_id=running.ctx.id,
+                            task=running.ctx.task,
+                            attempt=running.ctx.attempt,
+                        ),
                     )
                 continue
             if call.timer is not None:
@@ -471,9 +481,8 @@ class ThreadRuntime(_HoldsNothing):
             # Its jobs already failed with JobTimeout; what it did since is ignored.
             self.abandoned -= 1
             log.info(
-                "abandoned batch handler finished late; ignored task=%s jobs=%s",
-                run.task.name,
-                len(run.items),
+                "abandoned batch handler finished late; ignored",
+                extra=fields(Action.JOB_LATE, task=run.task.name, jobs=len(run.items)),
             )
             return
         if call.timer is not None:

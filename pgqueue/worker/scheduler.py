@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgqueue.errors import QueueFullError
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.schedules import TickPlan, plan_ticks
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import WorkerStore
@@ -60,25 +61,31 @@ class Scheduler(Service):
                 error = QueueFullError.from_database(exc)
                 if error is None:
                     raise
-                self.log.warning("cron tick not enqueued schedule=%s error=%s", name, error)
+                self.log.warning(
+                    "cron tick not enqueued",
+                    extra=fields(Action.CRON_FAILED, schedule=name, error=str(error)),
+                )
                 continue
             for tick, job_id, created in enqueued:
                 if tick is None:
                     continue
                 self.ticks_enqueued += 1
                 self.log.info(
-                    "cron tick enqueued schedule=%s tick=%s job_id=%s created=%s",
-                    name,
-                    tick.isoformat(),
-                    job_id,
-                    created,
+                    "cron tick enqueued",
+                    extra=fields(
+                        Action.CRON_ENQUEUED,
+                        schedule=name,
+                        tick=tick.isoformat(),
+                        job_id=job_id,
+                        inserted=created,
+                    ),
                 )
             if plan.skipped and enqueued:  # (no rows: another worker took the tick)
                 self.log.warning(
-                    "cron ticks missed schedule=%s skipped=%s policy=%s",
-                    name,
-                    plan.skipped,
-                    missed,
+                    "cron ticks missed",
+                    extra=fields(
+                        Action.CRON_MISSED, schedule=name, skipped=plan.skipped, policy=missed
+                    ),
                 )
         rows = await self.store.fetch("next_schedule_in")
         seconds = rows[0][0] if rows and rows[0][0] is not None else None

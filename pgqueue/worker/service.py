@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable
 
+from pgqueue.rules.log_actions import Action, Seconds, fields
 from pgqueue.worker.observer import WorkerObserver
 from pgqueue.worker.store import TRANSIENT_ERRORS
 
@@ -91,10 +92,13 @@ class Outage:
             self._warned[problem] = now
         service.log.log(
             logging.DEBUG if repeat else logging.WARNING,
-            "database unavailable service=%s error=%r retry_in=%.2fs",
-            service.name,
-            problem,
-            delay,
+            "database unavailable",
+            extra=fields(
+                Action.SERVICE_DB_UNAVAILABLE,
+                service=service.name,
+                retry_in=Seconds(delay),
+                error=problem,
+            ),
         )
         return delay
 
@@ -104,7 +108,10 @@ class Outage:
             return
         del self.failing[service]
         if self._warned:
-            service.log.info("database reachable again service=%s", service.name)
+            service.log.info(
+                "database reachable again",
+                extra=fields(Action.SERVICE_DB_BACK, service=service.name),
+            )
             self._warned.clear()
             self.delay.reset()
             for other in self.failing:
@@ -176,7 +183,10 @@ class Service:
             except Exception:
                 delay = self.crash_delay.next()
                 self.log.exception(
-                    "service crashed; restarting service=%s retry_in=%.2fs", self.name, delay
+                    "service crashed; restarting",
+                    extra=fields(
+                        Action.SERVICE_CRASHED, service=self.name, retry_in=Seconds(delay)
+                    ),
                 )
                 await self.sleep(delay)
                 continue

@@ -36,6 +36,7 @@ from typing import Any
 import psycopg
 
 from pgqueue.db.queries import query
+from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.store import TRANSIENT_ERRORS
 
 log = logging.getLogger("pgqueue.worker.watchdog")
@@ -124,7 +125,9 @@ class LoopWatchdog:
 
     def _resumed(self, stalled_since: float) -> None:
         log.warning(
-            "event loop running again after a stall of %.1fs", self.last_tick - stalled_since
+            "event loop running again after a stall of %.1fs",
+            self.last_tick - stalled_since,
+            extra=fields(Action.LOOP_RUNNING),
         )
 
     def _report(self, lag: float) -> None:
@@ -138,11 +141,12 @@ class LoopWatchdog:
             lag,
             culprit,
             stack,
+            extra=fields(Action.LOOP_BLOCKED),
         )
         try:
             self._on_stall(lag)
         except Exception:  # metrics must never take the watchdog down
-            log.exception("stall observer failed")
+            log.exception("stall observer failed", extra=fields(Action.LOOP_OBSERVER_FAILED))
 
     def _culprit(self, frame: FrameType | None) -> str:
         """The task (and job, when only one of that task runs) whose code is on the stack."""
@@ -167,7 +171,11 @@ class LoopWatchdog:
                 {"worker_id": self.worker_id, "lease": timedelta(seconds=self.lease)},
             )
         except TRANSIENT_ERRORS as exc:
-            log.warning("watchdog could not extend leases: %s", str(exc).strip()[:200])
+            log.warning(
+                "watchdog could not extend leases: %s",
+                str(exc).strip()[:200],
+                extra=fields(Action.WATCHDOG_EXTEND_FAILED),
+            )
             if self._conn is not None:
                 self._conn.close()
             self._conn = None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
+from pgqueue.rules.log_actions import Action, Seconds, fields
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
@@ -155,7 +156,10 @@ def assemble(
         # takes is claimed anyway (the listener wakes the fetcher when it connects).
         supervisor.add(listener, Outage() if settings.listen_dsn else database, after=fetcher)
     else:
-        log.warning("LISTEN disabled: picking up jobs by polling every %ss", settings.poll_interval)
+        log.warning(
+            "LISTEN disabled: picking up jobs by polling",
+            extra=fields(Action.LISTENER_POLLING, poll_interval=Seconds(settings.poll_interval)),
+        )
     if settings.reaper_interval is not None:
         supervisor.add(Reaper(store, every=settings.reaper_interval), database, after=fetcher)
     if settings.prune_interval is not None:
@@ -191,7 +195,10 @@ def assemble(
 
 def _cancel_requested(executor: Executor, job_id: int) -> None:
     if executor.stop_job(job_id, "cancelled"):
-        log.info("cancel requested; stopping handler job_id=%s", job_id)
+        log.info(
+            "cancel requested; stopping handler",
+            extra=fields(Action.JOB_CANCEL_REQUESTED, job_id=job_id),
+        )
 
 
 def _watchdog(

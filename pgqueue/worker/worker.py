@@ -41,6 +41,7 @@ from pgqueue.handler import logs
 from pgqueue.handler.batch import BatchTask
 from pgqueue.handler.job_transaction import bind_host
 from pgqueue.rules.config import configured_dsn
+from pgqueue.rules.log_actions import Action, Seconds, fields
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.observer import Observers, WorkerObserver, WorkerStats
@@ -110,17 +111,23 @@ class Worker:
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:
-            log.warning("second signal: exiting at once signal=%s", signal.Signals(signum).name)
+            log.warning(
+                "second signal: exiting at once",
+                extra=fields(Action.WORKER_SECOND_SIGNAL, signal=signal.Signals(signum).name),
+            )
             # Flush what can be flushed, but "at once" wins over a log output that blocks.
             flusher = threading.Thread(target=logging.shutdown, daemon=True)
             flusher.start()
             flusher.join(timeout=1.0)
             os._exit(1)
         log.info(
-            "signal received: draining signal=%s grace=%ss running=%s",
-            signal.Signals(signum).name,
-            self.settings.shutdown_grace,
-            len(self.executor.running) if self.executor else 0,
+            "signal received: draining",
+            extra=fields(
+                Action.WORKER_SIGNAL,
+                signal=signal.Signals(signum).name,
+                grace=Seconds(self.settings.shutdown_grace),
+                running=len(self.executor.running) if self.executor else 0,
+            ),
         )
         self.request_stop()
 
@@ -130,13 +137,16 @@ class Worker:
         a word."""
         settings = self.settings
         log.info(
-            "worker started worker_id=%s queues=%s concurrency=%s lease=%ss tasks=%s pid=%s",
-            self.id,
-            ",".join(settings.queues),
-            settings.concurrency,
-            settings.lease,
-            len(self.app.tasks),
-            os.getpid(),
+            "worker started",
+            extra=fields(
+                Action.WORKER_STARTED,
+                worker_id=self.id,
+                queues=",".join(settings.queues),
+                concurrency=settings.concurrency,
+                lease=Seconds(settings.lease),
+                tasks=len(self.app.tasks),
+                pid=os.getpid(),
+            ),
         )
         served = set(self.settings.queues)
         by_queue: dict[str, list[str]] = {}
@@ -144,7 +154,12 @@ class Worker:
             by_queue.setdefault(task.queue, []).append(task.name)
         for queue in self.settings.queues:
             names = sorted(by_queue.get(queue, ()))
-            log.info("serving queue=%s tasks=%s", queue, ",".join(names) or "(none declared)")
+            log.info(
+                "serving",
+                extra=fields(
+                    Action.WORKER_SERVING, queue=queue, tasks=",".join(names) or "(none declared)"
+                ),
+            )
         missed = sorted(
             f"{name} (queue {queue})"
             for queue, names in by_queue.items()
@@ -156,6 +171,7 @@ class Worker:
                 "tasks declared for queues this worker does not serve will not run here: %s; "
                 "add their queues to --queue, or run a worker for them",
                 ", ".join(missed),
+                extra=fields(Action.WORKER_QUEUES_UNSERVED),
             )
 
     def run_sync(self) -> None:
@@ -213,14 +229,16 @@ class Worker:
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     self._loop.remove_signal_handler(signum)
         log.info(
-            "worker stopped worker_id=%s succeeded=%s retried=%s dead=%s cancelled=%s "
-            "leases_lost=%s",
-            self.id,
-            self.stats.succeeded,
-            self.stats.retried,
-            self.stats.dead,
-            self.stats.cancelled,
-            self.stats.lost,
+            "worker stopped",
+            extra=fields(
+                Action.WORKER_STOPPED,
+                worker_id=self.id,
+                succeeded=self.stats.succeeded,
+                retried=self.stats.retried,
+                dead=self.stats.dead,
+                cancelled=self.stats.cancelled,
+                leases_lost=self.stats.lost,
+            ),
         )
 
     async def _warn_unserved(self, store: WorkerStore) -> None:
@@ -236,6 +254,7 @@ class Worker:
                 "registers them (in a Django project, manage.py pgq work without an APP runs "
                 "every installed app's tasks)",
                 ", ".join(f"{task} (queue {queue}, {jobs} jobs)" for queue, task, jobs, _ in rows),
+                extra=fields(Action.WORKER_TASKS_UNRUN),
             )
 
     async def _register(self, store: WorkerStore, dsn: str) -> bool:
@@ -262,9 +281,12 @@ class Worker:
                 log.log(
                     # One warning (a reminder each ten tries), not one per try.
                     logging.WARNING if delay.failures % 10 == 1 else logging.DEBUG,
-                    "database unavailable at start-up error=%r retry_in=%.1fs",
-                    store.explain(exc)[:300],
-                    wait,
+                    "database unavailable at start-up",
+                    extra=fields(
+                        Action.WORKER_DB_UNAVAILABLE,
+                        retry_in=Seconds(wait),
+                        error=store.explain(exc)[:300],
+                    ),
                 )
                 assert self._stop_async is not None
                 with contextlib.suppress(TimeoutError):
@@ -277,7 +299,10 @@ class Worker:
         try:
             await store.drive(declarations(self.app), atomic=True, timeout=10)
         except TRANSIENT_ERRORS as exc:
-            log.warning("could not write task declarations error=%r", str(exc)[:200])
+            log.warning(
+                "could not write task declarations",
+                extra=fields(Action.WORKER_DECLARATIONS_FAILED, error=str(exc)[:200]),
+            )
 
     async def _deregister(self, store: WorkerStore) -> None:
         try:
@@ -285,4 +310,7 @@ class Worker:
                 "deregister_worker", {"worker_id": self.id, **self.stats.as_params()}, timeout=2
             )
         except TRANSIENT_ERRORS:
-            log.warning("could not mark the worker stopped; the reaper will prune its row")
+            log.warning(
+                "could not mark the worker stopped; the reaper will prune its row",
+                extra=fields(Action.WORKER_STOP_UNMARKED),
+            )

@@ -1,19 +1,26 @@
-"""The completer's log lines about outcomes written: one line per job, ``key=value`` fields.
+"""The completer's log lines about outcomes written: one line per job, its fields in ``extra=``.
 
-The error comes last in a line: its text may hold anything, and the JSON formatter reads every
-word after the last ``key=value`` as part of that value (see :func:`log_value`).
+The error comes last in a line: its text may hold anything (spaces, ``=``), and in a text line
+it runs to the end.
 """
 
 from __future__ import annotations
 
 import logging
 
+from pgqueue.rules.log_actions import Action, Seconds, fields
 from pgqueue.worker.outcome import Outcome, clamped_delay
 
 # How much of an error goes into a log line.
 _MAX_LOGGED = 300
-# What fail_jobs decided, in the words of the logs.
+# What fail_jobs decided, in the words of the logs, and the action of each.
 _VERBS = {"retry": "rescheduled", "dead": "dead-lettered", "cancelled": "cancelled"}
+_ACTIONS = {
+    "retry": Action.JOB_RESCHEDULED,
+    "dead": Action.JOB_DEAD_LETTERED,
+    "cancelled": Action.JOB_CANCELLED,
+    "parked": Action.JOB_PARKED,
+}
 # Why fail_jobs dead-lettered a job, by outcome kind.
 _DEAD_BECAUSE = {
     "error": "max attempts reached",
@@ -23,15 +30,11 @@ _DEAD_BECAUSE = {
 
 
 def log_value(text: str) -> str:
-    """``text`` as the last value of a log line: one line, clipped, and with ``=`` escaped
-    where the JSON formatter would take ``word=...`` for a field of its own."""
+    """``text`` as the last value of a log line: one line, clipped."""
     text = " ".join(text.split())
     if len(text) > _MAX_LOGGED:
         text = text[: _MAX_LOGGED - 3] + "..."
-    return " ".join(
-        word.replace("=", "\\=", 1) if word.partition("=")[0].isidentifier() else word
-        for word in text.split(" ")
-    )
+    return text
 
 
 def first_try(log: logging.Logger, outcome: Outcome) -> None:
@@ -39,6 +42,7 @@ def first_try(log: logging.Logger, outcome: Outcome) -> None:
         log,
         logging.INFO,
         outcome,
+        Action.OUTCOME_FIRST_TRY,
         "%s already written: the first try committed, its reply was lost",
         outcome.kind,
         queue=True,
@@ -50,6 +54,7 @@ def claim_unknown(log: logging.Logger, outcome: Outcome) -> None:
         log,
         logging.WARNING,
         outcome,
+        Action.OUTCOME_CLAIM_UNKNOWN,
         "%s ignored: the database does not know this worker's claim (lost in a failover "
         "to a standby that had not received it?); the job runs again",
         outcome.kind,
@@ -61,6 +66,7 @@ def unknown_first_try(log: logging.Logger, outcome: Outcome) -> None:
         log,
         logging.WARNING,
         outcome,
+        Action.OUTCOME_FIRST_TRY_UNKNOWN,
         "%s found nothing to write after a lost reply: the first try committed, or the "
         "lease expired meanwhile and another worker took the job over",
         outcome.kind,
@@ -71,6 +77,7 @@ def _claim_line(
     log: logging.Logger,
     level: int,
     outcome: Outcome,
+    action: Action,
     message: str,
     *args: object,
     queue: bool = False,
@@ -78,13 +85,12 @@ def _claim_line(
     """``message`` (with ``args``), then the fields that name the job and the claim whose
     outcome it is."""
     job = outcome.job
-    fields: dict[str, object] = {"job_id": job.id, "task": job.task}
+    names: dict[str, object] = {"job_id": job.id, "task": job.task}
     if queue:
-        fields["queue"] = job.queue
-    fields["attempt"] = job.attempt
-    fields["lease_token"] = job.lease_token
-    line = message + "".join(f" {name}=%s" for name in fields)
-    log.log(level, line, *args, *fields.values(), stacklevel=2)
+        names["queue"] = job.queue
+    names["attempt"] = job.attempt
+    names["lease_token"] = job.lease_token
+    log.log(level, message, *args, extra=fields(action, **names), stacklevel=2)
 
 
 def outcome_written(log: logging.Logger, outcome: Outcome, written: str) -> None:
@@ -94,51 +100,53 @@ def outcome_written(log: logging.Logger, outcome: Outcome, written: str) -> None
             log,
             logging.WARNING,
             outcome,
+            Action.OUTCOME_STALE,
             "lease lost: the job's transaction was rolled back, nothing written",
         )
     elif written == "stale":
         _claim_line(
-            log, logging.WARNING, outcome, "stale %s ignored: lease no longer held", outcome.kind
+            log,
+            logging.WARNING,
+            outcome,
+            Action.OUTCOME_STALE,
+            "stale %s ignored: lease no longer held",
+            outcome.kind,
         )
     elif written == "succeeded":
         log.info(
-            "job succeeded job_id=%s task=%s queue=%s attempt=%s duration=%.3fs",
-            job.id,
-            job.task,
-            job.queue,
-            job.attempt,
-            outcome.duration,
+            "job succeeded",
+            extra=fields(
+                Action.JOB_SUCCEEDED,
+                job_id=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                duration=Seconds(outcome.duration),
+            ),
         )
     else:
-        # The error comes last: its text may hold anything, and the JSON formatter reads
-        # every word after the last key=value as part of that value.
-        line = "job %s job_id=%s task=%s queue=%s attempt=%s max_attempts=%s outcome=%s " + (
-            "delay=%.3fs" if written == "retry" else "reason=%s"
-        )
         park = outcome.park
-        detail: object = (
-            clamped_delay(outcome.delay)
-            if written == "retry"
-            else _DEAD_BECAUSE.get(outcome.kind, outcome.kind)
-            if written == "dead"
-            else park.kind  # sleep or wait
-            if written == "parked" and park is not None
-            else "cancelled"
-        )
-        args: list[object] = [
-            _VERBS.get(written, written),
-            job.id,
-            job.task,
-            job.queue,
-            job.attempt,
-            job.max_attempts,
-            outcome.kind,
-            detail,
-        ]
+        said: dict[str, object] = {
+            "job_id": job.id,
+            "task": job.task,
+            "queue": job.queue,
+            "attempt": job.attempt,
+            "max_attempts": job.max_attempts,
+            "outcome": outcome.kind,
+        }
+        if written == "retry":
+            said["delay"] = Seconds(clamped_delay(outcome.delay))
+        else:
+            said["reason"] = (
+                _DEAD_BECAUSE.get(outcome.kind, outcome.kind)
+                if written == "dead"
+                else park.kind  # sleep or wait
+                if written == "parked" and park is not None
+                else "cancelled"
+            )
         if written == "parked" and park is not None and park.event is not None:
-            line += " event=%s"
-            args.append(log_value(park.event))
-        if outcome.summary:
-            line += " error=%s"
-            args.append(log_value(outcome.summary))
-        log.info(line, *args)
+            said["event"] = log_value(park.event)
+        if outcome.summary:  # last: its text may hold anything
+            said["error"] = log_value(outcome.summary)
+        action = _ACTIONS.get(written, Action.JOB_CANCELLED)
+        log.info("job %s", _VERBS.get(written, written), extra=fields(action, **said))

@@ -21,7 +21,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgqueue.handler import log_queue, logs
-from tests.helpers import PGQ, ROOT, ThreadWorker, ledger, scalar, spawn_worker, wait_for
+from tests.helpers import (
+    PGQ,
+    ROOT,
+    ThreadWorker,
+    ledger,
+    scalar,
+    spawn_worker,
+    thread_worker,
+    wait_for,
+)
 from tests.integration import log_tasks, worker_app
 
 OPS_APP = "tests.integration.ops_app:pgq"
@@ -474,3 +483,67 @@ def test_an_in_process_worker_behind_queue_logging_runs_while_its_handler_blocks
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_every_pgqueue_record_of_a_worker_run_names_its_action_and_carries_its_fields(
+    app_dsn, conn
+):
+    """pgqueue's records carry their data as attributes (extra=), with a declared action."""
+    from pgqueue.rules.log_actions import Action
+
+    pgq = worker_app.pgq
+    ok = pgq.enqueue("logs_a_line", {"order": 7}, conn=conn)
+    broken = pgq.enqueue("always_fails", conn=conn)
+    logger = logging.getLogger("pgqueue")
+    handler, level = Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with thread_worker(pgq, app_dsn, concurrency=2) as running:
+            wait_for(
+                lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.dead_letters") == 1,
+                timeout=60,
+                message="the dead letter",
+            )
+            running.stop()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    declared = {a.code: a for a in Action}
+    standard = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+    records = handler.records
+    assert records
+    for record in records:
+        action = getattr(record, "action", None)
+        assert action in declared, (record.name, record.getMessage())
+        stated = set(vars(record)) - standard - set(logs.FIELDS) - {"action"}
+        assert stated <= set(declared[action].fields), (action, stated)
+    by_job = [
+        (r.action, r.attempt)  # type: ignore[attr-defined]
+        for r in records
+        if getattr(r, "job_id", None) == broken and r.action.startswith("job.")  # type: ignore[attr-defined]
+    ]
+    assert by_job == [
+        ("job.started", 1),
+        ("job.rescheduled", 1),
+        ("job.started", 2),
+        ("job.rescheduled", 2),
+        ("job.started", 3),
+        ("job.dead_lettered", 3),
+    ]
+    [done] = [r for r in records if getattr(r, "action", "") == "job.succeeded"]
+    assert (done.job_id, done.task, done.queue, done.attempt) == (ok, "logs_a_line", "default", 1)  # type: ignore[attr-defined]
+    assert isinstance(done.duration, float)  # type: ignore[attr-defined]
+    [dead] = [r for r in records if getattr(r, "action", "") == "job.dead_lettered"]
+    assert dead.error == "ValueError: this job is broken" and dead.max_attempts == 3  # type: ignore[attr-defined]
+    actions = {r.action for r in records}  # type: ignore[attr-defined]
+    assert {"worker.started", "worker.serving", "worker.stopped"} <= actions

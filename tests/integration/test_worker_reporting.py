@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from pgqueue.handler.logs import JsonFormatter
+from pgqueue.handler.logs import JsonFormatter, TextFormatter
 from tests.helpers import ledger, scalar, thread_worker, wait_for
 from tests.hostile import hostile_app
 
@@ -23,22 +23,25 @@ def test_retry_and_dead_letter_lines_name_the_error(app_dsn, conn, caplog):
             lambda: scalar(app_dsn, "SELECT count(*) FROM pgqueue.dead_letters") == 1,
             message="the dead letter",
         )
-    lines = [r for r in caplog.records if f"job_id={job} " in r.getMessage()]
-    assert [(r.levelno, r.getMessage().split(" job_id=")[0]) for r in lines] == [
-        (logging.INFO, "job rescheduled"),
-        (logging.INFO, "job dead-lettered"),
+    lines = [r for r in caplog.records if getattr(r, "job_id", None) == job]
+    lines = [r for r in lines if r.getMessage() != "job started"]
+    assert [(r.levelno, r.getMessage(), r.action) for r in lines] == [
+        (logging.INFO, "job rescheduled", "job.rescheduled"),
+        (logging.INFO, "job dead-lettered", "job.dead_lettered"),
     ]
-    retry, dead = (r.getMessage() for r in lines)
+    retry, dead = (TextFormatter("%(message)s").format(r) for r in lines)
     # One line each (the message's newline folded), the class and message at the end.
     assert "\n" not in retry and "\n" not in dead
-    assert "attempt=1 max_attempts=2" in retry and "delay=0.050s" in retry
-    assert retry.endswith(r"error=ValueError: bad address: x\=1 second line")
+    assert "attempt=1 max_attempts=2" in retry and "delay=0.05s" in retry
+    assert retry.endswith("error=ValueError: bad address: x=1 second line")
     assert "attempt=2 max_attempts=2" in dead and "reason=max attempts reached" in dead
-    assert dead.endswith(r"error=ValueError: bad address: x\=1 second line")
-    # JSON logs: the message stays "job rescheduled"; the error is one field, whole.
+    assert dead.endswith("error=ValueError: bad address: x=1 second line")
+    # JSON logs: the message stays "job rescheduled"; the error is one field, whole, and the
+    # delay a number of seconds.
     entry = json.loads(JsonFormatter().format(lines[0]))
-    assert entry["msg"] == "job rescheduled" and str(entry["attempt"]) == "1"
-    assert entry["error"] == r"ValueError: bad address: x\=1 second line"
+    assert entry["msg"] == "job rescheduled" and entry["attempt"] == 1
+    assert entry["action"] == "job.rescheduled" and entry["delay"] == 0.05
+    assert entry["error"] == "ValueError: bad address: x=1 second line"
     assert "x" not in entry
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pgqueue.handler import log_queue, logs
+from pgqueue.rules.log_actions import Action, Seconds, fields
 
 
 @pytest.fixture
@@ -51,10 +52,49 @@ def capture(fmt: logging.Formatter, name: str = "t.logs") -> tuple[logging.Logge
 def test_a_format_naming_the_fields_works_outside_a_job(clean_logging):
     log, out = capture(logging.Formatter("[%(job_id)s|%(task)s|%(attempt)s] %(message)s"))
     log.info("no job here")
-    log.info("about one job_id=%s task=%s attempt=%s", 7, "send", 2)  # pgqueue's own lines
+    # pgqueue's own lines about a job, logged outside it: the job's fields come with extra=
+    log.info("about one", extra=fields(Action.JOB_STARTED, job_id=7, task="send", attempt=2))
+    assert out.getvalue().splitlines() == ["[||] no job here", "[7|send|2] about one"]
+
+
+def test_json_fields_come_from_extra_with_their_types_not_from_the_message(clean_logging):
+    log, out = capture(logs.JsonFormatter())
+    log.info(
+        "job succeeded",
+        extra=fields(Action.JOB_SUCCEEDED, job_id=7, task="send", duration=Seconds(0.25)),
+    )
+    log.info("a message that says job_id=%s", 9, extra=fields(Action.JOB_STARTED, job_id=8))
+    first, second = (json.loads(x) for x in out.getvalue().splitlines())
+    assert first["msg"] == "job succeeded" and first["action"] == "job.succeeded"
+    assert (first["job_id"], first["task"], first["duration"]) == (7, "send", 0.25)
+    assert "queue" not in first  # empty context fields are left out
+    # pgqueue's records are never parsed: the message is text, the fields are extra's
+    assert (second["msg"], second["job_id"]) == ("a message that says job_id=9", 8)
+
+
+def test_text_lines_append_the_fields_in_the_order_given_then_the_context(clean_logging):
+    log, out = capture(logs.TextFormatter("%(message)s"))
+    token = logs.bind(worker_id="w-1")
+    try:
+        log.info(
+            "job succeeded",
+            extra=fields(
+                Action.JOB_SUCCEEDED,
+                job_id=7,
+                task="send",
+                queue="q",
+                attempt=1,
+                duration=Seconds(0.004),
+            ),
+        )
+        log.info("charging card", extra={"order": 8})
+        log.info("reaper started", extra=fields(Action.REAPER_STARTED, interval=Seconds(60)))
+    finally:
+        logs._bound.reset(token)
     assert out.getvalue().splitlines() == [
-        "[||] no job here",
-        "[7|send|2] about one job_id=7 task=send attempt=2",
+        "job succeeded job_id=7 task=send queue=q attempt=1 duration=0.004s worker_id=w-1",
+        "charging card order=8 worker_id=w-1",
+        "reaper started interval=60s worker_id=w-1",  # the action is not in text lines
     ]
 
 
@@ -85,6 +125,28 @@ def test_json_keeps_types_and_writes_valid_json_for_any_value(clean_logging):
     assert line["obj"].startswith("<object object")
 
 
+def test_a_format_of_ones_own_gets_the_fields_through_the_text_formatter(clean_logging):
+    """What docs/how-to/logging.md tells a --log-config with a format of its own to do."""
+    out = io.StringIO()
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "formatters": {
+                "mine": {"()": "pgqueue.handler.logs.TextFormatter", "fmt": "MINE %(message)s"}
+            },
+            "handlers": {
+                "h": {"class": "logging.StreamHandler", "stream": out, "formatter": "mine"}
+            },
+            "loggers": {"t.mine": {"handlers": ["h"], "level": "INFO", "propagate": False}},
+        }
+    )
+    logging.getLogger("t.mine").info(
+        "job started", extra=fields(Action.JOB_STARTED, job_id=3, task="t")
+    )
+    assert out.getvalue() == "MINE job started job_id=3 task=t\n"
+
+
 def test_app_logging_leaves_an_app_configuration_alone_and_reenables_pgqueue(clean_logging):
     out = io.StringIO()
     logging.getLogger().handlers[:] = []  # a fresh process: nothing configured (not pytest's)
@@ -107,11 +169,11 @@ def test_app_logging_leaves_an_app_configuration_alone_and_reenables_pgqueue(cle
     assert setup.configured_by == "app"
     assert not pgqueue_log.disabled
     assert logging.getLogger().level == logging.WARNING  # the explicit --log-level wins
-    pgqueue_log.warning("still heard job_id=%s", 4)
+    pgqueue_log.warning("still heard", extra={"job_id": 4})
     pgqueue_log.info("below the level")
     assert out.getvalue().splitlines() == [
         "t.early |before the app configured anything",  # replayed from the import
-        "pgqueue.worker 4|still heard job_id=4",
+        "pgqueue.worker 4|still heard",
     ]
 
 
@@ -133,11 +195,13 @@ class Gate(logging.Handler):
         self.open = threading.Event()
         self.entered = threading.Event()
         self.messages: list[str] = []
+        self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.entered.set()
         self.open.wait(30)
         self.messages.append(record.getMessage())
+        self.records.append(record)
 
 
 def test_the_queue_drops_and_counts_instead_of_blocking_and_snapshots_arguments(clean_logging):
@@ -163,4 +227,7 @@ def test_the_queue_drops_and_counts_instead_of_blocking_and_snapshots_arguments(
     lines = [m for m in gate.messages if "dropped" not in m]
     assert lines == ["one", "items=['first']", "more n=0", "more n=1"]
     [report] = [m for m in gate.messages if "dropped" in m]
-    assert report.startswith("log records dropped: the log output did not keep up count=48")
+    assert report == "log records dropped: the log output did not keep up"
+    [record] = [r for r in gate.records if "dropped" in r.getMessage()]
+    said = vars(record)
+    assert (said["action"], said["count"], said["queue_size"]) == ("logging.dropped", 48, 3)

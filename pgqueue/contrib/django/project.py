@@ -19,6 +19,7 @@ from typing import Any
 from pgqueue.client import PgQueue
 from pgqueue.contrib.django import queue
 from pgqueue.errors import ConfigurationError
+from pgqueue.rules.log_actions import Action, fields
 
 __all__ = ["APP_SPEC", "discover", "task_modules"]
 
@@ -68,6 +69,7 @@ def discover() -> PgQueue:
             "are not run here: run a worker with PGQUEUE_DATABASE set to it",
             database,
             ", ".join(elsewhere),
+            extra=fields(Action.DJANGO_TASKS_ELSEWHERE),
         )
     return pgq
 

@@ -36,7 +36,8 @@ def test_a_claim_that_did_not_commit_writes_nothing(caplog):
     completer.submit(Outcome(job(1), "ack"))
     ledger.claim_failed([(1, 1), (2, 1)], still_running={(2, 1)})
     assert completer.pending == []
-    assert "claim did not commit; outcome not written job_id=1" in caplog.text
+    [line] = [r for r in caplog.records if "outcome not written" in r.getMessage()]
+    assert (line.action, line.job_id) == ("outcome.claim_uncommitted", 1)
     assert ledger.claim_unsettled(2, 1)
     completer.submit(Outcome(job(2), "ack"))  # its handler returned later: dropped too
     assert completer.pending == [] and not ledger.claim_unsettled(2, 1)
