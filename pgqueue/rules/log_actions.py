@@ -253,6 +253,27 @@ class Action(Enum):
         "parents",
         "waiting jobs whose parents left unnoticed were settled",
     )
+    MAINTENANCE_STARTED = ("maintenance.started", "interval", "`pgq maintain` started")
+    MAINTENANCE_WAITING = (
+        "maintenance.waiting",
+        "holder",
+        "an old snapshot holds the horizon: nothing is reclaimed until it ends",
+    )
+    MAINTENANCE_NOT_OURS = (
+        "maintenance.not_ours",
+        "relations",
+        "bloated relations this role may not maintain: run `pgq maintain` as their owner",
+    )
+    MAINTENANCE_DONE = (
+        "maintenance.done",
+        "step relation bytes_before bytes_after",
+        "a VACUUM (`step=vacuum`) or REINDEX (`step=reindex`) or drop of a leftover index",
+    )
+    MAINTENANCE_GAVE_UP = (
+        "maintenance.gave_up",
+        "step relation error",
+        "a step would have waited for a lock (or timed out): tried again next pass",
+    )
     CRON_ENQUEUED = ("cron.enqueued", "schedule tick job_id inserted", "a schedule's tick")
     CRON_MISSED = ("cron.missed", "schedule skipped policy", "ticks missed while no worker ran")
     CRON_FAILED = ("cron.failed", "schedule error", "a tick could not be enqueued")

@@ -35,6 +35,7 @@ import psycopg
 from pgqueue.db import maintenance as db
 from pgqueue.db.startup import check_database_async
 from pgqueue.errors import DatabaseUnavailableError
+from pgqueue.rules.log_actions import Action, Seconds, fields
 from pgqueue.rules.maintenance import (
     Floor,
     Relation,
@@ -159,7 +160,10 @@ class Maintainer(Service):
         if held is not None:
             if "held" not in self._said:
                 self._said.add("held")
-                self.log.info("maintenance waits for the horizon: %s", held)
+                self.log.info(
+                    "maintenance waits for the horizon",
+                    extra=fields(Action.MAINTENANCE_WAITING, holder=held),
+                )
             return Report(waiting=held)
         self._said.discard("held")
         await db.set_timeouts(
@@ -174,9 +178,9 @@ class Maintainer(Service):
         if report.not_ours and "not ours" not in self._said:
             self._said.add("not ours")
             self.log.warning(
-                "bloated relations owned by another role relations=%s: run pgq maintain as "
-                "the owner of pgqueue's tables",
-                ",".join(report.not_ours),
+                "bloated relations owned by another role: run pgq maintain as the owner of "
+                "pgqueue's tables",
+                extra=fields(Action.MAINTENANCE_NOT_OURS, relations=",".join(report.not_ours)),
             )
         for table in to_vacuum(relations, self.thresholds, self.floors):
             await self._reclaim(conn, report, "vacuum", table, db.vacuum, report.vacuumed)
@@ -202,7 +206,16 @@ class Maintainer(Service):
         self.floors[name] = Floor(after, relation.estimated_bytes or 0)
         done[name] = (before, after)
         self.observer.maintained(action, name, before - after)
-        self.log.info("maintenance %s relation=%s bytes=%s->%s", action, name, before, after)
+        self.log.info(
+            "maintenance done",
+            extra=fields(
+                Action.MAINTENANCE_DONE,
+                step=action,
+                relation=name,
+                bytes_before=before,
+                bytes_after=after,
+            ),
+        )
 
     async def _step(
         self, conn: db.Connection, report: Report, action: str, name: str, run: db.Step
@@ -213,7 +226,10 @@ class Maintainer(Service):
             report.gave_up[name] = one_line(exc)
             self.observer.maintained("gave_up", name, 0)
             self.log.warning(
-                "maintenance gave up action=%s relation=%s error=%r", action, name, one_line(exc)
+                "maintenance gave up",
+                extra=fields(
+                    Action.MAINTENANCE_GAVE_UP, step=action, relation=name, error=one_line(exc)
+                ),
             )
             return False
         return True
@@ -237,7 +253,10 @@ async def maintain_forever(dsn: str, maintainer: Maintainer) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopped.set)
-    maintainer.log.info("maintenance started interval=%ss", maintainer.every)
+    maintainer.log.info(
+        "maintenance started",
+        extra=fields(Action.MAINTENANCE_STARTED, interval=Seconds(maintainer.every)),
+    )
     try:
         supervisor.start()
         await stopped.wait()
