@@ -89,6 +89,6 @@ def held_snapshot(env: Env, size: str) -> Report:
 
 
 def _steps(log: str) -> dict[str, Any]:
-    return {
-        action: log.count(f"maintenance {action} ") for action in ("vacuum", "reindex", "gave up")
-    }
+    # The workers' text lines: "maintenance done step=reindex ..." / "maintenance gave up ...".
+    done = {step: log.count(f"maintenance done step={step} ") for step in ("vacuum", "reindex")}
+    return {**done, "gave up": log.count("maintenance gave up ")}
