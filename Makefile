@@ -28,7 +28,9 @@ VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/
 PYTEST_WORKERS ?= $(if $(PGQUEUE_TEST_DSN),0,4)
 # --dist loadfile: each test module on one xdist worker, so a module-scoped fixture (a worker
 # process started for the module, module_dsn) is made once, and the chaos scenarios (one module,
-# each scenario a fleet near the machine's capacity) run one after another.
+# each scenario a fleet near the machine's capacity) run one after another. tests/scheduling.py
+# hands the modules out costliest first (xdist's own order is by number of tests) and each doc
+# page on its own.
 XDIST_ARGS = -n $(PYTEST_WORKERS) $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile)
 TEST_STEPS := lint typecheck pytest last-checks
 # What `make test`'s last step also runs beside the docs and the package check (.ci/run adds
