@@ -5,7 +5,8 @@ its own, and most of its time goes to importing pgqueue, psycopg, typer and rich
 reads its arguments (about half a second of CPU; several seconds on a loaded machine). Here a
 server imports ``pgqueue.cli`` once per page, and the ``pgq`` on the page's ``PATH`` is a
 small client that hands the server its arguments, environment, working directory and its
-stdin, stdout and stderr (the descriptors themselves), and exits with the command's status.
+stdin, stdout and stderr (the descriptors themselves), passes on the signals it gets (``kill
+%1`` of a ``pgq work ... &``) and exits with the command's status.
 
 Each command is still a process of its own, started fresh for that command: forked from the
 server before anything ran (``pgqueue.cli.main`` is called in the fork, with ``sys.argv``,
@@ -32,24 +33,63 @@ from pathlib import Path
 # The client (run with -IS: no site, no environment-dependent paths; it imports only a few
 # built-in modules, so it starts in a few milliseconds).
 CLIENT = """\
-import json, os, socket, sys
+import json, os, signal, socket, sys
+command = None  # its pid, once the server sent it
+early = []  # signals that came before
+
+
+def forward(signum, frame):
+    if command is None:
+        early.append(signum)
+    else:
+        os.kill(command, signum)
+
+
+# What bash sends a job (`kill %1`) goes on to the command; what it ignores stays ignored.
+for signum in {forwarded!r}:
+    if signal.getsignal(signum) != signal.SIG_IGN:
+        signal.signal(signum, forward)
+
+
+def read(server, size):
+    data = b""
+    while len(data) < size and (chunk := server.recv(size - len(data))):
+        data += chunk
+    if len(data) < size:
+        sys.exit("pgq (doc pages' fork server): the command ended without a status")
+    return int.from_bytes(data, "big")
+
+
 request = json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}})
 data = request.encode()
 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
     server.connect({socket!r})
     socket.send_fds(server, [len(data).to_bytes(8, "big") + data], [0, 1, 2])
-    status = b""
-    while len(status) < 4 and (chunk := server.recv(4 - len(status))):
-        status += chunk
-if len(status) < 4:
-    sys.exit("pgq (doc pages' fork server): the command ended without a status")
-sys.exit(int.from_bytes(status, "big"))
+    command = read(server, 4)
+    for signum in early:
+        os.kill(command, signum)
+    status = read(server, 4)
+sys.exit(status)
 """
+# SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 (by number: the client imports no names).
+FORWARDED = [
+    int(s)
+    for s in (
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+    )
+]
 
 
 def write_client(path: Path, socket_path: str) -> None:
     """An executable ``pgq`` at ``path`` that runs its command through the server."""
-    path.write_text(f"#!{sys.executable} -IS\n" + CLIENT.format(socket=socket_path))
+    path.write_text(
+        f"#!{sys.executable} -IS\n" + CLIENT.format(socket=socket_path, forwarded=FORWARDED)
+    )
     path.chmod(0o755)
 
 
@@ -87,7 +127,9 @@ def _become_the_command(request: dict[str, object], fds: list[int], pgq: str) ->
 
 
 def _watch(conn: socket.socket, pid: int) -> None:
-    """Wait for the command's process and send its status as bash would see it."""
+    """Send the command's pid (the client forwards signals to it), wait for the command's
+    process and send its status as bash would see it."""
+    conn.sendall(pid.to_bytes(4, "big"))
     _pid, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     code = 128 - code if code < 0 else code
