@@ -22,7 +22,7 @@ EXTRA_PYTHONS ?= 3.11 3.13
 VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/test_worker_basic.py
 # Unit tests that check the repository's text, not how pgqueue runs (the query names the code
 # passes, found by reading it; the sync twins against their async sources, as `make lint` does):
-# they run on $(PYTHON) only. They were a fifth of VERSION_TESTS' time.
+# they run on $(PYTHON) only (a tenth of test-versions' CPU time on each extra Python).
 VERSION_SAME := tests/unit/test_query_names.py tests/unit/test_sync_twins.py
 # The suite runs in parallel (pytest-xdist): PYTEST_WORKERS processes, each with an embedded
 # PostgreSQL of its own (tests/conftest.py). More processes than cores pays: most tests wait on
