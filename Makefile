@@ -20,6 +20,10 @@ BIN := $(VENV)/bin
 # `make test` runs everything on $(PYTHON).
 EXTRA_PYTHONS ?= 3.11 3.13
 VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/test_worker_basic.py
+# Unit tests that check the repository's text, not how pgqueue runs (the query names the code
+# passes, found by reading it; the sync twins against their async sources, as `make lint` does):
+# they run on $(PYTHON) only (a tenth of test-versions' CPU time on each extra Python).
+VERSION_SAME := tests/unit/test_query_names.py tests/unit/test_sync_twins.py
 # The suite runs in parallel (pytest-xdist): PYTEST_WORKERS processes, each with an embedded
 # PostgreSQL of its own (tests/conftest.py). More processes than cores pays: most tests wait on
 # real worker processes, sleeps and the server. Against one server of yours
@@ -28,7 +32,9 @@ VERSION_TESTS ?= tests/unit tests/integration/test_enqueue.py tests/integration/
 PYTEST_WORKERS ?= $(if $(PGQUEUE_TEST_DSN),0,4)
 # --dist loadfile: each test module on one xdist worker, so a module-scoped fixture (a worker
 # process started for the module, module_dsn) is made once, and the chaos scenarios (one module,
-# each scenario a fleet near the machine's capacity) run one after another.
+# each scenario a fleet near the machine's capacity) run one after another. tests/scheduling.py
+# hands the modules out costliest first (xdist's own order is by number of tests) and each doc
+# page on its own.
 XDIST_ARGS = -n $(PYTEST_WORKERS) $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile)
 TEST_STEPS := lint typecheck pytest last-checks
 # What `make test`'s last step also runs beside the docs and the package check (.ci/run adds
@@ -125,7 +131,7 @@ test-versions: $(addprefix test-python-,$(EXTRA_PYTHONS))
 test-python-%: .venv-%/.installed
 	.venv-$*/bin/python -m compileall -q -j0 $(OWN_CODE)
 	PATH="$(CURDIR)/.venv-$*/bin:$$PATH" .venv-$*/bin/pytest -q -p no:cacheprovider \
-		-x $(XDIST_ARGS) $(VERSION_TESTS)
+		-x $(XDIST_ARGS) $(VERSION_TESTS) $(addprefix --ignore=,$(VERSION_SAME))
 
 # Kept between runs (make would delete a stamp only a pattern rule names).
 .PRECIOUS: .venv-%/.installed

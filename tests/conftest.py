@@ -10,7 +10,8 @@ connection counts, restarts) is seen by the tests of another worker. The servers
 seeds made once per run (``tests/seeds.py``). ``--dist loadfile`` runs each module on one xdist
 worker: module-scoped fixtures (a worker process started once, ``module_dsn``) are made once, and
 the fault-injection scenarios, which each drive a fleet near the machine's capacity, run one
-after another.
+after another; the costliest modules go out first, and each doc page on its own
+(``tests/scheduling.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue import PgQueue
 from pgqueue.db import embedded, migrate
+from tests import scheduling
 from tests.helpers import LEDGER_DDL
 from tests.seeds import Seeds
 
@@ -135,6 +137,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_configure_node(node: Any) -> None:
     """(pytest-xdist, in the controlling session) Every worker copies the same seeds."""
     node.workerinput["pgqueue_seeds"] = str(node.config.stash[_SEEDS].root)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """(pytest-xdist, in the controlling session) ``--dist loadfile`` hands out the costliest
+    modules first, and each doc page on its own (tests/scheduling.py)."""
+    return scheduling.make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -26,8 +26,10 @@ import asyncio
 import inspect
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue import PgQueue
+from tests import pgq_forkserver
 
 ROOT = Path(__file__).resolve().parents[2]
 # Generated from the typer app (the CLI reference): its examples are `pgq --help`'s, not prose.
@@ -150,12 +153,37 @@ def test_a_failing_block_names_its_page_and_line(tmp_path: Path, dsn: str) -> No
             session.run(python)
         with pytest.raises(AssertionError, match=r"^page\.md:9: .*exited 1"):
             session.run(bash)
+        # A shell block's pgq (the fork server's) fails as the real one does, and reads and
+        # writes the block's own streams.
+        real = subprocess.run(
+            [Path(sys.executable).parent / "pgq", "jobs", "show", "424242"],
+            env={**os.environ, "PGQUEUE_DSN": dsn},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert real.returncode != 0
+        (check,) = parse(
+            "```bash\n"
+            f'test "$(command -v pgq)" != {Path(sys.executable).parent / "pgq"}\n'
+            "pgq --version | grep -q '^pgqueue '\n"
+            "echo retry | pgq --help | grep -q 'Usage: pgq'\n"
+            f"pgq jobs show 424242 2> err || status=$?; test $status = {real.returncode}\n"
+            f'test "$(cat err)" = {real.stderr.strip()!r}\n'
+            "pgq jobs show 424242\n"
+            "```\n",
+            "page.md",
+        )
+        with pytest.raises(AssertionError, match=rf"exited {real.returncode}"):
+            session.run(check)
         with pytest.raises(AssertionError, match="right above an opening fence"):
             parse("<!-- not run: no reason -->\n\n```bash\ntrue\n```\n", "page.md")
 
 
 class Session:
-    """One page's database, working directory, namespace and event loop."""
+    """One page's database, working directory, namespace and event loop, and the ``pgq`` its
+    shell blocks run: each command a fresh process forked from one that has imported pgqueue
+    already (tests/pgq_forkserver.py), its exit status checked as any command's."""
 
     def __init__(self, page: str, dsn: str, workdir: Path) -> None:
         self.page = page
@@ -172,6 +200,7 @@ class Session:
         }
 
     def __enter__(self) -> Session:
+        self._start_pgq_server()
         self._saved = (os.getcwd(), list(sys.path), set(sys.modules), dict(os.environ))
         os.chdir(self.workdir)
         sys.path.insert(0, str(self.workdir))
@@ -179,7 +208,35 @@ class Session:
         os.environ["DATABASE_URL"] = self.dsn
         return self
 
+    def _start_pgq_server(self) -> None:
+        # Not under the working directory: a socket's path must be short.
+        self._pgq_dir = Path(tempfile.mkdtemp(prefix="pgq-docs-"))
+        socket_path = str(self._pgq_dir / "pgq.sock")
+        (self._pgq_dir / "bin").mkdir()
+        pgq_forkserver.write_client(self._pgq_dir / "bin" / "pgq", socket_path)
+        real_pgq = str(Path(sys.executable).parent / "pgq")
+        self._pgq_server = subprocess.Popen(
+            [sys.executable, "-m", "tests.pgq_forkserver", socket_path, real_pgq],
+            cwd=ROOT,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._pgq_server.stdout is not None
+        ready = self._pgq_server.stdout.readline()
+        assert ready == "ready\n", f"the pgq fork server did not start: {ready!r}"
+        self.env["PATH"] = f"{self._pgq_dir / 'bin'}{os.pathsep}{self.env['PATH']}"
+
+    def _stop_pgq_server(self) -> None:
+        self._pgq_server.kill()
+        self._pgq_server.wait()
+        assert self._pgq_server.stdout is not None
+        self._pgq_server.stdout.close()
+        shutil.rmtree(self._pgq_dir, ignore_errors=True)
+
     def __exit__(self, *exc: object) -> None:
+        self._stop_pgq_server()
         cwd, path, modules, environ = self._saved
         mine = [
             m
