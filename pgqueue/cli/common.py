@@ -134,6 +134,12 @@ def duration(value: str | float) -> float:
         raise typer.BadParameter(str(exc)) from None
 
 
+def duration_option(*names: str, help: str, **more: Any) -> Any:
+    """A ``typer.Option`` that reads a duration (``30s``, ``5m``, ``250ms``, or seconds):
+    ``Annotated[float, duration_option(help="...")]``."""
+    return typer.Option(*names, parser=duration, metavar="DURATION", help=help, **more)
+
+
 @contextmanager
 def friendly_errors() -> Iterator[None]:
     """Print pgqueue and connection errors as one clear line and exit 1 (no traceback)."""

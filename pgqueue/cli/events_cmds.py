@@ -7,7 +7,14 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, JsonOption, command_group, duration, example, open_queue
+from pgqueue.cli.common import (
+    DsnOption,
+    JsonOption,
+    command_group,
+    duration_option,
+    example,
+    open_queue,
+)
 from pgqueue.errors import InvalidJobError
 
 events_app = command_group(
@@ -40,11 +47,9 @@ def emit(
     ] = None,
     keep: Annotated[
         float | None,
-        typer.Option(
-            parser=duration,
-            metavar="DURATION",
+        duration_option(
             help="Keep the event this long for jobs that wait later "
-            "(default: the history retention, at least a day).",
+            "(default: the history retention, at least a day)."
         ),
     ] = None,
     dsn: DsnOption = None,

@@ -10,7 +10,13 @@ from typing import Annotated, Any
 
 import typer
 
-from pgqueue.cli.common import DsnOption, command_group, duration, example, with_app
+from pgqueue.cli.common import (
+    DsnOption,
+    command_group,
+    duration_option,
+    example,
+    with_app,
+)
 from pgqueue.cli.listing import list_command
 from pgqueue.cli.output import FormatOption, OutputFormat, print_rows
 from pgqueue.client import PgQueue
@@ -184,7 +190,7 @@ def breaker_open(
     task: Annotated[str, typer.Argument(help="Task name.")],
     duration_: Annotated[
         float | None,
-        typer.Option("--for", parser=duration, metavar="DURATION", help="Default: its cooldown."),
+        duration_option("--for", help="Default: its cooldown."),
     ] = None,
     dsn: DsnOption = None,
 ) -> None:

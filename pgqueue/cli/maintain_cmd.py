@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.cli.common import DsnOption, duration, example, friendly_errors
+from pgqueue.cli.common import DsnOption, duration_option, example, friendly_errors
 from pgqueue.cli.worker_cmds import LogFormat, LogLevel
 from pgqueue.client import PgQueue
 from pgqueue.handler import logs
@@ -18,9 +18,7 @@ from pgqueue.worker.maintainer import Maintainer, maintain_forever, maintain_onc
 
 
 def maintain(
-    interval: Annotated[
-        float, typer.Option(parser=duration, metavar="DURATION", help="Time between passes.")
-    ] = service.EVERY,
+    interval: Annotated[float, duration_option(help="Time between passes.")] = service.EVERY,
     once: Annotated[bool, typer.Option(help="One pass: print what it did and exit.")] = False,
     bloat_factor: Annotated[
         float,
@@ -33,19 +31,11 @@ def maintain(
     ] = rules.MIN_BYTES,
     held_after: Annotated[
         float,
-        typer.Option(
-            parser=duration,
-            metavar="DURATION",
-            help="Do nothing while a snapshot older than this holds the horizon.",
-        ),
+        duration_option(help="Do nothing while a snapshot older than this holds the horizon."),
     ] = service.HELD_AFTER,
     lock_timeout: Annotated[
         float,
-        typer.Option(
-            parser=duration,
-            metavar="DURATION",
-            help="Give a step up when it would wait longer than this for a lock.",
-        ),
+        duration_option(help="Give a step up when it would wait longer than this for a lock."),
     ] = service.LOCK_TIMEOUT,
     dsn: DsnOption = None,
     log_level: LogLevel = None,

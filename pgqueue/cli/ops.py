@@ -12,7 +12,7 @@ from pgqueue.cli.common import (
     MAX_JOB_ID,
     DsnOption,
     JsonOption,
-    duration,
+    duration_option,
     escape,
     example,
     in_range,
@@ -45,10 +45,8 @@ def status(
     reader: Reader,
     snapshot_warn: Annotated[
         float,
-        typer.Option(
+        duration_option(
             "--snapshot-warn",
-            parser=duration,
-            metavar="DURATION",
             help="Warn when a snapshot or transaction older than this holds back the xmin "
             "horizon (VACUUM cannot clean pgqueue's tables behind it).",
         ),

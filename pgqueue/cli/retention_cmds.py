@@ -13,6 +13,7 @@ from pgqueue.cli.common import (
     JsonOption,
     command_group,
     duration,
+    duration_option,
     example,
     in_range,
     open_queue,
@@ -46,9 +47,7 @@ def show(*, printer: Printer) -> None:
 def set_(
     history: Annotated[
         float | None,
-        typer.Option(
-            parser=duration, metavar="DURATION", help="Keep job_history rows this long (0: none)."
-        ),
+        duration_option(help="Keep job_history rows this long (0: none)."),
     ] = None,
     record_succeeded: Annotated[
         bool | None,

@@ -16,7 +16,7 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from pgqueue.cli.common import duration, err_console, in_range
+from pgqueue.cli.common import duration_option, err_console, in_range
 from pgqueue.cli.declared import Declared, Kind, parameters, with_options
 from pgqueue.cli.output import OutputFormat, Reader, dump_json, print_rows, reader_options
 from pgqueue.db import search
@@ -124,11 +124,7 @@ def jobs_search(
     ] = None,
     timeout: Annotated[
         float,
-        typer.Option(
-            parser=duration,
-            metavar="DURATION",
-            help="Give up after this long (a search no index narrows scans).",
-        ),
+        duration_option(help="Give up after this long (a search no index narrows scans)."),
     ] = search.DEFAULT_TIMEOUT,
     reader: Reader,
     **received: Any,

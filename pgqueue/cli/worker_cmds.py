@@ -16,7 +16,7 @@ import typer
 
 from pgqueue.cli.common import (
     DsnOption,
-    duration,
+    duration_option,
     example,
     friendly_errors,
     in_range,
@@ -306,9 +306,7 @@ commands.command(
 
 
 def reaper(
-    interval: Annotated[
-        float, typer.Option(parser=duration, metavar="DURATION", help="Time between runs.")
-    ] = 5.0,
+    interval: Annotated[float, duration_option(help="Time between runs.")] = 5.0,
     once: Annotated[bool, typer.Option(help="Run once and exit.")] = False,
     dsn: DsnOption = None,
     log_level: LogLevel = None,
