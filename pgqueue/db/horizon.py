@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from psycopg.rows import class_row
 
 from pgqueue.db.plan import Plan, Runner, fetch_all
+from pgqueue.rules.maintenance import BLOAT_FACTOR, MIN_BYTES
 
 #: A snapshot older than this (seconds) gets a warning (``pgq status --snapshot-warn``).
 WARN_AFTER_SECONDS = 60.0
@@ -52,6 +53,19 @@ class TableHealth(NamedTuple):
     total_bytes: int
     last_vacuum: datetime | None
     vacuums: int
+    #: What the table and its B-tree indexes would take rebuilt (view ``pgqueue.bloat``).
+    estimated_table_bytes: int | None
+    estimated_index_bytes: int | None
+
+    def bloated(self) -> bool:
+        """It takes far more than rebuilt: the maintenance service's rule (more than
+        :data:`~pgqueue.rules.maintenance.BLOAT_FACTOR` times and
+        :data:`~pgqueue.rules.maintenance.MIN_BYTES` more), for the table and indexes together."""
+        if self.estimated_table_bytes is None or self.estimated_index_bytes is None:
+            return False
+        held = self.table_bytes + self.index_bytes
+        estimate = self.estimated_table_bytes + self.estimated_index_bytes
+        return held > BLOAT_FACTOR * estimate and held - estimate >= MIN_BYTES
 
 
 class Horizon(NamedTuple):
@@ -93,12 +107,30 @@ class Horizon(NamedTuple):
                 return f"snapshot held {describe(h)}: VACUUM cannot remove dead rows until it ends"
         return None
 
+    def bloat_warning(self) -> str | None:
+        """One line when pgqueue's tables take far more than rebuilt (else None)."""
+        bloated = [t for t in self.tables if t.bloated()]
+        if not bloated:
+            return None
+        held = sum(t.table_bytes + t.index_bytes for t in bloated)
+        estimate = sum(
+            (t.estimated_table_bytes or 0) + (t.estimated_index_bytes or 0) for t in bloated
+        )
+        names = ", ".join(t.table_name for t in bloated)
+        return (
+            f"pgqueue's tables take {held / 2**20:,.1f} MB where about {estimate / 2**20:,.1f} MB"
+            f" would do ({names}: bloat a held snapshot left): the workers' maintenance service"
+            " rebuilds them once no old snapshot holds the horizon (pgq maintain, as the"
+            " tables' owner, when the workers' role may not)"
+        )
+
     def as_dict(self, after_seconds: float = WARN_AFTER_SECONDS) -> dict[str, Any]:
         """The report as plain values (``--json``, the dashboard's API)."""
         return {
             "oldest_snapshot_age_seconds": self.oldest_age_seconds,
             "oldest_xmin_age": self.oldest_xmin_age,
             "warning": self.warning(after_seconds),
+            "bloat_warning": self.bloat_warning(),
             "holders": [h._asdict() for h in self.holders],
             "tables": [t._asdict() for t in self.tables],
         }

@@ -313,11 +313,21 @@ class HorizonCollector(_ScrapedCollector[Horizon]):
             "live_tuples": ("pgqueue_live_tuples", "Live rows (the statistics' estimate)."),
             "table_bytes": ("pgqueue_table_bytes", "Size of the table's main fork."),
             "index_bytes": ("pgqueue_index_bytes", "Size of the table's indexes."),
+            "estimated_table_bytes": (
+                "pgqueue_table_estimated_bytes",
+                "What the table's main fork would take rebuilt (view pgqueue.bloat).",
+            ),
+            "estimated_index_bytes": (
+                "pgqueue_index_estimated_bytes",
+                "What the table's B-tree indexes would take rebuilt (view pgqueue.bloat).",
+            ),
         }
         for field, (name, doc) in families.items():
             family = GaugeMetricFamily(name, f"{doc} Per pgqueue table.", labels=["table"])
             for table in report.tables:
-                family.add_metric([table.table_name], float(getattr(table, field)))
+                value = getattr(table, field)
+                if value is not None:
+                    family.add_metric([table.table_name], float(value))
             yield family
 
 

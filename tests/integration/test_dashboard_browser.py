@@ -395,4 +395,6 @@ def test_the_overview_names_the_snapshot_that_holds_back_vacuum(dsn, pgq, browse
         assert "backend" in row and "nightly report" in row and "idle in transaction" in row
         assert text(browser, "#horizon-age").startswith("oldest snapshot:")
         assert text(browser, '#tables tr[data-table="jobs"]').startswith("jobs")
+        # what the jobs table and its indexes would take rebuilt (pgqueue.bloat's estimate)
+        assert " + " in text(browser, '#tables tr[data-table="jobs"] td[data-col="rebuilt"]')
         holder.rollback()

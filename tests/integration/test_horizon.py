@@ -148,6 +148,7 @@ def test_dashboard_state_has_the_holder_and_the_tables(dsn, pgq, conn):
         assert report["oldest_snapshot_age_seconds"] > 1
         jobs = next(t for t in report["tables"] if t["table_name"] == "jobs")
         assert jobs["table_bytes"] >= 0 and jobs["index_bytes"] > 0
+        assert jobs["estimated_index_bytes"] > 0 and report["bloat_warning"] is None
 
 
 @pytest.fixture

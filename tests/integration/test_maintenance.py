@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -32,7 +33,7 @@ from pgqueue.db.roles import RoleNames
 from pgqueue.handler.job_context import CLAIMED_COLUMNS
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.maintainer import Maintainer, Report
-from pgqueue.worker.metrics import WorkerMetrics
+from pgqueue.worker.metrics import HorizonCollector, WorkerMetrics
 from pgqueue.worker.observer import WorkerObserver
 from tests.helpers import wait_for
 
@@ -276,3 +277,36 @@ def test_each_step_is_a_metric():
     assert sample("pgqueue_maintenance_total", {"action": "gave_up", "relation": "jobs"}) == 1
     assert sample("pgqueue_maintenance_reclaimed_bytes_total", {"relation": "jobs_pkey"}) == 7e6
     assert sample("pgqueue_maintenance_reclaimed_bytes_total", {"relation": "jobs"}) is None
+
+
+def test_pgq_status_shows_the_bloat_and_says_what_reclaims_it(dsn, conn):
+    # What pgqueue.bloat estimates reaches the operator's surfaces: pgq status's jobs line and
+    # a warning while the tables take far more than their rebuilt size, the JSON (the
+    # dashboard's API reads the same report) and the metrics.
+    bloat(dsn, conn, jobs=10_000)
+    conn.execute("VACUUM pgqueue.jobs")  # a plain VACUUM leaves the indexes bloated
+    output = " ".join(
+        CliRunner().invoke(app, ["status", "--dsn", dsn], catch_exceptions=False).output.split()
+    )
+    assert "MB indexes (rebuilt about" in output, output
+    assert "warning: pgqueue's tables take" in output and "pgq maintain" in output, output
+    report = CliRunner().invoke(app, ["status", "--dsn", dsn, "--json"], catch_exceptions=False)
+    tables = json.loads(report.output)["horizon"]["tables"]
+    jobs = next(t for t in tables if t["table_name"] == "jobs")
+    assert 0 < jobs["estimated_index_bytes"] < jobs["index_bytes"] / 2, jobs
+    assert jobs["estimated_table_bytes"] is not None
+    collector = HorizonCollector(dsn, max_age=0.0)
+    try:
+        samples = {
+            (sample.name, tuple(sample.labels.values())): sample.value
+            for family in collector.collect()
+            for sample in family.samples
+        }
+    finally:
+        collector.close()
+    assert 0 < samples["pgqueue_index_estimated_bytes", ("jobs",)] < jobs["index_bytes"] / 2
+    assert ("pgqueue_table_estimated_bytes", ("jobs",)) in samples
+    # Once maintained, the line stays and the warning goes.
+    maintain(Maintainer(dsn))
+    output = CliRunner().invoke(app, ["status", "--dsn", dsn], catch_exceptions=False).output
+    assert "rebuilt about" in output and "warning: pgqueue's tables take" not in output, output

@@ -195,6 +195,9 @@ function renderHorizon(horizon) {
   const warning = document.getElementById("horizon-warning");
   warning.hidden = !horizon.warning;
   warning.textContent = horizon.warning ? "warning: " + horizon.warning : "";
+  const bloat = document.getElementById("bloat-warning");
+  bloat.hidden = !horizon.bloat_warning;
+  bloat.textContent = horizon.bloat_warning ? "warning: " + horizon.bloat_warning : "";
   document.getElementById("horizon-age").textContent = horizon.holders.length
     ? `oldest snapshot: ${seconds(horizon.oldest_snapshot_age_seconds)}, ` +
       `xmin age ${horizon.oldest_xmin_age.toLocaleString()} transactions`
@@ -211,7 +214,10 @@ function renderHorizon(horizon) {
     el("tr", { "data-table": t.table_name },
       el("td", {}, t.table_name), num(t.live_tuples, "live_tuples"),
       num(t.dead_tuples, "dead_tuples"), num(bytes(t.table_bytes), "table_bytes"),
-      num(bytes(t.index_bytes), "index_bytes"), el("td", {}, when(t.last_vacuum))),
+      num(bytes(t.index_bytes), "index_bytes"),
+      num(t.estimated_table_bytes === null ? ""
+        : `${bytes(t.estimated_table_bytes)} + ${bytes(t.estimated_index_bytes)}`, "rebuilt"),
+      el("td", {}, when(t.last_vacuum))),
     "no tables");
 }
 
