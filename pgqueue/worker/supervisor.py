@@ -49,6 +49,10 @@ class Supervisor:
     def services(self) -> list[Service]:
         return [part for part in self._parts if isinstance(part, Service)]
 
+    def deferred(self) -> list[Service]:
+        """The services that wait for another's first run before their own (``add(after=)``)."""
+        return [part for part in self.services if id(part) in self._after]
+
     def start(self) -> None:
         """Start every part, in the order added."""
         for part in self._parts:

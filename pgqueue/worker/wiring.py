@@ -152,9 +152,10 @@ def assemble(
         )
         fetcher.listening = lambda: listener.connected
         # Its own connection (maybe to another server, past a pooler): an outage of its own.
-        # Connected after the first claim: whatever a producer enqueues before the LISTEN
-        # takes is claimed anyway (the listener wakes the fetcher when it connects).
-        supervisor.add(listener, Outage() if settings.listen_dsn else database, after=fetcher)
+        # Started with the fetcher, not after its first claim: it takes nothing from the pool,
+        # and a cancel sent once a job is claimed must find the LISTEN already there (else
+        # only the next heartbeat, a third of a lease later, would see it).
+        supervisor.add(listener, Outage() if settings.listen_dsn else database)
     else:
         log.warning(
             "LISTEN disabled: picking up jobs by polling",

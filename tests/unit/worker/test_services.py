@@ -538,6 +538,28 @@ def test_the_first_claim_goes_out_before_any_housekeeping_statement(app, monkeyp
     assert {"heartbeat", "reap", "prune_history", "due_schedules"} <= set(names), names
 
 
+def test_the_listener_starts_with_the_fetcher_not_after_its_first_claim(app, monkeypatch):
+    """The listener takes nothing from the pool, and a cancel sent once a job is claimed must
+    find its LISTEN there: it is not held back behind the first claim as housekeeping is (a
+    cancel sent in between was seen only by the next heartbeat, a third of a lease later)."""
+    monkeypatch.setattr(wiring, "WorkerDB", lambda *args, **kwargs: FakeStore())
+    parts = wiring.assemble(
+        app,
+        WorkerSettings(listen=True),
+        dsn="postgresql://nobody@localhost/none",
+        worker_id="worker-1",
+        stats=WorkerStats(),
+        counts=JobCounts(),
+        observer=WorkerStats(),
+        on_burst_done=lambda: None,
+    )
+    try:
+        deferred = {type(part).__name__ for part in parts.supervisor.deferred()}
+        assert "Listener" not in deferred and "Heartbeater" in deferred, deferred
+    finally:
+        parts.executor.shutdown_threads()
+
+
 def test_a_service_started_after_another_waits_for_its_first_run_at_most_the_cap():
     class Stuck(Service):
         async def run_once(self) -> None:
