@@ -32,6 +32,7 @@ from pgqueue.client.job_methods import JobMethods
 from pgqueue.client.names import TaskNames, check_arguments, registered_in_process
 from pgqueue.client.pools import AsyncConnection, Connection, Pools
 from pgqueue.client.room import Room
+from pgqueue.client.templates import CallTemplates, validated
 from pgqueue.client.workflows import WorkflowMethods
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
@@ -58,8 +59,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 # A single job is written with the garbage collector on (a context made once: it is reusable).
 _COLLECTING = nullcontext()
-# The most call templates a client keeps (PgQueue._templates).
-_MAX_TEMPLATES = 1024
 
 
 class PgQueue(EventMethods, WorkflowMethods, JobMethods):
@@ -413,7 +412,7 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         if options or not isinstance(name, str):
             template = spec_template(name, options, defaults=defaults)
         else:
-            template = self._template(name, registered, defaults)
+            template = self._templates.get(name, registered, defaults)
         spec = with_args(template, args or {}, self.max_payload_bytes)
         if registered is not None and options.get("unique_by"):
             check_unique_by_names(registered, spec.unique_by)
@@ -423,23 +422,11 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         return spec
 
     @cached_property
-    def _templates(self) -> dict[str, tuple[Task[..., Any] | None, JobSpec]]:
-        """Per task name, the validated job of a call without options (and the task it was
-        made for): the name and the task's defaults are validated once, not at every single
-        enqueue (about half of a call's validation)."""
-        return {}
-
-    def _template(
-        self, name: str, registered: Task[..., Any] | None, defaults: Mapping[str, Any]
-    ) -> JobSpec:
-        cached = self._templates.get(name)
-        if cached is not None and cached[0] is registered:
-            return cached[1]
-        template = spec_template(name, {}, defaults=defaults)
-        if len(self._templates) >= _MAX_TEMPLATES:
-            self._templates.clear()  # names made up per call: keep the cache bounded
-        self._templates[name] = (registered, template)
-        return template
+    def _templates(self) -> CallTemplates:
+        """The validated jobs of calls without options, per task name: the name and the
+        task's defaults are validated once, not at every single enqueue (about half of a
+        call's validation)."""
+        return CallTemplates()
 
     def enqueue(
         self,
@@ -527,7 +514,7 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         :class:`~pgqueue.QueueFullError` before writing anything, or waits up to
         ``wait_if_full`` seconds for room. Every task name is checked as :meth:`enqueue`
         says, before anything is written."""
-        specs = _specs(jobs)
+        specs = validated(jobs)
         self.require_tasks({spec.task for spec in specs})
         sending = tracing.sending(specs)
         if sending is None:
@@ -546,7 +533,7 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         wait_if_full: float | None = None,
     ) -> list[JobId]:
         """The async twin of :meth:`enqueue_many`."""
-        specs = _specs(jobs)
+        specs = validated(jobs)
         await self.require_tasks_async({spec.task for spec in specs})
         sending = tracing.sending(specs)
         if sending is None:
@@ -611,11 +598,3 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
             except psycopg.errors.InsufficientPrivilege as exc:
                 self._names.unreadable(exc)
             self._names.raise_unknown(names)
-
-
-def _specs(jobs: Iterable[JobCall | JobSpec]) -> list[JobSpec]:
-    # Validate every job before the first write, so bad input leaves nothing half-written;
-    # each distinct (task, options) is validated once.
-    templates: dict[Any, JobSpec] = {}
-    with gc_paused():
-        return [job if isinstance(job, JobSpec) else job.spec(templates=templates) for job in jobs]

@@ -1,5 +1,5 @@
 """A single enqueue by name without options validates the task's name and defaults once per
-client (``PgQueue._templates``), and every job it makes is the one a fresh validation makes."""
+client (``PgQueue._templates``, :mod:`pgqueue.client.templates`), and every job it makes is the one a fresh validation makes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pgqueue import InvalidJobError, PgQueue
-from pgqueue.client import core
+from pgqueue.client import core, templates
 from pgqueue.rules import job_specs
 
 
@@ -21,7 +21,8 @@ def validations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append(task)
         return validate(task, options, defaults=defaults)
 
-    monkeypatch.setattr(core, "spec_template", counted)
+    monkeypatch.setattr(core, "spec_template", counted)  # a call with options
+    monkeypatch.setattr(templates, "spec_template", counted)  # the template of one without
     return seen
 
 
