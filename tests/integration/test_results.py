@@ -248,7 +248,7 @@ def test_a_kept_result_expires_after_its_result_ttl_then_is_pruned(app_dsn, pgq)
     (kept nothing) once the pruner has run."""
     pgq.retention.set(history=0)
     job = pgq.enqueue(plain, {"x": 21}, result_ttl=1)
-    with thread_worker(APP, app_dsn, burst=True) as w:
+    with thread_worker(APP, app_dsn, burst=True, prune_interval=None) as w:  # pruned below
         w.join()
     assert pgq.result(job, timeout=1) == 42
     kept_for = scalar(
