@@ -1,5 +1,6 @@
 """A single enqueue by name without options validates the task's name and defaults once per
-client (``PgQueue._templates``, :mod:`pgqueue.client.templates`), and every job it makes is the one a fresh validation makes."""
+client (``PgQueue._templates``, :mod:`pgqueue.client.templates`), and every job it makes is the
+one a fresh validation makes."""
 
 from __future__ import annotations
 
