@@ -32,6 +32,7 @@ class Listener(Service):
         *,
         on_jobs: Callable[[int | None], None],
         on_cancel: Callable[[int], None],
+        on_listening: Callable[[], None] = lambda: None,
         health_interval: float = 10.0,
         probe_timeout: float = 3.0,
         application_name: str | None = None,
@@ -41,6 +42,7 @@ class Listener(Service):
         self.queues = set(queues)
         self.on_jobs = on_jobs
         self.on_cancel = on_cancel
+        self.on_listening = on_listening
         self.health_interval = health_interval
         self.extra: dict[str, Any] = (
             {"application_name": application_name} if application_name else {}
@@ -74,6 +76,7 @@ class Listener(Service):
             self.outage.succeeded(self)
             self.log.info("listening for notifications", extra=fields(Action.LISTENER_LISTENING))
             self.on_jobs(None)  # catch up on anything enqueued while we were not listening
+            self.on_listening()  # ... and on cancels sent meanwhile (a heartbeat reads them)
             while not self.stopping.is_set():
                 async for notify in conn.notifies(timeout=self.health_interval):
                     self.notifications += 1

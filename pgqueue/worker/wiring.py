@@ -3,15 +3,17 @@
 Every channel between two parts is set here, by name: the executor hands outcomes to the
 completer (``submit``); the completer wakes the fetcher when outcomes free a limit's room
 (``on_written``) and tells the releaser when a breaker opens (``on_breaker_open``); the listener
-wakes the fetcher (``on_jobs``) and asks the executor to stop a cancelled job (``on_cancel``);
+wakes the fetcher (``on_jobs``), asks the executor to stop a cancelled job (``on_cancel``) and,
+once listening, wakes the heartbeater (``on_listening``: cancels sent before the LISTEN took);
 the heartbeater sees what the executor and completer hold through ``Holdings`` and stops
 handlers whose lease was lost; the fetcher hands claimed jobs to the executor. One claim
 ledger is shared by the fetcher (which records its claims), the completer and the
 heartbeater. The supervisor starts them in the order added here (the fetcher last, once
 everything that takes its jobs runs) and stops them in reverse. The housekeeping (heartbeats,
-the listener, the reaper, the pruner, the scheduler) runs once the fetcher's first claim is
+the reaper, the pruner, the scheduler) runs once the fetcher's first claim is
 done: before it, their statements would queue for the pool's one connection ahead of that
-claim, and their connections be opened while it waits.
+claim, and their connections be opened while it waits. The listener is the exception: it takes
+nothing from the pool, and starts at once.
 """
 
 from __future__ import annotations
@@ -148,6 +150,9 @@ def assemble(
             settings.queues,
             on_jobs=fetcher.notified,
             on_cancel=lambda job_id: _cancel_requested(executor, job_id),
+            # A cancel sent before the LISTEN took (at start, during a reconnect) found no
+            # listener: a heartbeat at once reads every held job's cancel_requested.
+            on_listening=heartbeater.wake,
             application_name=application_name(listen_dsn, "listener", worker_id),
         )
         fetcher.listening = lambda: listener.connected

@@ -26,6 +26,7 @@ from pgqueue.worker.executor import Executor
 from pgqueue.worker.fetcher import Fetcher
 from pgqueue.worker.heartbeater import Heartbeater
 from pgqueue.worker.holdings import Holdings
+from pgqueue.worker.listener import Listener
 from pgqueue.worker.observer import WorkerObserver, WorkerStats
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.pruner import SETTLE_EVERY, Pruner
@@ -538,7 +539,7 @@ def test_the_first_claim_goes_out_before_any_housekeeping_statement(app, monkeyp
     assert {"heartbeat", "reap", "prune_history", "due_schedules"} <= set(names), names
 
 
-def test_the_listener_starts_with_the_fetcher_not_after_its_first_claim(app, monkeypatch):
+def test_the_listener_starts_at_once_and_wakes_the_heartbeater_once_listening(app, monkeypatch):
     """The listener takes nothing from the pool, and a cancel sent once a job is claimed must
     find its LISTEN there: it is not held back behind the first claim as housekeeping is (a
     cancel sent in between was seen only by the next heartbeat, a third of a lease later)."""
@@ -556,6 +557,12 @@ def test_the_listener_starts_with_the_fetcher_not_after_its_first_claim(app, mon
     try:
         deferred = {type(part).__name__ for part in parts.supervisor.deferred()}
         assert "Listener" not in deferred and "Heartbeater" in deferred, deferred
+        # Once listening it wakes the heartbeater: a beat at once reads the cancels sent before
+        # its LISTEN took (at start, or during a reconnect).
+        [listener] = [p for p in parts.supervisor.services if isinstance(p, Listener)]
+        [heartbeater] = [p for p in parts.supervisor.services if isinstance(p, Heartbeater)]
+        listener.on_listening()
+        assert heartbeater.wakeup.is_set()
     finally:
         parts.executor.shutdown_threads()
 
