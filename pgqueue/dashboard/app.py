@@ -16,7 +16,6 @@ import html
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -72,6 +71,30 @@ class _Json(JSONResponse):
         return json.dumps(content, default=views.json_default).encode()
 
 
+def page_state(reads: PgQueue, settings: DashboardSettings) -> dict[str, Any]:
+    """What the overview page shows (``/api/state``), read through ``reads``."""
+    dead = reads.admin.dead_letters(limit=settings.limit)
+    for row in dead:
+        last = row.pop("errors")[-1:] or [{}]
+        row["error_class"] = last[0].get("error")
+        row["traceback"] = last[0].get("traceback")
+    return {
+        "read_only": settings.read_only,
+        # The page's windows (rates, the throughput chart's hour) end here. The database's
+        # clock, not this host's: the rows it is compared with were stamped by the database.
+        "now": views.database_now(reads),
+        "queues": views.queue_stats(reads),
+        "running": views.running_jobs(reads, settings.limit),
+        "waiting": views.jobs(reads, state="scheduled", limit=settings.limit),
+        "workers": views.workers(reads),
+        "dead": dead,
+        "failures": views.recent_failures(reads),
+        "throughput": views.throughput(reads),
+        # What holds back VACUUM, and pgqueue's tables' dead rows and sizes.
+        "horizon": horizon.horizon(reads).as_dict(),
+    }
+
+
 def create_app(
     pgq: PgQueue, config: DashboardSettings | None = None, *, reader: PgQueue | None = None
 ) -> Starlette:
@@ -101,30 +124,9 @@ def create_app(
             name, value, httponly=True, samesite="strict", secure=settings.secure_cookies
         )
 
-    def read_state() -> dict[str, Any]:
-        dead = reads.admin.dead_letters(limit=settings.limit)
-        for row in dead:
-            last = row.pop("errors")[-1:] or [{}]
-            row["error_class"] = last[0].get("error")
-            row["traceback"] = last[0].get("traceback")
-        return {
-            "read_only": settings.read_only,
-            # The page's windows (rates, the throughput chart's hour) end here.
-            "now": datetime.now(UTC),
-            "queues": views.queue_stats(reads),
-            "running": views.running_jobs(reads, settings.limit),
-            "waiting": views.jobs(reads, state="scheduled", limit=settings.limit),
-            "workers": views.workers(reads),
-            "dead": dead,
-            "failures": views.recent_failures(reads),
-            "throughput": views.throughput(reads),
-            # What holds back VACUUM, and pgqueue's tables' dead rows and sizes.
-            "horizon": horizon.horizon(reads).as_dict(),
-        }
-
     async def state(request: Request) -> Response:
         # Dead letters' args and tracebacks: not for any cache.
-        return _Json(await run_in_threadpool(read_state), headers=NO_STORE)
+        return _Json(await run_in_threadpool(page_state, reads, settings), headers=NO_STORE)
 
     def run_search(params: Any) -> dict[str, Any]:
         page = views.search_jobs(reads, **_search_arguments(params))

@@ -17,7 +17,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pgqueue.db import search
-from pgqueue.db.plan import Plan, Runner, fetch_all, fetch_first
+from pgqueue.db.plan import Plan, Runner, fetch_all, fetch_first, fetch_value
 from pgqueue.db.search import JobFilter, SearchPage
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.options import check_meta, check_tags
@@ -321,6 +321,12 @@ def workers(
 def recent_failures(pgq: Runner) -> list[dict[str, Any]]:
     """``pgqueue.recent_failures``: failures over the last hour by queue and task."""
     return pgq.run(_dicts("list_recent_failures", RecentFailure))
+
+
+def database_now(pgq: Runner) -> datetime:
+    """The database's clock (``now()``): where windows over rows it stamped should end."""
+    now: datetime = pgq.run(fetch_value("db_now"))
+    return now
 
 
 def throughput(pgq: Runner) -> list[dict[str, Any]]:

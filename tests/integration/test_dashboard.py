@@ -366,3 +366,22 @@ def test_the_search_form_offers_the_job_states_the_vocabulary_declares(dsn):
         status, _, html = board.request("/")
     assert status == 200
     assert re.findall(r'<option value="([a-z ]*)">', html) == ["", *JOB_STATES]
+
+
+def test_the_pages_windows_end_at_the_databases_clock_not_the_hosts(pgq, conn, monkeypatch):
+    # The rates and the throughput chart count rows the database stamped; a dashboard host
+    # whose clock is off by an hour must not shift their windows.
+    import datetime as real
+
+    from pgqueue.dashboard import app as dashboard_app
+
+    class SkewedClock(real.datetime):
+        @classmethod
+        def now(cls, tz: real.tzinfo | None = None) -> SkewedClock:
+            return cls.fromtimestamp(real.datetime.now(tz).timestamp() - 3600, tz)
+
+    monkeypatch.setattr(dashboard_app, "datetime", SkewedClock, raising=False)
+    monkeypatch.setattr(real, "datetime", SkewedClock)
+    state = dashboard_app.page_state(pgq, dashboard_app.DashboardSettings())
+    [(db_now,)] = conn.execute("SELECT now()").fetchall()
+    assert abs((db_now - state["now"]).total_seconds()) < 60
