@@ -1,6 +1,8 @@
 """``pgq work`` loads only what running jobs needs: the other commands' modules (each is imported
 when its command runs, pgqueue/cli/lazy.py) and what they use (rich's tables, the views, search,
-migrations), the dashboard, metrics, cron parsing, tracing and Django stay unimported until used.
+migrations), the dashboard, metrics, cron parsing, tracing and Django stay unimported until used,
+and so do ``--log-config``'s ``logging.config`` and ``--pool process``'s multiprocessing and
+child processes' modules (the default runs plain functions on threads).
 
 Checked in a real ``pgq work`` process: its first job writes its ``sys.modules`` to a file
 (``tests/integration/startup_probe_app.py``). Start-up time itself is measured by
@@ -43,6 +45,18 @@ HEAVY = (
     "pgqueue.cli.job_options",
     "pgqueue.cli.search_cmd",
     "click",  # typer carries its own copy of click: the package is a dozen modules more
+    "logging.config",  # only with --log-config (it brings socketserver)
+    "socketserver",
+    # --pool process only: multiprocessing, the pool, the children's side and their frames.
+    "multiprocessing",
+    "pgqueue.worker.child_runtime",
+    "pgqueue.worker.process_pool",
+    "pgqueue.worker.child_process",
+    "pgqueue.worker.child_handle",
+    "pgqueue.worker.child",
+    "pgqueue.worker.child_transactions",
+    "pgqueue.worker.frames",
+    "pgqueue.worker.pool_sizing",
     # Every other command's module (pgq work's own is worker_cmds).
     *sorted({lazy.module for lazy in Pgq.lazy.values()} - {"pgqueue.cli.worker_cmds"}),
 )
