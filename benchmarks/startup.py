@@ -53,8 +53,9 @@ IMPORT_PROBE = (
 )
 
 
-def first_job(system: System, db: str, tmp: Path) -> float:
-    """Seconds from spawning one worker of ``system`` to its handler starting a waiting job."""
+def first_job(system: System, db: str, tmp: Path) -> tuple[float, float | None]:
+    """Seconds from spawning one worker of ``system`` to its handler starting a waiting job,
+    and the worker process's CPU time by then (None from a driver that does not record it)."""
     system.reset(db)
     # One job carrying its send time: its handler appends a line to the latency file at once.
     system.call(db, "latency", "--rate", "1", "--seconds", "1")
@@ -73,7 +74,9 @@ def first_job(system: System, db: str, tmp: Path) -> float:
         stats = running.stop()
     if not stats:
         raise RuntimeError(f"{system.label}: the worker wrote no job stats")
-    return float(min(s["first"] for s in stats)) - spawned
+    first = min(stats, key=lambda s: float(s["first"]))
+    cpu = first.get("first_cpu")
+    return float(first["first"]) - spawned, None if cpu is None else float(cpu)
 
 
 def compile_checkout(root: Path) -> None:
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
         systems.insert(1, before)
         roots["baseline "] = before.root
     figures: dict[str, list[float]] = {s.key: [] for s in systems}
+    cpu: dict[str, list[float]] = {s.key: [] for s in systems}
     imports: dict[str, list[tuple[int, float]]] = {name: [] for name in roots}
     for root in {*roots.values(), ROOT}:
         compile_checkout(root)
@@ -128,15 +132,19 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
         print(f"machine: {machine(admin)}", flush=True)
         for round_ in range(args.rounds):
             for system in systems:
-                seconds = first_job(system, databases[system.key], tmp)
+                seconds, used = first_job(system, databases[system.key], tmp)
                 figures[system.key].append(seconds)
+                if used is not None:
+                    cpu[system.key].append(used)
+                cpu_ms = "" if used is None else f", CPU {used * 1000:4.0f} ms"
                 print(
-                    f"  round {round_ + 1} {system.label:<14} {seconds * 1000:7.0f} ms", flush=True
+                    f"  round {round_ + 1} {system.label:<14} {seconds * 1000:7.0f} ms{cpu_ms}",
+                    flush=True,
                 )
             for name, root in roots.items():
                 imports[name].append(import_cli(root))
     print()
-    print(report(systems, figures, imports, args.rounds))
+    print(report(systems, figures, imports, args.rounds, cpu))
     return figures
 
 
@@ -145,20 +153,28 @@ def report(
     figures: dict[str, list[float]],
     imports: dict[str, list[tuple[int, float]]],
     rounds: int,
+    cpu: dict[str, list[float]] | None = None,
 ) -> str:
     base = statistics.median(figures["pgqueue"]) if figures.get("pgqueue") else None
+    cpu = cpu or {}
     lines = [
-        f"spawn -> first job started, median of {rounds} interleaved rounds (min-max)",
+        f"spawn -> first job started, median of {rounds} interleaved rounds (min-max); CPU: the "
+        "worker process's CPU time by then (blank: its driver does not record it)",
         "",
-        "| system | seconds | over pgqueue |",
-        "|---|---|---|",
+        "| system | seconds | over pgqueue | CPU (s) |",
+        "|---|---|---|---|",
     ]
     for system in systems:
         values = figures[system.key]
         median = statistics.median(values)
         ratio = f"{median / base:.2f}x" if base else ""
+        used = cpu.get(system.key)
+        cpu_cell = (
+            f"{statistics.median(used):.3f} ({min(used):.3f}-{max(used):.3f})" if used else ""
+        )
         lines.append(
-            f"| {system.label} | {median:.2f} ({min(values):.2f}-{max(values):.2f}) | {ratio} |"
+            f"| {system.label} | {median:.2f} ({min(values):.2f}-{max(values):.2f}) | {ratio} "
+            f"| {cpu_cell} |"
         )
     lines.append("")
     for name, probes in imports.items():

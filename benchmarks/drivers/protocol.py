@@ -20,8 +20,8 @@ A driver is a small command line with these subcommands, all taking ``--dsn``:
     many seconds after T the last one was written, if it was).
 ``work``
     a worker process that runs until SIGTERM. Its handlers count jobs; at exit it writes
-    ``{"first", "last", "count", "buckets"}`` (wall-clock times of the first and last job it ran,
-    jobs started per 100 ms) to
+    ``{"first", "first_cpu", "last", "count", "buckets"}`` (wall-clock times of the first and
+    last job it ran, the process's CPU time when the first started, jobs started per 100 ms) to
     ``$BENCH_STATS_DIR/<pid>.json``, and jobs carrying ``sent`` append ``now - sent`` (seconds)
     to ``$BENCH_LATENCY_FILE`` (jobs carrying ``due``: ``d now - due``). ``now`` is taken first
     thing in the handler; both clocks are ``time.time()`` on the same machine
@@ -61,6 +61,8 @@ class JobStats:
 
     def __init__(self) -> None:
         self.first: float | None = None
+        #: The process's CPU time (``time.process_time``) when its first job started.
+        self.first_cpu: float | None = None
         self.last = 0.0
         self.count = 0
         #: Jobs started per 100 ms (wall clock), so a drain's rate can leave out its ramps.
@@ -73,6 +75,7 @@ class JobStats:
         now = time.time()
         if self.first is None:
             self.first = now
+            self.first_cpu = time.process_time()
         self.last = now
         self.count += 1
         bucket = int(now * 10)
@@ -97,6 +100,7 @@ class JobStats:
             return
         data = {
             "first": self.first,
+            "first_cpu": self.first_cpu,
             "last": self.last,
             "count": self.count,
             "buckets": self.buckets,

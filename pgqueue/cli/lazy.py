@@ -17,6 +17,8 @@ import typer
 from typer.core import TyperGroup
 from typer.main import get_command_from_info, get_command_name, get_group
 
+from pgqueue.cli import plain_values
+
 if TYPE_CHECKING:
     # The click typer builds on (recent typer carries its own copy; importing the click
     # package as well would load a dozen modules more).
@@ -40,15 +42,26 @@ class Lazy:
         if self.group:
             command: Command = get_group(holder)
             command.name = name
-            return command
+            return _plain_values(command)
         for info in holder.registered_commands:
             if (info.name or get_command_name(info.callback.__name__)) == name:  # type: ignore[union-attr]
-                return get_command_from_info(
-                    info,
-                    pretty_exceptions_short=holder.pretty_exceptions_short,
-                    rich_markup_mode=holder.rich_markup_mode,
+                return _plain_values(
+                    get_command_from_info(
+                        info,
+                        pretty_exceptions_short=holder.pretty_exceptions_short,
+                        rich_markup_mode=holder.rich_markup_mode,
+                    )
                 )
         raise LookupError(f"{self.module}.{self.attribute} has no command {name!r}")
+
+
+def _plain_values(command: Command) -> Command:
+    """``command`` (and a group's commands) converting its options' values without pydantic
+    where the result is certain (:mod:`pgqueue.cli.plain_values`)."""
+    plain_values.install(command)
+    for sub in getattr(command, "commands", {}).values():
+        _plain_values(sub)
+    return command
 
 
 def group(module: str, attribute: str) -> Lazy:
@@ -102,3 +115,4 @@ class LazyGroup(TyperGroup):
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
         self.commands = LazyCommands(self.lazy, self.commands)
+        plain_values.install(self)  # the root's own options (--help, --version)

@@ -28,7 +28,6 @@ import contextvars
 import functools
 import json
 import logging
-import logging.config
 import math
 import re
 import sys
@@ -363,6 +362,9 @@ class LogConfigError(ConfigurationError):
 
 def load_config_file(path: Path) -> None:
     """``dictConfig`` from .json/.yaml/.yml, ``fileConfig`` from .ini/.conf."""
+    # Only with --log-config: logging.config brings socketserver and logging.handlers.
+    import logging.config
+
     suffix = path.suffix.lower()
     if suffix not in CONFIG_SUFFIXES:
         raise LogConfigError(

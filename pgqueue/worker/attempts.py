@@ -20,8 +20,6 @@ from pgqueue.handler.parking import JobParked
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.tracing import Consumer
 from pgqueue.worker.batches import BatchRun
-from pgqueue.worker.child_process import ChildGone
-from pgqueue.worker.frames import ChildReply, read_park
 from pgqueue.worker.outcome import Outcome, failed_outcome, parked_outcome, raised_outcome
 
 
@@ -82,40 +80,3 @@ class Verdicts:
             timeout = JobTimeout(f"{task.name} timed out after {task.timeout:g}s")
             return failed_outcome(task, running.job, exc or timeout, self.worker_id)
         return None
-
-    def from_child(
-        self, running: Running, task: Task[..., Any], reply: ChildReply | ChildGone | None
-    ) -> Outcome | None:
-        """What a child's answer (or death, or never starting) makes of a job's attempt."""
-        job, ctx = running.job, running.ctx
-        if reply is None:  # stopped before a child took it
-            return self.stopped(running, task, None)
-        if isinstance(reply, ChildGone):
-            if ctx.cancel_reason is not None:
-                # Killed because we asked it to stop: the reason decides (a timeout is a
-                # failed attempt, a cancel is cancelled, a lost lease or shutdown not ours).
-                return self._child_stopped(running, task)
-            return failed_outcome(task, job, reply.error, self.worker_id)
-        if reply.kind == "park":
-            signal = None if reply.park is None else read_park(reply.park)
-            if signal is None:
-                error = ValueError(f"a child's park reply was malformed: {reply.park!r}")
-                return failed_outcome(task, job, error, self.worker_id)
-            return self.parked(running, task, signal)
-        if reply.kind == "stopped" or (
-            reply.kind in ("error", "no_retry")
-            and ctx.cancel_reason in ("lease lost", "shutdown", "timeout")
-        ):
-            return self._child_stopped(running, task)
-        return Outcome(
-            job, reply.kind, reply.delay, reply.error, result=reply.result, summary=reply.summary
-        )
-
-    def _child_stopped(self, running: Running, task: Task[..., Any]) -> Outcome | None:
-        """A child's attempt that ended because we stopped it (answer or death alike)."""
-        if running.ctx.cancel_reason == "timeout":
-            timeout = JobTimeout(
-                f"{task.name} timed out after {task.timeout:g}s (child process killed)"
-            )
-            return self.stopped(running, task, timeout)
-        return self.stopped(running, task, None)

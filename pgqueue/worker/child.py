@@ -44,9 +44,9 @@ from pgqueue.rules.tracing import consumer
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker import frames
 from pgqueue.worker.batches import prepare, settle
+from pgqueue.worker.child_transactions import ChildTransactions
 from pgqueue.worker.frames import ChildReply
 from pgqueue.worker.outcome import Outcome, parked_outcome, raised_outcome, returned_outcome
-from pgqueue.worker.transactions import ChildTransactions
 
 if TYPE_CHECKING:
     from pgqueue.client import PgQueue

@@ -33,7 +33,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgqueue.handler.batch import BatchTask
 from pgqueue.handler.job_context import ClaimedJob, JobContext
@@ -43,15 +43,11 @@ from pgqueue.rules.tracing import consumer
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.attempts import Running, Verdicts
 from pgqueue.worker.batches import Batches, BatchRun, Gathering, prepare
-from pgqueue.worker.child_process import ChildSettings
 from pgqueue.worker.outcome import Outcome, transaction_outcome
-from pgqueue.worker.runtimes import (
-    ChildRuntime,
-    LoopRuntime,
-    Runtime,
-    Settled,
-    ThreadRuntime,
-)
+from pgqueue.worker.runtimes import LoopRuntime, Runtime, Settled, ThreadRuntime
+
+if TYPE_CHECKING:
+    from pgqueue.worker.child_process import ChildSettings
 
 __all__ = ["Executor", "Running"]
 
@@ -105,6 +101,9 @@ class Executor:
         sync_tasks = frozenset(name for name, task in tasks.items() if not task.is_async)
         sync: Runtime = self._threads
         if children is not None:
+            # Only here: the process pool brings multiprocessing and the children's frames.
+            from pgqueue.worker.child_runtime import ChildRuntime
+
             sync = ChildRuntime(self, children, concurrency, sync_tasks, transactions)
         self._runtimes: list[Runtime] = [self._loop, sync]
         self.runtime: dict[str, Runtime] = {

@@ -12,10 +12,9 @@ executor (:class:`Host`).
   be killed: past its timeout the call is abandoned (the attempt fails at once, what it
   returns later is ignored, another thread takes its place); a call asked to stop before a
   thread took it never starts.
-* :class:`ChildRuntime`: the child processes of :mod:`pgqueue.worker.process_pool`. The same
-  reasons reach the handler's ``ctx.cancelled`` by a message; a timeout or shutdown then kills
-  the child, a cancel or a lost lease does after a short grace. The attempt's outcome waits
-  for the child's answer or death, so nothing the handler does can outlive it.
+* :class:`~pgqueue.worker.child_runtime.ChildRuntime`: the child processes of
+  :mod:`pgqueue.worker.process_pool`, in a module of its own (imported only with
+  ``pool="process"``: it brings multiprocessing and the children's frames).
 """
 
 from __future__ import annotations
@@ -24,23 +23,18 @@ import asyncio
 import contextvars
 import logging
 import sys
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from pgqueue.errors import JobTimeout
 from pgqueue.handler.job_context import JobContext, reset_current, set_current
-from pgqueue.handler.job_transaction import TransactionHost
 from pgqueue.handler.parking import JobParked
 from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.attempts import Running, Verdicts
 from pgqueue.worker.batches import BatchRun, settle
-from pgqueue.worker.child_process import ChildGone, ChildSettings
-from pgqueue.worker.frames import ChildReply
 from pgqueue.worker.outcome import Outcome, arguments, returned_outcome
-from pgqueue.worker.process_pool import ProcessPool
 from pgqueue.worker.threads import HandlerThreads, ThreadCall
 
 log = logging.getLogger("pgqueue.worker.executor")
@@ -157,7 +151,7 @@ class _HoldsNothing:
         return True
 
 
-class _OnTheLoop(_HoldsNothing):
+class OnTheLoop(_HoldsNothing):
     """Attempts as tasks on the loop: the steps before and after the call are shared."""
 
     traces = True
@@ -215,7 +209,7 @@ class _OnTheLoop(_HoldsNothing):
         raise NotImplementedError
 
 
-class LoopRuntime(_OnTheLoop):
+class LoopRuntime(OnTheLoop):
     """``async def`` handlers, on the worker's event loop."""
 
     async def _run(self, running: Running) -> None:
@@ -289,109 +283,6 @@ class LoopRuntime(_OnTheLoop):
 
     def stop_item(self, run: BatchRun, running: Running, reason: CancelReason) -> None:
         pass  # item.cancelled says so; the call goes on
-
-
-class ChildRuntime(_OnTheLoop):
-    """Sync handlers in child processes (``pool="process"``)."""
-
-    traces = False  # a child process traces the attempts it runs itself
-
-    def __init__(
-        self,
-        host: Host,
-        children: ChildSettings,
-        concurrency: int,
-        sync_tasks: frozenset[str],
-        transactions: TransactionHost | None,
-    ) -> None:
-        super().__init__(host)
-        self.pool = ProcessPool(children, concurrency, host.worker_id, sync_tasks, transactions)
-
-    def _timed(
-        self, timeout: float | None, on_timeout: Callable[[], object]
-    ) -> tuple[Callable[[], None], Callable[[], None]]:
-        """``started`` for the pool (the timeout counts from the hand-over, not from the wait
-        for a child to start and import the app) and the timer's cancel."""
-        loop = asyncio.get_running_loop()
-        timer: asyncio.TimerHandle | None = None
-
-        def started() -> None:
-            nonlocal timer
-            if timeout is not None:
-                timer = loop.call_later(timeout, on_timeout)
-
-        def cancel() -> None:
-            if timer is not None:
-                timer.cancel()
-
-        return started, cancel
-
-    async def _call(
-        self, running: Running, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]
-    ) -> Outcome | None:
-        job, host = running.job, self.host
-        timed, cancel = self._timed(
-            task.timeout, lambda: host.stop_job(job.id, "timeout", job.lease_token)
-        )
-
-        def started() -> None:
-            running.started = time.monotonic()  # the handler's own time
-            timed()
-
-        try:
-            reply = await self.pool.run(job, running.ctx, started)
-        finally:
-            cancel()
-        return host.verdicts.from_child(running, task, reply)
-
-    async def _call_batch(self, run: BatchRun) -> Settled:
-        task, host = run.task, self.host
-        timed, cancel = self._timed(task.timeout, lambda: host.stop_batch(run, "timeout"))
-
-        def started() -> None:
-            run.started = time.monotonic()
-            timed()
-
-        members: list[Running] = [run.members[position] for position in run.positions]
-        first = members[0]
-        try:
-            reply = await self.pool.run(
-                first.job, first.ctx, started, batch=[m.ctx for m in members]
-            )
-        finally:
-            cancel()
-        if isinstance(reply, ChildReply):
-            replies: list[ChildReply | ChildGone | None] = [*reply.items]
-        else:
-            replies = [reply] * len(members)
-        return [
-            host.verdicts.from_child(member, task, answer)
-            for member, answer in zip(members, replies, strict=True)
-        ]
-
-    def stop(self, running: Running, reason: CancelReason) -> None:
-        self.pool.stop((running.job.id, running.job.lease_token), reason)
-
-    def stop_batch(self, run: BatchRun, reason: CancelReason) -> None:
-        self.pool.stop(run.key, reason)
-
-    def stop_item(self, run: BatchRun, running: Running, reason: CancelReason) -> None:
-        self.pool.stop_item(run.key, (running.job.id, running.job.lease_token), reason)
-
-    def refresh(self, running: Running) -> None:
-        # A child's transaction state comes by its pipe: what it wrote before sending the
-        # completion is read first.
-        self.pool.read_now((running.job.id, running.job.lease_token))
-
-    def resize(self, concurrency: int) -> None:
-        self.pool.resize(concurrency)
-
-    async def drain(self, timeout: float) -> None:
-        await self.pool.close(timeout)
-
-    def close(self) -> bool:
-        self.pool.kill_all()  # only children the drain did not stop
-        return True
 
 
 class ThreadRuntime(_HoldsNothing):

@@ -183,10 +183,11 @@ class WorkerSettings:
 
     def child_settings(self, app: PgQueue) -> ChildSettings | None:
         """How the executor runs children (None: sync handlers run in threads)."""
-        from pgqueue.worker.process_pool import ChildSettings, app_spec_for
-
         if self.pool != "process":
             return None
+        # Only here: the pool brings multiprocessing and the children's frames.
+        from pgqueue.worker.process_pool import ChildSettings, app_spec_for
+
         return ChildSettings(
             app_spec=self.app_spec or app_spec_for(app),
             max_jobs=self.max_jobs_per_child,

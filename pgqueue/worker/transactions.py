@@ -9,8 +9,7 @@ slots unless ``--transaction-connections`` says otherwise). An async block on an
 other than the worker's (Django runs an async task on asgiref's loop in a handler thread) gets
 a connection of its own instead: a pool serves only its own loop. They name the worker in
 ``application_name``, as its own connections do. A child process of ``--pool process`` keeps a
-connection of its own (:class:`ChildTransactions`) and reports each change of the block's state
-to its worker, which must know a job is being completed before a heartbeat finds its row gone.
+connection of its own (:class:`~pgqueue.worker.child_transactions.ChildTransactions`).
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue.db import pool_check
 from pgqueue.db.refusals import ConnectFailures
-from pgqueue.handler.job_context import ClaimedJob, JobContext
+from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.handler.job_transaction import TransactionHost
-from pgqueue.worker import frames
 
 #: How long a block waits for a connection of the pool (all taken by other handlers' blocks).
 POOL_TIMEOUT = 30.0
@@ -158,62 +156,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-class ChildTransactions(TransactionHost):
-    """In a child process: one connection, opened on first use and again after it broke; each
-    change of a block's state is sent to the worker (``send``) before the next statement."""
-
-    #: A handler's JobParked goes to the worker in the ``done`` frame, which parks the job.
-    parks_jobs = True
-
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        prepare: bool,
-        application_name: str | None,
-        max_result_bytes: int,
-        send: Callable[[dict[str, Any]], None],
-    ) -> None:
-        super().__init__(
-            dsn,
-            application_name=application_name,
-            max_result_bytes=max_result_bytes,
-            prepare=prepare,
-        )
-        self.kwargs = connection_kwargs(application_name, prepare)
-        self.send = send
-        self._conn: psycopg.Connection[Any] | None = None
-        #: (id, token) of the job whose completion notifies its queue (told with the job).
-        self.waking: set[tuple[int, int]] = set()
-        #: (id, token) of the job whose claim had not committed when it was sent here.
-        self.unsettled: set[tuple[int, int]] = set()
-
-    def wake(self, job: ClaimedJob) -> list[str] | None:
-        return [job.queue] if (job.id, job.lease_token) in self.waking else None
-
-    def claim_unsettled(self, job: ClaimedJob) -> bool:
-        return (job.id, job.lease_token) in self.unsettled
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        conn = self._conn
-        if conn is None or conn.closed or conn.broken:
-            conn = self._conn = psycopg.connect(self.dsn, **self.kwargs)
-        try:
-            yield conn
-        finally:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                # Left in a transaction (the block could not end it: a broken connection):
-                # never reuse it.
-                self._conn = None
-                conn.close()
-
-    def state_changed(self, ctx: JobContext) -> None:
-        self.send(frames.tx((ctx.id, ctx.job.lease_token), ctx.transaction_state, ctx.completed_as))
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None

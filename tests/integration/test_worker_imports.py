@@ -1,6 +1,8 @@
 """``pgq work`` loads only what running jobs needs: the other commands' modules (each is imported
 when its command runs, pgqueue/cli/lazy.py) and what they use (rich's tables, the views, search,
-migrations), the dashboard, metrics, cron parsing, tracing and Django stay unimported until used.
+migrations), the dashboard, metrics, cron parsing, tracing and Django stay unimported until used,
+and so do ``--log-config``'s ``logging.config`` and ``--pool process``'s multiprocessing and
+child processes' modules (the default runs plain functions on threads).
 
 Checked in a real ``pgq work`` process: its first job writes its ``sys.modules`` to a file
 (``tests/integration/startup_probe_app.py``). Start-up time itself is measured by
@@ -43,6 +45,24 @@ HEAVY = (
     "pgqueue.cli.job_options",
     "pgqueue.cli.search_cmd",
     "click",  # typer carries its own copy of click: the package is a dozen modules more
+    # typer (0.29+) converts option values with pydantic; pgq work's are converted without it
+    # where the result is certain (pgqueue/cli/plain_values.py).
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typer._adapters",
+    "logging.config",  # only with --log-config (it brings socketserver)
+    "socketserver",
+    # --pool process only: multiprocessing, the pool, the children's side and their frames.
+    "multiprocessing",
+    "pgqueue.worker.child_runtime",
+    "pgqueue.worker.process_pool",
+    "pgqueue.worker.child_process",
+    "pgqueue.worker.child_handle",
+    "pgqueue.worker.child",
+    "pgqueue.worker.child_transactions",
+    "pgqueue.worker.frames",
+    "pgqueue.worker.pool_sizing",
     # Every other command's module (pgq work's own is worker_cmds).
     *sorted({lazy.module for lazy in Pgq.lazy.values()} - {"pgqueue.cli.worker_cmds"}),
 )
@@ -55,7 +75,9 @@ def loaded(modules: list[str], name: str) -> list[str]:
 def test_pgq_work_import_path_leaves_heavy_modules_out(dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "modules.txt"
     log = tmp_path / "worker.log"
-    worker: subprocess.Popen[bytes] = spawn_worker(dsn, log=log, app=APP)
+    # Options of every kind a deployment passes (a number, a duration, a name, a choice).
+    options = ("--concurrency", "8", "--lease", "30", "--queue", "default", "--pool", "thread")
+    worker: subprocess.Popen[bytes] = spawn_worker(dsn, *options, log=log, app=APP)
     try:
         client = PgQueue(dsn=dsn)
         try:

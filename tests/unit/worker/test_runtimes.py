@@ -16,9 +16,10 @@ from pgqueue import PgQueue
 from pgqueue.handler.batch import Item
 from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.worker.child_process import ChildSettings
+from pgqueue.worker.child_runtime import ChildRuntime
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.outcome import Outcome
-from pgqueue.worker.runtimes import ChildRuntime, LoopRuntime, ThreadRuntime
+from pgqueue.worker.runtimes import LoopRuntime, ThreadRuntime
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 release = threading.Event()
