@@ -8,7 +8,7 @@ string for a ``str`` option, plain digits for an ``int``, a plain decimal for a 
 the option's own ``parser`` returns, no value at all) exactly as typer's adapter would, and
 hands every other value to typer's own conversion, built then: errors, their messages,
 constraints beyond a plain range, dates, paths, choices and lists stay typer's.
-``tests/unit/cli/test_plain_values.py`` checks both give the same for every option of every
+``tests/unit/test_cli_plain_values.py`` checks both give the same for every option of every
 command, so a typer that converts differently fails it.
 
 The converter takes the place typer keeps for its own (``_runtime_param``, built lazily): a
