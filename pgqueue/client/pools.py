@@ -9,10 +9,12 @@ pooled autocommit connection.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, nullcontext
+from contextlib import asynccontextmanager, contextmanager
+from types import TracebackType
 from typing import Any, TypeAlias, TypeVar
 
 import psycopg
@@ -20,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue.db import connections, pool_check, refusals, schema_check, startup
 from pgqueue.db import plan as plans
+from pgqueue.db.async_wait import LeanWaits
 from pgqueue.db.embedded import resolve_dsn
 from pgqueue.db.results_listener import ResultListener
 from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
@@ -28,9 +31,8 @@ from pgqueue.rules import config
 Connection: TypeAlias = psycopg.Connection[Any]
 AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
+log = logging.getLogger("pgqueue.client")
 
-# No translation of errors (a pooled connection's are translated where it is handed out).
-_UNTRANSLATED = nullcontext()
 
 #: How long an enqueue waits for a connection (psycopg_pool's default), also while PostgreSQL
 #: refuses new ones (max_connections or the role's CONNECT LIMIT reached, starting up).
@@ -67,6 +69,7 @@ class Pools:
         self.size = pool_size
         # What the pools' connections last failed with (a pool timeout hides it).
         self._connect_failures = refusals.ConnectFailures("client's connection pool")
+        self._translated = _Translated(self._connect_failures)
         # Server-side prepared statements break behind a transaction-pooling PgBouncer older
         # than 1.21 (statements prepared on one server connection, run on another).
         self.conn_kwargs: dict[str, Any] = {"autocommit": True}
@@ -143,7 +146,8 @@ class Pools:
                 kwargs=self.conn_kwargs,
                 open=False,
                 name="pgqueue-client-async",
-                connection_class=self._connect_failures.async_connection_class(),
+                # Its waits for an answer arm no timer (pgqueue.db.async_wait).
+                connection_class=self._connect_failures.async_connection_class(LeanWaits),
                 timeout=CONNECT_TIMEOUT,
                 check=pool_check.check_async,  # as for the sync pool
             )
@@ -157,11 +161,15 @@ class Pools:
         if conn is not None:
             yield connections.sync_driver(conn)
             return
-        with _schema_hint(), self._explained(), self._sync_pool().connection() as pooled:
-            if not self._checked:
-                plans.run(schema_check.check(), pooled)
-                self._checked = True
-            yield pooled
+        with self._translated:
+            pool = self._sync_pool()
+            pooled = self._checkout(pool)
+            failed = True
+            try:
+                yield pooled
+                failed = False
+            finally:
+                self._checkin(pool, pooled, failed=failed)
 
     @asynccontextmanager
     async def connection_async(self, conn: object | None = None) -> AsyncIterator[AsyncConnection]:
@@ -169,46 +177,129 @@ class Pools:
         if conn is not None:
             yield await connections.async_driver(conn)
             return
-        pool = await self._async_pool()
-        with _schema_hint(), self._explained():
-            async with pool.connection() as pooled:
-                if not self._checked:
-                    await plans.run_async(schema_check.check(), pooled)
-                    self._checked = True
+        with self._translated:
+            pool = await self._async_pool()
+            pooled = await self._checkout_async(pool)
+            failed = True
+            try:
                 yield pooled
-
-    @contextmanager
-    def _explained(self) -> Iterator[None]:
-        """A pool timeout says why no connection came: the last failure to connect."""
-        try:
-            yield
-        except PoolTimeout as exc:
-            explained = self._connect_failures.explain(exc)
-            if explained == str(exc):
-                raise
-            raise PoolTimeout(explained) from exc
+                failed = False
+            finally:
+                await self._checkin_async(pool, pooled, failed=failed)
 
     def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
-        """Drive a plan on ``conn`` or a pooled connection (see :meth:`PgQueue.run`)."""
-        foreign = conn is not None
-        # A pooled connection's errors are translated by connection(); the caller's here.
-        with self.connection(conn) as c, _schema_hint() if foreign else _UNTRANSLATED:
-            if atomic and (foreign or c.autocommit):
-                with connections.atomic(c):
-                    return plans.run(plan, c, foreign=foreign, guard=False)
-            return plans.run(plan, c, foreign=foreign)
+        """Drive a plan on ``conn`` or a pooled connection (see :meth:`PgQueue.run`).
+
+        A pooled connection is taken and given back here, not through :meth:`connection`
+        (a generator made and driven per call: a few microseconds of every single enqueue)."""
+        with self._translated:
+            if conn is not None:
+                c = connections.sync_driver(conn)
+                if atomic:
+                    with connections.atomic(c):
+                        return plans.run(plan, c, foreign=True, guard=False)
+                return plans.run(plan, c, foreign=True)
+            pool = self._sync_pool()
+            pooled = self._checkout(pool)
+            failed = True
+            try:
+                if atomic and pooled.autocommit:
+                    with connections.atomic(pooled):
+                        result = plans.run(plan, pooled, guard=False, held=True)
+                else:
+                    result = plans.run(plan, pooled, held=True)
+                failed = False
+            finally:
+                self._checkin(pool, pooled, failed=failed)
+            return result
 
     async def run_async(
         self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
     ) -> T:
         """The async twin of :meth:`run`."""
-        foreign = conn is not None
-        async with self.connection_async(conn) as c:
-            with _schema_hint() if foreign else _UNTRANSLATED:  # as in run()
-                if atomic and (foreign or c.autocommit):
+        with self._translated:
+            if conn is not None:
+                c = await connections.async_driver(conn)
+                if atomic:
                     async with connections.atomic_async(c):
-                        return await plans.run_async(plan, c, foreign=foreign, guard=False)
-                return await plans.run_async(plan, c, foreign=foreign)
+                        return await plans.run_async(plan, c, foreign=True, guard=False)
+                return await plans.run_async(plan, c, foreign=True)
+            pool = await self._async_pool()
+            pooled = await self._checkout_async(pool)
+            failed = True
+            try:
+                if atomic and pooled.autocommit:
+                    async with connections.atomic_async(pooled):
+                        result = await plans.run_async(plan, pooled, guard=False, held=True)
+                else:
+                    result = await plans.run_async(plan, pooled, held=True)
+                failed = False
+            finally:
+                await self._checkin_async(pool, pooled, failed=failed)
+            return result
+
+    # psycopg_pool's connection() is getconn() and putconn() around two more context
+    # managers, one of them the connection's own (a commit, empty on an autocommit
+    # connection, waited for all the same): about a tenth of an async single enqueue's client
+    # CPU. The client takes and gives back its connections itself, doing what that context
+    # manager does only for an application's pool whose connections are not autocommit.
+
+    def _checkout(self, pool: ConnectionPool) -> Connection:
+        """A pooled connection; the schema's revision checked on the first one."""
+        pooled = pool.getconn()
+        if not self._checked:
+            try:
+                plans.run(schema_check.check(), pooled)
+            except BaseException:
+                pool.putconn(pooled)
+                raise
+            self._checked = True
+        return pooled
+
+    async def _checkout_async(self, pool: AsyncConnectionPool) -> AsyncConnection:
+        """The async twin of :meth:`_checkout`."""
+        pooled = await pool.getconn()
+        if not self._checked:
+            try:
+                await plans.run_async(schema_check.check(), pooled)
+            except BaseException:
+                await pool.putconn(pooled)
+                raise
+            self._checked = True
+        return pooled
+
+    @staticmethod
+    def _checkin(pool: ConnectionPool, pooled: Connection, *, failed: bool) -> None:
+        """Give a connection back: one not in autocommit (an application's pool) commits
+        its transaction, or rolls it back after an error, as psycopg's ``with conn`` does."""
+        try:
+            if not pooled.autocommit and not pooled.closed:
+                if not failed:
+                    pooled.commit()
+                else:
+                    try:
+                        pooled.rollback()
+                    except Exception as exc:  # the error on its way out is the one to see
+                        log.warning("rollback of a pooled connection failed: %s", exc)
+        finally:
+            pool.putconn(pooled)
+
+    @staticmethod
+    async def _checkin_async(
+        pool: AsyncConnectionPool, pooled: AsyncConnection, *, failed: bool
+    ) -> None:
+        """The async twin of :meth:`_checkin`."""
+        try:
+            if not pooled.autocommit and not pooled.closed:
+                if not failed:
+                    await pooled.commit()
+                else:
+                    try:
+                        await pooled.rollback()
+                    except Exception as exc:  # the error on its way out is the one to see
+                        log.warning("rollback of a pooled connection failed: %s", exc)
+        finally:
+            await pool.putconn(pooled)
 
     async def results_listener(self) -> ResultListener:
         """The LISTEN connection shared by this loop's ``result_async`` calls (the first call
@@ -251,30 +342,51 @@ class Pools:
             await pool.close()
 
 
-@contextmanager
-def _schema_hint() -> Iterator[None]:
-    """Turn "relation pgqueue.jobs does not exist" (or a column, function or type an older
-    schema lacks) into an error that says what to do, and a full queue (SQLSTATE PGQ01) into
-    :class:`QueueFullError`. On ``conn=`` this is all there is: the start-up check of the
-    schema's revision runs on the client's own connections only."""
-    try:
-        yield
-    except (
-        psycopg.errors.UndefinedTable,
-        psycopg.errors.UndefinedFunction,
-        psycopg.errors.InvalidSchemaName,
-        psycopg.errors.UndefinedColumn,
-        psycopg.errors.UndefinedObject,  # a type an older schema lacks (pgqueue.job_input)
-    ) as exc:
-        if "pgqueue" not in str(exc) and not isinstance(exc, psycopg.errors.UndefinedColumn):
-            raise
-        raise PgQueueError(
-            f"pgqueue's schema is not installed in this database, or is older than this "
-            f"pgqueue needs (revision {schema_check.package_revision()}): "
-            f"{exc.diag.message_primary}; run `pgq migrate`"
-        ) from exc
-    except psycopg.DatabaseError as exc:
-        full = QueueFullError.from_database(exc)
-        if full is not None:
-            raise full from exc
-        raise
+class _Translated:
+    """What a pooled connection's errors (and ``conn=``'s) become, one context manager made
+    once per client (no generator per call):
+
+    - "relation pgqueue.jobs does not exist" (or a column, function or type an older schema
+      lacks): an error that says what to do. On ``conn=`` this is all there is: the start-up
+      check of the schema's revision runs on the client's own connections only;
+    - a full queue (SQLSTATE PGQ01): :class:`QueueFullError`;
+    - a pool timeout: why no connection came, the last failure to connect.
+    """
+
+    __slots__ = ("_failures",)
+
+    def __init__(self, failures: refusals.ConnectFailures) -> None:
+        self._failures = failures
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _: TracebackType | None
+    ) -> None:
+        if exc is None or not isinstance(exc, psycopg.Error):  # (PoolTimeout is one)
+            return
+        if isinstance(exc, PoolTimeout):
+            explained = self._failures.explain(exc)
+            if explained != str(exc):
+                raise PoolTimeout(explained) from exc
+        elif isinstance(exc, _MISSING_SCHEMA):
+            if "pgqueue" in str(exc) or isinstance(exc, psycopg.errors.UndefinedColumn):
+                raise PgQueueError(
+                    f"pgqueue's schema is not installed in this database, or is older than "
+                    f"this pgqueue needs (revision {schema_check.package_revision()}): "
+                    f"{exc.diag.message_primary}; run `pgq migrate`"
+                ) from exc
+        elif isinstance(exc, psycopg.DatabaseError):
+            full = QueueFullError.from_database(exc)
+            if full is not None:
+                raise full from exc
+
+
+_MISSING_SCHEMA = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedObject,  # a type an older schema lacks (pgqueue.job_input)
+)

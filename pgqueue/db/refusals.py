@@ -185,11 +185,14 @@ class ConnectFailures:
 
         return Remembering
 
-    def async_connection_class(self) -> type[psycopg.AsyncConnection[Any]]:
-        """The async twin of :meth:`sync_connection_class`."""
+    def async_connection_class(
+        self, base: type[psycopg.AsyncConnection[Any]] = psycopg.AsyncConnection
+    ) -> type[psycopg.AsyncConnection[Any]]:
+        """The async twin of :meth:`sync_connection_class`, a subclass of ``base`` (the
+        client's pools: :class:`pgqueue.db.async_wait.LeanWaits`)."""
         failures = self
 
-        class Remembering(psycopg.AsyncConnection[Any]):
+        class Remembering(base):  # type: ignore[valid-type,misc]
             @classmethod
             async def connect(cls, *args: Any, **kwargs: Any) -> Any:
                 retries = _QuickRetries()

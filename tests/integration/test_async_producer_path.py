@@ -1,0 +1,181 @@
+"""A single enqueue without ``conn=`` does only the work its statement needs, sync or async.
+
+On the client's pooled connections: no timer armed on the event loop while an async statement
+waits for its answer (:mod:`pgqueue.db.async_wait`), no cursor made per statement (a kept one),
+and no commit sent on an autocommit connection (psycopg_pool's ``connection()`` sends one, empty,
+at every checkout's end). What psycopg's own waiting did is kept: a cancelled task cancels its
+statement on the server and the connection goes on working, and a statement larger than the
+socket's buffer is sent whole. An application's pool whose connections are not autocommit
+still has its transactions committed, or rolled back after an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue import PgQueue
+
+CALLS = 20
+
+
+def _register(pgq: PgQueue) -> None:
+    @pgq.task(name="t")
+    def t(blob: str = "") -> None: ...
+
+
+@contextmanager
+def _counting(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> Iterator[list[int]]:
+    """Count the calls of ``owner.name`` (a method) inside the block."""
+    calls = [0]
+    original = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    yield calls
+    monkeypatch.setattr(owner, name, original)
+
+
+def _run_async(pgq: PgQueue, work: Callable[[], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        try:
+            return await work()
+        finally:
+            await pgq.aclose()
+
+    return asyncio.run(main())
+
+
+def test_an_async_enqueue_arms_no_timer_while_it_waits(
+    dsn: str, pgq: PgQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _register(pgq)
+
+    async def work() -> int:
+        await pgq.enqueue_async("t", {})  # the pool opened, the statement prepared
+        loop = asyncio.get_running_loop()
+        with _counting(monkeypatch, loop, "call_at") as timers:
+            for _ in range(CALLS):
+                await pgq.enqueue_async("t", {})
+        return timers[0]
+
+    assert _run_async(pgq, work) == 0
+
+
+def test_a_single_enqueue_makes_no_cursor_and_sends_no_commit(
+    dsn: str, pgq: PgQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _register(pgq)
+    pgq.enqueue("t", {})
+    with (
+        _counting(monkeypatch, psycopg.Connection, "cursor") as cursors,
+        _counting(monkeypatch, psycopg.Connection, "commit") as commits,
+    ):
+        for _ in range(CALLS):
+            pgq.enqueue("t", {})
+    assert (cursors[0], commits[0]) == (0, 0)
+
+    async def work() -> tuple[int, int]:
+        await pgq.enqueue_async("t", {})
+        with (
+            _counting(monkeypatch, psycopg.AsyncConnection, "cursor") as cursors,
+            _counting(monkeypatch, psycopg.AsyncConnection, "commit") as commits,
+        ):
+            for _ in range(CALLS):
+                await pgq.enqueue_async("t", {})
+        return cursors[0], commits[0]
+
+    assert _run_async(pgq, work) == (0, 0)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone() == (2 + 2 * CALLS,)
+
+
+def _waiting_inserts(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND state = 'active' AND query LIKE 'INSERT INTO pgqueue.jobs%'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_cancelled_async_enqueue_cancels_its_statement_and_the_connection_goes_on(
+    dsn: str, pgq: PgQueue
+) -> None:
+    _register(pgq)
+    with (
+        psycopg.connect(dsn, autocommit=True) as watcher,
+        psycopg.connect(dsn) as holder,
+    ):
+
+        async def work() -> tuple[int, int]:
+            await pgq.enqueue_async("t", {})
+            holder.execute("LOCK TABLE pgqueue.jobs IN SHARE MODE")
+            blocked = asyncio.create_task(pgq.enqueue_async("t", {"blob": "cancelled"}))
+            deadline = time.monotonic() + 10
+            while _waiting_inserts(watcher) < 1:
+                assert time.monotonic() < deadline, "the insert never waited for the lock"
+                await asyncio.sleep(0.01)
+            blocked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await blocked
+            left = _waiting_inserts(watcher)  # cancelled on the server, not left waiting
+            holder.rollback()
+            await pgq.enqueue_async("t", {"blob": "after"})
+            return left, len(pgq._pools._async_pools)
+
+        left, pools = _run_async(pgq, work)
+    assert (left, pools) == (0, 1)
+    with psycopg.connect(dsn) as conn:
+        blobs = [r[0] for r in conn.execute("SELECT args->>'blob' FROM pgqueue.jobs ORDER BY id")]
+    assert blobs == [None, "after"]
+
+
+def test_an_async_enqueue_larger_than_the_socket_buffer_is_written_whole(dsn: str) -> None:
+    pgq = PgQueue(dsn, max_payload_bytes=64 * 1024 * 1024)
+    _register(pgq)
+    blob = "x" * (16 * 1024 * 1024)
+
+    async def work() -> int:
+        return await pgq.enqueue_async("t", {"blob": blob})
+
+    job_id = _run_async(pgq, work)
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT length(args->>'blob') FROM pgqueue.jobs WHERE id = %s", (job_id,)
+        ).fetchone()
+    assert row == (len(blob),)
+
+
+def test_an_applications_async_pool_not_in_autocommit_commits_and_rolls_back(dsn: str) -> None:
+    async def work() -> tuple[int, str]:
+        pool = AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False)
+        await pool.open(wait=True)
+        try:
+            pgq = PgQueue(pool=pool)
+            _register(pgq)
+            await pgq.enqueue_async("t", {})  # committed when the connection is given back
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                async with pgq.connection_async() as conn:
+                    await conn.execute("INSERT INTO pgqueue.jobs (queue, task) VALUES ('q', 't')")
+                    await conn.execute("SELECT 1/0")
+            async with pool.connection() as conn:
+                status = conn.info.transaction_status.name  # rolled back, not left aborted
+                count = await (await conn.execute("SELECT count(*) FROM pgqueue.jobs")).fetchone()
+            await pgq.aclose()
+            assert count is not None
+            return int(count[0]), status
+        finally:
+            await pool.close()
+
+    assert asyncio.run(work()) == (1, "IDLE")
