@@ -27,6 +27,7 @@ from pgqueue.db.embedded import resolve_dsn
 from pgqueue.db.results_listener import ResultListener
 from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
 from pgqueue.rules import config
+from pgqueue.rules.log_actions import Action, fields
 
 Connection: TypeAlias = psycopg.Connection[Any]
 AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
@@ -280,7 +281,10 @@ class Pools:
                     try:
                         pooled.rollback()
                     except Exception as exc:  # the error on its way out is the one to see
-                        log.warning("rollback of a pooled connection failed: %s", exc)
+                        log.warning(
+                            "rollback of a pooled connection failed",
+                            extra=fields(Action.POOL_ROLLBACK_FAILED, error=str(exc)),
+                        )
         finally:
             pool.putconn(pooled)
 
@@ -297,7 +301,10 @@ class Pools:
                     try:
                         await pooled.rollback()
                     except Exception as exc:  # the error on its way out is the one to see
-                        log.warning("rollback of a pooled connection failed: %s", exc)
+                        log.warning(
+                            "rollback of a pooled connection failed",
+                            extra=fields(Action.POOL_ROLLBACK_FAILED, error=str(exc)),
+                        )
         finally:
             await pool.putconn(pooled)
 

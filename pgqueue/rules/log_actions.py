@@ -328,6 +328,11 @@ class Action(Enum):
         "",
         "this role cannot read the declared tasks: names go unchecked",
     )
+    POOL_ROLLBACK_FAILED = (
+        "client.rollback_failed",
+        "error",
+        "an application pool's connection could not roll back after a failed call",
+    )
     PAYLOAD_ARGS_DROPPED = (
         "payload.args_dropped",
         "",
