@@ -40,11 +40,14 @@ def limited(own_server) -> Iterator[str]:
 
 
 def hog(dsn: str, count: int = LIMIT) -> list[psycopg.Connection]:
-    """Take ``count`` of the role's connection slots (waiting for ones to free up)."""
+    """Take ``count`` of the role's connection slots (waiting for ones to free up). An attempt
+    the server leaves unanswered (seen once on a loaded machine, while the test was cutting
+    the worker's connections) is given up after a few seconds and made again, not waited on
+    for ever."""
     taken: list[psycopg.Connection] = []
     while len(taken) < count:
         try:
-            taken.append(psycopg.connect(dsn))
+            taken.append(psycopg.connect(dsn, connect_timeout=5))
         except psycopg.OperationalError:
             time.sleep(0.05)
     return taken
