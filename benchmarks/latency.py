@@ -86,6 +86,20 @@ def environments(trees: dict[str, Path], tmp: Path) -> dict[str, dict[str, str]]
     return envs
 
 
+def databases(admin: str, envs: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Per checkout, a database of its own, migrated by that checkout's ``pgq migrate``: a
+    checkout refuses a schema newer than its own (one measured against its base may add a
+    revision)."""
+    dsns = {}
+    for number, (name, env) in enumerate(envs.items()):
+        dsn = fresh_database(admin, f"pgqueue_latency_{number}", migrated=False)
+        command = [sys.executable, "-m", "pgqueue.cli", "migrate", "--dsn", dsn]
+        cwd = env["PYTHONPATH"].split(os.pathsep)[-1]
+        subprocess.run(command, env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+        dsns[name] = dsn
+    return dsns
+
+
 def start_worker(
     dsn: str, stages: Path, env: dict[str, str], concurrency: int = 64
 ) -> subprocess.Popen[bytes]:
@@ -306,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
         print(machine(dsn), flush=True)
         print(f"{args.jobs} jobs per run at {args.rate:g} jobs/s, fsync on", flush=True)
         envs = environments(trees, Path(tmp))
+        dsns = databases(admin, envs)
         labels = [f"{kind} {name}" for kind in kinds for name in trees]
         floors = {"raw": False, "raw+claim": True}
         results: dict[str, list[dict[str, Any]]] = {label: [] for label in [*labels, *floors]}
@@ -323,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
                 print(f"run {run + 1} raw INSERT+NOTIFY {what}: {summary(floor)}", flush=True)
             for kind in kinds:
                 for name, env in envs.items():
-                    result = run_once(dsn, kind, args.jobs, args.rate, env, Path(tmp))
+                    result = run_once(dsns[name], kind, args.jobs, args.rate, env, Path(tmp))
                     results[f"{kind} {name}"].append(result)
                     stages = ", ".join(f"{k} {v:.3f}" for k, v in result["stages"].items())
                     print(
