@@ -17,7 +17,10 @@ and the producer's own call (sent -> the enqueue returned).
 The stages come from ``benchmarks/latency_tasks.py`` (timestamps written by the worker; leave
 them out with ``--no-stages``: the figures then carry no instrumentation cost). As a floor, the
 same run also times the raw round trip: ``INSERT`` + ``pg_notify`` committed on a minimal table
-and received by a plain ``LISTEN`` connection in this process's thread.
+and received by a plain ``LISTEN`` connection in this process's thread (``raw``), and the same
+until the rows of a minimal claim of the job are back (``raw+claim``: ``BEGIN`` and an ``UPDATE
+... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``, pipelined, from the listening
+thread; its ``COMMIT`` follows unwaited, as a pgqueue worker's idle claim does).
 
 ``--tree PATH`` (repeatable) measures the pgqueue of other checkouts too, interleaved with this
 one in every run (a copy of ``latency_tasks.py`` runs their worker and producer), so a change
@@ -81,6 +84,20 @@ def environments(trees: dict[str, Path], tmp: Path) -> dict[str, dict[str, str]]
         (tmp / name.replace("/", "_")).mkdir()
         envs[name] = system_under_test(tree, tmp / name.replace("/", "_"))
     return envs
+
+
+def databases(admin: str, envs: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Per checkout, a database of its own, migrated by that checkout's ``pgq migrate``: a
+    checkout refuses a schema newer than its own (one measured against its base may add a
+    revision)."""
+    dsns = {}
+    for number, (name, env) in enumerate(envs.items()):
+        dsn = fresh_database(admin, f"pgqueue_latency_{number}", migrated=False)
+        command = [sys.executable, "-m", "pgqueue.cli", "migrate", "--dsn", dsn]
+        cwd = env["PYTHONPATH"].split(os.pathsep)[-1]
+        subprocess.run(command, env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+        dsns[name] = dsn
+    return dsns
 
 
 def start_worker(
@@ -193,22 +210,46 @@ def stage_breakdown(
     return totals, parts
 
 
-def raw_floor(dsn: str, jobs: int, rate: float) -> list[float]:
-    """INSERT + pg_notify committed on a minimal table, received by a plain LISTEN (ms)."""
+#: The floor's claim: the job the NOTIFY announced, taken as a minimal queue takes it (its
+#: rows are timed; the COMMIT follows unwaited, as a pgqueue worker's idle claim does).
+RAW_CLAIM = (
+    "UPDATE raw_latency SET state = 'running' WHERE id = (SELECT id FROM raw_latency"
+    " WHERE state = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, args"
+)
+
+
+def raw_floor(dsn: str, jobs: int, rate: float, *, claim: bool = False) -> list[float]:
+    """INSERT + pg_notify committed on a minimal table, received by a plain LISTEN (ms); with
+    ``claim``, until the rows of a minimal claim of the job (in a transaction pipelined with
+    its BEGIN, on a second connection of the listening thread) are back."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS raw_latency (id bigint GENERATED ALWAYS AS IDENTITY"
-            " PRIMARY KEY, args jsonb NOT NULL)"
+            " PRIMARY KEY, state text NOT NULL DEFAULT 'ready', args jsonb NOT NULL)"
+        )
+        conn.execute(
+            "CREATE INDEX IF NOT EXISTS raw_latency_ready ON raw_latency (id) WHERE state = 'ready'"
         )
     received: list[float] = []
     ready = threading.Event()
 
     def listen() -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with (
+            psycopg.connect(dsn, autocommit=True) as conn,
+            psycopg.connect(dsn, autocommit=True) as claimer,
+        ):
             conn.execute("LISTEN raw_latency")
             ready.set()
             for notify in conn.notifies(timeout=jobs / rate + 10, stop_after=jobs):
-                received.append(time.time() - float(notify.payload))
+                if claim:
+                    with claimer.pipeline():
+                        claimer.execute("BEGIN", prepare=True)
+                        rows = claimer.execute(RAW_CLAIM, prepare=True).fetchall()
+                        received.append(time.time() - float(notify.payload))
+                        claimer.execute("COMMIT", prepare=True)
+                    assert rows, "the floor's claim found its job"
+                else:
+                    received.append(time.time() - float(notify.payload))
 
     listener = threading.Thread(target=listen)
     listener.start()
@@ -279,21 +320,25 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
         print(machine(dsn), flush=True)
         print(f"{args.jobs} jobs per run at {args.rate:g} jobs/s, fsync on", flush=True)
         envs = environments(trees, Path(tmp))
+        dsns = databases(admin, envs)
         labels = [f"{kind} {name}" for kind in kinds for name in trees]
-        results: dict[str, list[dict[str, Any]]] = {label: [] for label in [*labels, "raw"]}
+        floors = {"raw": False, "raw+claim": True}
+        results: dict[str, list[dict[str, Any]]] = {label: [] for label in [*labels, *floors]}
         for run in range(args.runs):
-            floor = raw_floor(dsn, args.jobs, args.rate)
-            results["raw"].append(
-                {
-                    "p50": quantile(floor, 0.5),
-                    "p99": quantile(floor, 0.99),
-                    "p999": quantile(floor, 0.999),
-                }
-            )
-            print(f"run {run + 1} raw INSERT+NOTIFY -> LISTEN: {summary(floor)}", flush=True)
+            for floor_name, claim in floors.items():
+                floor = raw_floor(dsn, args.jobs, args.rate, claim=claim)
+                results[floor_name].append(
+                    {
+                        "p50": quantile(floor, 0.5),
+                        "p99": quantile(floor, 0.99),
+                        "p999": quantile(floor, 0.999),
+                    }
+                )
+                what = "-> LISTEN -> claim's rows" if claim else "-> LISTEN"
+                print(f"run {run + 1} raw INSERT+NOTIFY {what}: {summary(floor)}", flush=True)
             for kind in kinds:
                 for name, env in envs.items():
-                    result = run_once(dsn, kind, args.jobs, args.rate, env, Path(tmp))
+                    result = run_once(dsns[name], kind, args.jobs, args.rate, env, Path(tmp))
                     results[f"{kind} {name}"].append(result)
                     stages = ", ".join(f"{k} {v:.3f}" for k, v in result["stages"].items())
                     print(

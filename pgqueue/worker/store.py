@@ -26,6 +26,7 @@ from pgqueue.db.queries import query
 from pgqueue.db.refusals import ConnectFailures
 from pgqueue.handler.job_context import CLAIMED_COLUMNS
 from pgqueue.worker import loaders
+from pgqueue.worker.array_params import with_array_literals
 
 log = logging.getLogger("pgqueue.worker.store")
 
@@ -61,6 +62,11 @@ ROWS_BY_NAME: dict[str, BaseRowFactory[Row]] = {
     "claim_jobs": rows_named(CLAIMED_COLUMNS),
     "claim_flow": rows_named(FLOW_CLAIM_COLUMNS),
 }
+
+
+#: The claim path's statements: their list parameters go as array literals (array_params.py;
+#: each statement casts every list it takes).
+ARRAYS_AS_LITERALS = frozenset({"claim_jobs", "claim_flow", "next_due"})
 
 
 def int_array(values: Iterable[int]) -> str:
@@ -197,6 +203,8 @@ class WorkerDB:
             prepare = False if name in PLANNED_EACH_TIME else None
             if name in ROWS_BY_NAME:
                 cur.row_factory = ROWS_BY_NAME[name]
+            if params is not None and name in ARRAYS_AS_LITERALS:
+                params = with_array_literals(params)
             await cur.execute(query(name), params, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
 
@@ -237,6 +245,8 @@ class WorkerDB:
         of another connection about them waits and sees what the ``COMMIT`` decided.
         ``generic``: the statements run their generic plan (see the ``generic_plans`` query).
         One round trip to ``name``'s rows."""
+        if name in ARRAYS_AS_LITERALS and then in ARRAYS_AS_LITERALS:
+            params = with_array_literals(params)
         loop = asyncio.get_running_loop()
         rows: asyncio.Future[list[Row]] = loop.create_future()
         later: asyncio.Future[list[Row]] = loop.create_future()

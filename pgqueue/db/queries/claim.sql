@@ -9,7 +9,8 @@
 -- the UPDATE. Each claim bumps lease_token: the fencing token every later write must present.
 -- When flow control applies to these queues or tasks (weights, limits, keyed jobs, a breaker
 -- not closed), a one-time filter skips the walk: the worker learns it from next_due and claims
--- with claim_flow instead.
+-- with claim_flow instead. (pgqueue.flow_controls sits in FROM so that the planner inlines its
+-- checks: called as a scalar function it cost a function-manager call on every claim.)
 -- %(after_*)s hold, per queue, the largest key this worker's previous claims took (NULL: from
 -- the top; pgqueue/worker/claim_cursor.py). The walk starts after that key instead of stepping
 -- again over the index entries of every job claimed since the last VACUUM (B-tree keeps them
@@ -62,7 +63,8 @@ WITH candidates AS MATERIALIZED (
                 LIMIT %(limit)s
                   FOR UPDATE SKIP LOCKED) AS s
      ) AS c
-     WHERE NOT pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[])
+     CROSS JOIN pgqueue.flow_controls(%(queues)s::text[], %(tasks)s::text[]) AS fc
+     WHERE NOT fc.applies
      ORDER BY c.priority, c.run_at, c.id
      LIMIT %(limit)s
 )
@@ -98,10 +100,11 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts AS attempt, c.max_attempts, c.l
 -- When the worker is idle: seconds until the earliest scheduled job in its queues is due (by the
 -- database clock), so it can sleep exactly that long; and whether flow control applies to its
 -- queues and tasks (then claim_jobs claims nothing: use claim_flow).
-SELECT extract(epoch FROM min(n.run_at) - now()),
-       pgqueue.flow_controlled(%(queues)s::text[], %(tasks)s::text[])
-  FROM unnest(%(queues)s::text[]) AS q(name)
- CROSS JOIN LATERAL (
-       SELECT j.run_at FROM pgqueue.jobs AS j
-        WHERE j.queue = q.name AND j.state = 'scheduled'
-        ORDER BY j.run_at LIMIT 1) AS n
+SELECT (SELECT extract(epoch FROM min(n.run_at) - now())
+          FROM unnest(%(queues)s::text[]) AS q(name)
+         CROSS JOIN LATERAL (
+               SELECT j.run_at FROM pgqueue.jobs AS j
+                WHERE j.queue = q.name AND j.state = 'scheduled'
+                ORDER BY j.run_at LIMIT 1) AS n),
+       fc.applies
+  FROM pgqueue.flow_controls(%(queues)s::text[], %(tasks)s::text[]) AS fc
