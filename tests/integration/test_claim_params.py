@@ -112,30 +112,54 @@ def test_claim_parameters_go_as_array_literals(dsn, pgq, monkeypatch):
     assert params["queues"] == ["a,b", "c"]  # the caller's dict is left as it was
 
 
+#: Literal values for the claim path's parameters, for EXPLAIN of a prepared statement.
+VALUES = {
+    "queues": "'{default}'::text[]",
+    "tasks": "'{noop}'::text[]",
+    "limit": "10",
+    "lease": "'30 s'::interval",
+    "worker_id": f"'{uuid.uuid4()}'::uuid",
+    "after_priority": "'{NULL}'::smallint[]",
+    "after_run_at": "'{NULL}'::timestamptz[]",
+    "after_id": "'{NULL}'::bigint[]",
+}
+
+
+def _generic_plan(conn: psycopg.Connection[Any], name: str) -> str:
+    """EXPLAIN of query ``name``'s generic plan (the plan the claim runs), rolled back."""
+    sql, names = _positional(query(name))
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE check_plan AS {sql}", prepare=False)
+        arguments = ", ".join(VALUES[n] for n in names)
+        explain = f"EXPLAIN (VERBOSE, COSTS OFF) EXECUTE check_plan({arguments})"
+        plan = "\n".join(row[0] for row in conn.execute(explain, prepare=False))
+        conn.execute("DEALLOCATE check_plan", prepare=False)
+    return plan
+
+
 def test_the_claims_flow_control_check_is_inlined(conn):
     """A scalar SQL function whose body holds sub-selects is never inlined: claim_jobs called
     flow_controlled through the function manager on every claim."""
-    values = {
-        "queues": "'{default}'::text[]",
-        "tasks": "'{noop}'::text[]",
-        "limit": "10",
-        "lease": "'30 s'::interval",
-        "worker_id": f"'{uuid.uuid4()}'::uuid",
-        "after_priority": "'{NULL}'::smallint[]",
-        "after_run_at": "'{NULL}'::timestamptz[]",
-        "after_id": "'{NULL}'::bigint[]",
-    }
-    conn.execute("SET plan_cache_mode = force_generic_plan")
     for name in ("claim_jobs", "next_due"):
-        sql, names = _positional(query(name))
-        with conn.transaction(force_rollback=True):
-            conn.execute(f"PREPARE check_plan AS {sql}", prepare=False)
-            arguments = ", ".join(values[n] for n in names)
-            explain = f"EXPLAIN (VERBOSE, COSTS OFF) EXECUTE check_plan({arguments})"
-            plan = "\n".join(row[0] for row in conn.execute(explain, prepare=False))
-            conn.execute("DEALLOCATE check_plan", prepare=False)
+        plan = _generic_plan(conn, name)
         assert "flow_controlled" not in plan and "flow_controls" not in plan, plan
         assert "circuit_breakers" in plan  # the check is there, inlined
+
+
+def test_the_claims_generic_plan_finds_its_jobs_by_primary_key_in_a_large_table(conn):
+    """The generic plan cannot know how many rows LIMIT lets through: joined to the candidates,
+    the UPDATE read the whole table sequentially (13 ms per claim with 48,000 jobs waiting,
+    against 0.8 ms)."""
+    with conn.transaction(force_rollback=True):
+        conn.execute(
+            "INSERT INTO pgqueue.jobs (queue, task)"
+            " SELECT 'deep', 'noop' FROM generate_series(1, 20000)"
+        )
+        conn.execute("ANALYZE pgqueue.jobs")
+        plan = _generic_plan(conn, "claim_jobs")
+    assert "Seq Scan on pgqueue.jobs" not in plan, plan
+    assert re.search(r"Index Scan using jobs_pkey on pgqueue\.jobs j$", plan, re.M), plan
 
 
 def _positional(sql: str) -> tuple[str, list[str]]:
@@ -149,3 +173,40 @@ def _positional(sql: str) -> tuple[str, list[str]]:
         return f"${names.index(match.group(1)) + 1}"
 
     return re.sub(r"%\((\w+)\)s", number, sql), names
+
+
+def test_a_busy_workers_claims_run_their_generic_plan(dsn, pgq):
+    """PostgreSQL keeps choosing a custom plan for the claim (the generic one's estimate looks
+    dearer), so a prepared claim sent on its own was planned again on every call: 0.4-0.7 ms
+    of a busy worker's claim. The claim now runs its generic plan, as the idle claim does."""
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    for n in range(12):
+        pgq.enqueue("t", {"n": n}, queue=queue)
+
+    async def claims(db: WorkerDB) -> tuple[int, int, int]:
+        claimed = 0
+        for _ in range(12):
+            claimed += len(await db.fetch("claim_jobs", _params([queue], ["t"], limit=1)))
+        async with db.pool.connection() as conn:  # the pool's one connection: the same session
+            cur = await conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%candidates%%'",
+                prepare=False,
+            )
+            [(generic, custom)] = await cur.fetchall()
+            status = conn.info.transaction_status
+        assert status == psycopg.pq.TransactionStatus.IDLE
+        return claimed, generic, custom
+
+    async def go() -> tuple[int, int, int]:
+        db = WorkerDB(dsn, size=1)
+        await db.open()
+        try:
+            return await claims(db)
+        finally:
+            await db.close()
+
+    claimed, generic, custom = asyncio.run(go())
+    assert claimed == 12
+    # psycopg prepares a statement at its sixth run; every run after that is a plan choice.
+    assert generic >= 6 and custom == 0, (generic, custom)

@@ -79,8 +79,11 @@ UPDATE pgqueue.jobs AS j
        lease_expires_at = now() + %(lease)s::interval,
        worker_id = %(worker_id)s,
        started_at = now()
-  FROM candidates AS c
- WHERE j.id = c.id
+ -- The candidates' ids as an array, not a join: the generic plan (which the claim runs, see
+ -- generic_plans) cannot know how many rows LIMIT %(limit)s lets through and joined them to a
+ -- sequential scan of the whole table; an array is looked up in the primary key whatever its
+ -- length.
+ WHERE j.id = ANY (ARRAY(SELECT c.id FROM candidates AS c))
 RETURNING j.id, j.queue, j.task, j.args, j.attempts AS attempt, j.max_attempts, j.lease_token,
           j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL AS wants_result, j.meta,
           j.tags, j.errors -> -1 ->> 'trace' AS last_trace
