@@ -237,38 +237,6 @@ END
 $$;
 
 --
--- Name: check_new_job_ids(); Type: FUNCTION; Schema: pgqueue; Owner: -
---
-
-CREATE FUNCTION pgqueue.check_new_job_ids() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    lowest bigint;
-    highest bigint;
-    inserted bigint;
-    fresh boolean := false;
-BEGIN
-    SELECT min(n.id), max(n.id), count(*) INTO lowest, highest, inserted FROM new_jobs AS n;
-    IF inserted = 0 THEN
-        RETURN NULL;
-    END IF;
-    IF inserted = 1 THEN
-        BEGIN
-            fresh := highest = currval('pgqueue.jobs_id_seq');
-        EXCEPTION WHEN object_not_in_prerequisite_state THEN
-            fresh := false;  -- this session never took an id from the sequence
-        END;
-    END IF;
-    IF NOT fresh THEN
-        PERFORM pgqueue.check_job_ids(lowest, highest, ARRAY(SELECT n.id FROM new_jobs AS n));
-    END IF;
-    RETURN NULL;
-END
-$$;
-
---
 -- Name: claim(text[], text[], integer, interval, uuid, integer[]); Type: FUNCTION; Schema: pgqueue; Owner: -
 --
 
@@ -1366,6 +1334,44 @@ CREATE FUNCTION pgqueue.job_ids_by_key(keys text[]) RETURNS TABLE(idempotency_ke
 $$;
 
 --
+-- Name: jobs_after_insert(); Type: FUNCTION; Schema: pgqueue; Owner: -
+--
+
+CREATE FUNCTION pgqueue.jobs_after_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    lowest bigint;
+    highest bigint;
+    inserted bigint;
+    fresh boolean := false;
+BEGIN
+    IF NOT (current_user = session_user
+            AND has_table_privilege(current_user, 'pgqueue.dead_letters'::regclass, 'INSERT'))
+    THEN
+        SELECT min(n.id), max(n.id), count(*) INTO lowest, highest, inserted FROM new_jobs AS n;
+        IF inserted = 1 THEN
+            BEGIN
+                fresh := highest = currval('pgqueue.jobs_id_seq');
+            EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                fresh := false;  -- this session never took an id from the sequence
+            END;
+        END IF;
+        IF inserted > 0 AND NOT fresh THEN
+            PERFORM pgqueue.check_job_ids(lowest, highest, ARRAY(SELECT n.id FROM new_jobs AS n));
+        END IF;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(1885827442, 1);
+    IF current_setting('transaction_isolation') <> 'read committed'
+       OR EXISTS (SELECT 1 FROM pgqueue.idle_workers) THEN
+        PERFORM pg_notify('pgqueue_jobs', q.queue) FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: keep_finished_key(); Type: FUNCTION; Schema: pgqueue; Owner: -
 --
 
@@ -1422,23 +1428,6 @@ CREATE FUNCTION pgqueue.mark_keyed(task_names text[]) RETURNS void
     ON CONFLICT (task) DO NOTHING;
     UPDATE pgqueue.task_limits AS l SET keyed = true, updated_at = now()
      WHERE l.task = ANY(task_names) AND NOT l.keyed;
-$$;
-
---
--- Name: notify_new_jobs(); Type: FUNCTION; Schema: pgqueue; Owner: -
---
-
-CREATE FUNCTION pgqueue.notify_new_jobs() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(1885827442, 1);
-    IF current_setting('transaction_isolation') <> 'read committed'
-       OR EXISTS (SELECT 1 FROM pgqueue.idle_workers) THEN
-        PERFORM pg_notify('pgqueue_jobs', q.queue) FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
-    END IF;
-    RETURN NULL;
-END
 $$;
 
 --
@@ -3095,22 +3084,16 @@ CREATE TRIGGER dead_letters_settle AFTER INSERT ON pgqueue.dead_letters REFERENC
 CREATE TRIGGER job_history_settle AFTER INSERT ON pgqueue.job_history REFERENCING NEW TABLE AS finished FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.history_inserted();
 
 --
--- Name: jobs jobs_check_new_ids; Type: TRIGGER; Schema: pgqueue; Owner: -
+-- Name: jobs jobs_after_insert; Type: TRIGGER; Schema: pgqueue; Owner: -
 --
 
-CREATE TRIGGER jobs_check_new_ids AFTER INSERT ON pgqueue.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT WHEN ((NOT ((CURRENT_USER = SESSION_USER) AND has_table_privilege(CURRENT_USER, ('pgqueue.dead_letters'::regclass)::oid, 'INSERT'::text)))) EXECUTE FUNCTION pgqueue.check_new_job_ids();
+CREATE TRIGGER jobs_after_insert AFTER INSERT ON pgqueue.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.jobs_after_insert();
 
 --
 -- Name: jobs jobs_keep_finished_key; Type: TRIGGER; Schema: pgqueue; Owner: -
 --
 
 CREATE TRIGGER jobs_keep_finished_key AFTER DELETE ON pgqueue.jobs FOR EACH ROW WHEN (((old.unique_for IS NOT NULL) AND (old.idempotency_key IS NOT NULL))) EXECUTE FUNCTION pgqueue.keep_finished_key();
-
---
--- Name: jobs jobs_notify_insert; Type: TRIGGER; Schema: pgqueue; Owner: -
---
-
-CREATE TRIGGER jobs_notify_insert AFTER INSERT ON pgqueue.jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.notify_new_jobs();
 
 --
 -- Name: workflow_nodes workflow_nodes_workflow_id_fkey; Type: FK CONSTRAINT; Schema: pgqueue; Owner: -

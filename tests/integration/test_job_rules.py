@@ -139,3 +139,14 @@ def test_the_columns_keep_their_types(conn):
         "unique_for": "interval",
         "unique_states": "text[]",
     }
+
+
+def test_one_after_insert_trigger_and_no_when_to_plan_per_statement(conn):
+    # The id check and the NOTIFY to idle workers in one trigger function: a trigger's WHEN is
+    # read back and planned once per statement, as a table's CHECKs are.
+    triggers = conn.execute(
+        "SELECT tgname, tgqual IS NULL FROM pg_trigger"
+        " WHERE tgrelid = 'pgqueue.jobs'::regclass AND NOT tgisinternal"
+        " AND tgtype & 4 <> 0 ORDER BY tgname"  # TRIGGER_TYPE_INSERT
+    ).fetchall()
+    assert triggers == [("jobs_after_insert", True)]
