@@ -13,7 +13,8 @@ types, so the views, composite types and functions that return them are unchange
 CHECK, ``jobs_columns_check``, casts the nine columns to their domains, so a bad value is
 refused as before (``check_violation``, the same constraint name; the message now reads
 ``value for domain pgqueue.jobs_queue violates check constraint "jobs_queue_check"``). The
-two-column ``jobs_running_has_lease`` stays a table CHECK.
+two-column ``jobs_running_has_lease`` stays a table CHECK. The upgrade reads ``pgqueue.jobs``
+once, holding its lock, to validate the new CHECK (0.4 s for 500,000 jobs on that machine).
 
 The two statement-level AFTER INSERT triggers become one, ``jobs_after_insert``
 (``pgqueue.jobs_after_insert``): the id check of ``jobs_check_new_ids`` (0009), then the NOTIFY
