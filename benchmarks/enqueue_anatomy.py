@@ -7,7 +7,8 @@ prepared statements), jobs/s of:
 
 * ``raw table``: INSERT into a minimal table (the raw ceiling of ``benchmarks.compare``);
 * ``jobs INSERT``: a plain INSERT into ``pgqueue.jobs`` (its indexes, its NOTIFY trigger);
-* ``jobs INSERT, no trigger``: the same with ``jobs_notify_insert`` disabled (no NOTIFY);
+* ``jobs INSERT, no trigger``: the same with ``jobs_after_insert`` disabled (no NOTIFY, no id
+  check);
 * ``jobs-shaped, no CHECKs``: a copy of ``pgqueue.jobs`` (columns, defaults, indexes) without its
   CHECK constraints and trigger: what the constraints cost (PostgreSQL re-reads and re-plans
   every CHECK expression once per statement, so on one-row inserts they are not cheap);
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         def trigger(enabled: bool) -> None:
             verb = "ENABLE" if enabled else "DISABLE"
             with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(f"ALTER TABLE pgqueue.jobs {verb} TRIGGER jobs_notify_insert")
+                conn.execute(f"ALTER TABLE pgqueue.jobs {verb} TRIGGER jobs_after_insert")
 
         variants: list[tuple[str, bool, Callable[[], Callable[[], object]]]] = [
             ("raw table", True, _insert(dsn, raw_driver.INSERT_ONE)),

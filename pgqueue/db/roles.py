@@ -13,7 +13,8 @@ Three roles, each with only what its part of pgqueue needs:
   It cannot read other jobs' args, update or delete jobs, or write lease columns. It writes
   ids (bulk enqueue reserves them with ``nextval`` and COPYs them), but the database refuses
   an id the sequence never handed out or one a dead letter or history row holds (trigger
-  ``jobs_check_new_ids``, migration 0009): a job with such an id could never be recorded.
+  ``jobs_after_insert``, migrations 0009 and 0026): a job with such an id could never be
+  recorded.
 * **worker**: everything a worker process does (claim, heartbeat, complete, retry, dead-letter,
   reap, prune, cron ticks, breaker and rate-limit state): ``SELECT``/``INSERT``/``UPDATE``/
   ``DELETE`` on pgqueue's tables (read-only: the retention settings and the version table),
@@ -57,7 +58,7 @@ ROLE_SETTINGS: dict[str, dict[str, str]] = {
 # Columns bulk enqueue writes (COPY or multi-row INSERT). Lease and attempt columns are not
 # among them, so a producer cannot forge a running or half-used job. ``id`` is: COPY needs the
 # ids bulk enqueue reserved (no RETURNING), so instead of revoking it the database checks every
-# id a producer inserts (pgqueue.check_job_ids, run by the trigger jobs_check_new_ids).
+# id a producer inserts (pgqueue.check_job_ids, run by the trigger jobs_after_insert).
 # They are the job input's stored attributes (pgqueue.db.job_rows), fair_rank included (a job's
 # place in a fair queue: bulk enqueue COPYs it), so a new stored option needs no edit here.
 _ENQUEUE_COLUMNS = tuple(column.name for column in JOB_INPUT if column.stored)

@@ -28,7 +28,8 @@ from pgqueue.errors import (
 from tests.helpers import APP, PGQ, ROOT
 
 HEAD = package_revision()
-PREVIOUS = f"{int(HEAD) - 1:04d}"
+# The revision before the newest (revision ids need not be consecutive).
+PREVIOUS = str(migrate.alembic_script().get_revision(HEAD).down_revision)
 
 
 def run_pgq(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT, timeout: float = 60):
