@@ -671,6 +671,21 @@ class Run:
         )
         return [row[0] for row in rows]
 
+    def claims_cut(self, fault: Fault, worker_ids: Sequence[str]) -> list[int]:
+        """Jobs one of ``worker_ids`` started from a second before ``fault`` until its heal and
+        that started again later: the fault cut them off, whether or not their claim had
+        committed when the held jobs were sampled (an idle worker starts its jobs while its
+        claim's COMMIT is on its way, and a blackhole can hold that COMMIT past the sample:
+        the jobs were nobody's 'running' rows then, and the claim commits or is lost after)."""
+        rows = query(
+            self.ledger_dsn,
+            "SELECT DISTINCT a.job_id FROM chaos_ledger AS a"
+            "  JOIN chaos_ledger AS b ON b.job_id = a.job_id AND b.event = 'start' AND b.at > a.at"
+            " WHERE a.event = 'start' AND a.worker = ANY(%s) AND a.at BETWEEN %s AND %s",
+            (list(worker_ids), fault.at - timedelta(seconds=1), fault.healed_at or fault.at),
+        )
+        return [row[0] for row in rows]
+
     def fault(self, kind: str, held: list[int], healed_at: datetime | None = None) -> Fault:
         record = Fault(kind, now(), held, healed_at)
         self.faults.append(record)
@@ -843,6 +858,13 @@ def count_lost_claims(chaos: Run) -> None:
         if fault.kind == "restart":
             lost = chaos.lost_claims(fault, fault.healed_at or fault.at)
             fault.held = sorted({*fault.held, *lost})
+
+
+def count_claims_cut(chaos: Run, worker_ids: Sequence[str]) -> None:
+    """Once drained: each network fault also interrupted the claims of ``worker_ids`` it cut
+    off in flight (see :meth:`Run.claims_cut`)."""
+    for fault in chaos.faults:
+        fault.held = sorted({*fault.held, *chaos.claims_cut(fault, worker_ids)})
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float | None:

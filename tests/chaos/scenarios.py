@@ -28,6 +28,7 @@ from tests.chaos.harness import (
     Report,
     Run,
     Settings,
+    count_claims_cut,
     count_lost_claims,
     crash_server,
     kill_and_respawn,
@@ -301,11 +302,13 @@ def network_cuts(env: Env, size: str) -> Report:
         ) as chaos:
             chaos.start_workers()
             chaos.start_producer()
+            cut_ids: set[str] = set()
             for mode in cuts:
                 time.sleep(2.0)
                 if chaos.finished():
                     break
                 ids = [w for i in proxied for w in chaos.worker_ids(i)]
+                cut_ids.update(ids)
                 # Cut while the far side holds jobs (it gets fewer: the proxy is slower).
                 chaos.wait(_holding(chaos, ids), 30, "the cut workers to hold jobs")
                 proxy.drop() if mode == "drop" else proxy.pause()
@@ -316,6 +319,7 @@ def network_cuts(env: Env, size: str) -> Report:
                 proxy.heal()
                 fault.healed_at = now()
             chaos.drain()
+            count_claims_cut(chaos, sorted(cut_ids))
             report = chaos.report()
     finally:
         proxy.close()
