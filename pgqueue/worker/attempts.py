@@ -19,6 +19,7 @@ from pgqueue.handler.job_context import ClaimedJob, JobContext
 from pgqueue.handler.parking import JobParked
 from pgqueue.rules.tasks import Task
 from pgqueue.rules.tracing import Consumer
+from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.batches import BatchRun
 from pgqueue.worker.outcome import Outcome, failed_outcome, parked_outcome, raised_outcome
 
@@ -35,6 +36,8 @@ class Running:
     span: Any = None
     #: The batch this job runs in (a batch task's job), else None.
     batch: BatchRun | None = None
+    #: Why the handler was asked to stop so far (each reason is acted on once).
+    stops: set[CancelReason] = field(default_factory=set)
 
 
 class Verdicts:

@@ -381,6 +381,12 @@ class Executor:
         return bool(matching or waiting)
 
     def _stop(self, running: Running, reason: CancelReason) -> None:
+        if reason in running.stops:
+            # Heard again (a cancel's NOTIFY and a heartbeat reading cancel_requested both
+            # tell it): stopping the handler again would interrupt its own cleanup after the
+            # first stop (an async handler's task cancelled inside its `except CancelledError`).
+            return
+        running.stops.add(reason)
         run = running.batch
         if run is None:
             running.ctx.cancel(reason)

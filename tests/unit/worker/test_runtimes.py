@@ -23,6 +23,7 @@ from pgqueue.worker.runtimes import LoopRuntime, ThreadRuntime
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 release = threading.Event()
+tidied: list[bool] = []
 
 
 @pytest.fixture
@@ -44,6 +45,15 @@ def app() -> Iterator[PgQueue]:
     @pgq.task(name="pending")
     async def pending() -> None:
         await asyncio.Event().wait()
+
+    @pgq.task(name="tidies")
+    async def tidies() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)  # its cleanup: writing that it stopped, say
+            tidied.append(True)
+            raise
 
     @pgq.task(name="sums", batch_size=3, batch_wait=0.01)
     def sums(items: list[Item[Any]]) -> list[int]:
@@ -117,3 +127,23 @@ def test_a_thread_past_its_timeout_is_abandoned_and_an_async_one_cancelled(app):
         by_id[1].summary or ""
     )
     assert by_id[2].kind == "cancelled"
+
+
+def test_a_cancel_heard_twice_does_not_interrupt_the_handlers_cleanup(app):
+    """The cancel's NOTIFY and a heartbeat reading cancel_requested both stop the job: the
+    second must not cancel the handler again while it cleans up after the first."""
+    outcomes: list[Outcome] = []
+    tidied.clear()
+
+    async def main() -> None:
+        executor = Executor(app.tasks, 4, "w", outcomes.append)
+        executor.accept([job(1, "tidies")])
+        await asyncio.sleep(0.02)
+        assert executor.stop_job(1, "cancelled")
+        await asyncio.sleep(0.01)
+        assert executor.stop_job(1, "cancelled")  # heard again, mid-cleanup
+        await until(lambda: bool(outcomes))
+
+    asyncio.run(main())
+    assert tidied == [True]
+    assert [o.kind for o in outcomes] == ["cancelled"]
