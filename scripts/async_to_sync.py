@@ -62,6 +62,7 @@ NAMES: dict[str, str] = {
     "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncExitStack": "ExitStack",
     "AsyncConnection": "Connection",
+    "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnT": "SyncConnT",
     "AsyncCursor": "Cursor",
     "AsyncIterator": "Iterator",

@@ -101,7 +101,7 @@ class Pools:
                     self._dsn = source() if source is not None else resolve_dsn(None)
         return self._dsn
 
-    def _sync_pool(self) -> ConnectionPool:
+    def _open_pool(self) -> ConnectionPool:
         if self._pool is None:
             with self._lock:
                 if self._pool is None:
@@ -131,7 +131,7 @@ class Pools:
                     self._pool = pool
         return self._pool
 
-    async def _async_pool(self) -> AsyncConnectionPool:
+    async def _open_pool_async(self) -> AsyncConnectionPool:
         if self._shared_async_pool is not None:
             return self._shared_async_pool
         loop = asyncio.get_running_loop()
@@ -156,30 +156,21 @@ class Pools:
             await pool.open(wait=True)
         return pool
 
-    @contextmanager
-    def connection(self, conn: object | None = None) -> Iterator[Connection]:
-        """The psycopg connection behind ``conn``, or a pooled autocommit connection."""
-        if conn is not None:
-            yield connections.sync_driver(conn)
-            return
-        with self._translated:
-            pool = self._sync_pool()
-            pooled = self._checkout(pool)
-            failed = True
-            try:
-                yield pooled
-                failed = False
-            finally:
-                self._checkin(pool, pooled, failed=failed)
+    # psycopg_pool's connection() is getconn() and putconn() around two more context
+    # managers, one of them the connection's own (a commit, empty on an autocommit
+    # connection, waited for all the same): about a tenth of an async single enqueue's client
+    # CPU. The client takes and gives back its connections itself, doing what that context
+    # manager does only for an application's pool whose connections are not autocommit.
 
+    # sync-twin: async source
     @asynccontextmanager
     async def connection_async(self, conn: object | None = None) -> AsyncIterator[AsyncConnection]:
-        """The async twin of :meth:`connection`."""
+        """The psycopg connection behind ``conn``, or a pooled autocommit connection."""
         if conn is not None:
             yield await connections.async_driver(conn)
             return
         with self._translated:
-            pool = await self._async_pool()
+            pool = await self._open_pool_async()
             pooled = await self._checkout_async(pool)
             failed = True
             try:
@@ -188,36 +179,13 @@ class Pools:
             finally:
                 await self._checkin_async(pool, pooled, failed=failed)
 
-    def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
-        """Drive a plan on ``conn`` or a pooled connection (see :meth:`PgQueue.run`).
-
-        A pooled connection is taken and given back here, not through :meth:`connection`
-        (a generator made and driven per call: a few microseconds of every single enqueue)."""
-        with self._translated:
-            if conn is not None:
-                c = connections.sync_driver(conn)
-                if atomic:
-                    with connections.atomic(c):
-                        return plans.run(plan, c, foreign=True, guard=False)
-                return plans.run(plan, c, foreign=True)
-            pool = self._sync_pool()
-            pooled = self._checkout(pool)
-            failed = True
-            try:
-                if atomic and pooled.autocommit:
-                    with connections.atomic(pooled):
-                        result = plans.run(plan, pooled, guard=False, held=True)
-                else:
-                    result = plans.run(plan, pooled, held=True)
-                failed = False
-            finally:
-                self._checkin(pool, pooled, failed=failed)
-            return result
-
     async def run_async(
         self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
     ) -> T:
-        """The async twin of :meth:`run`."""
+        """Drive a plan on ``conn`` or a pooled connection (see :meth:`PgQueue.run`).
+
+        A pooled connection is taken and given back here, not through :meth:`connection_async`
+        (a generator made and driven per call: a few microseconds of every single enqueue)."""
         with self._translated:
             if conn is not None:
                 c = await connections.async_driver(conn)
@@ -225,7 +193,7 @@ class Pools:
                     async with connections.atomic_async(c):
                         return await plans.run_async(plan, c, foreign=True, guard=False)
                 return await plans.run_async(plan, c, foreign=True)
-            pool = await self._async_pool()
+            pool = await self._open_pool_async()
             pooled = await self._checkout_async(pool)
             failed = True
             try:
@@ -239,11 +207,82 @@ class Pools:
                 await self._checkin_async(pool, pooled, failed=failed)
             return result
 
-    # psycopg_pool's connection() is getconn() and putconn() around two more context
-    # managers, one of them the connection's own (a commit, empty on an autocommit
-    # connection, waited for all the same): about a tenth of an async single enqueue's client
-    # CPU. The client takes and gives back its connections itself, doing what that context
-    # manager does only for an application's pool whose connections are not autocommit.
+    async def _checkout_async(self, pool: AsyncConnectionPool) -> AsyncConnection:
+        """A pooled connection; the schema's revision checked on the first one."""
+        pooled = await pool.getconn()
+        if not self._checked:
+            try:
+                await plans.run_async(schema_check.check(), pooled)
+            except BaseException:
+                await pool.putconn(pooled)
+                raise
+            self._checked = True
+        return pooled
+
+    @staticmethod
+    async def _checkin_async(
+        pool: AsyncConnectionPool, pooled: AsyncConnection, *, failed: bool
+    ) -> None:
+        """Give a connection back: one not in autocommit (an application's pool) commits
+        its transaction, or rolls it back after an error, as psycopg's ``with conn`` does."""
+        try:
+            if not pooled.autocommit and not pooled.closed:
+                if not failed:
+                    await pooled.commit()
+                else:
+                    try:
+                        await pooled.rollback()
+                    except Exception as exc:  # the error on its way out is the one to see
+                        log.warning(
+                            "rollback of a pooled connection failed",
+                            extra=fields(Action.POOL_ROLLBACK_FAILED, error=str(exc)),
+                        )
+        finally:
+            await pool.putconn(pooled)
+
+    # sync-twin: generated from the async source above by `make sync-twins`; do not edit
+
+    @contextmanager
+    def connection(self, conn: object | None = None) -> Iterator[Connection]:
+        """The psycopg connection behind ``conn``, or a pooled autocommit connection."""
+        if conn is not None:
+            yield connections.sync_driver(conn)
+            return
+        with self._translated:
+            pool = self._open_pool()
+            pooled = self._checkout(pool)
+            failed = True
+            try:
+                yield pooled
+                failed = False
+            finally:
+                self._checkin(pool, pooled, failed=failed)
+
+    def run(self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False) -> T:
+        """Drive a plan on ``conn`` or a pooled connection (see :meth:`PgQueue.run`).
+
+        A pooled connection is taken and given back here, not through :meth:`connection`
+        (a generator made and driven per call: a few microseconds of every single enqueue)."""
+        with self._translated:
+            if conn is not None:
+                c = connections.sync_driver(conn)
+                if atomic:
+                    with connections.atomic(c):
+                        return plans.run(plan, c, foreign=True, guard=False)
+                return plans.run(plan, c, foreign=True)
+            pool = self._open_pool()
+            pooled = self._checkout(pool)
+            failed = True
+            try:
+                if atomic and pooled.autocommit:
+                    with connections.atomic(pooled):
+                        result = plans.run(plan, pooled, guard=False, held=True)
+                else:
+                    result = plans.run(plan, pooled, held=True)
+                failed = False
+            finally:
+                self._checkin(pool, pooled, failed=failed)
+            return result
 
     def _checkout(self, pool: ConnectionPool) -> Connection:
         """A pooled connection; the schema's revision checked on the first one."""
@@ -253,18 +292,6 @@ class Pools:
                 plans.run(schema_check.check(), pooled)
             except BaseException:
                 pool.putconn(pooled)
-                raise
-            self._checked = True
-        return pooled
-
-    async def _checkout_async(self, pool: AsyncConnectionPool) -> AsyncConnection:
-        """The async twin of :meth:`_checkout`."""
-        pooled = await pool.getconn()
-        if not self._checked:
-            try:
-                await plans.run_async(schema_check.check(), pooled)
-            except BaseException:
-                await pool.putconn(pooled)
                 raise
             self._checked = True
         return pooled
@@ -288,25 +315,7 @@ class Pools:
         finally:
             pool.putconn(pooled)
 
-    @staticmethod
-    async def _checkin_async(
-        pool: AsyncConnectionPool, pooled: AsyncConnection, *, failed: bool
-    ) -> None:
-        """The async twin of :meth:`_checkin`."""
-        try:
-            if not pooled.autocommit and not pooled.closed:
-                if not failed:
-                    await pooled.commit()
-                else:
-                    try:
-                        await pooled.rollback()
-                    except Exception as exc:  # the error on its way out is the one to see
-                        log.warning(
-                            "rollback of a pooled connection failed",
-                            extra=fields(Action.POOL_ROLLBACK_FAILED, error=str(exc)),
-                        )
-        finally:
-            await pool.putconn(pooled)
+    # sync-twin: end
 
     async def results_listener(self) -> ResultListener:
         """The LISTEN connection shared by this loop's ``result_async`` calls (the first call
