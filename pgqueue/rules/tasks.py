@@ -111,6 +111,9 @@ class Task(Generic[P, R]):
         )
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", self.name)
+        # The validated job of a call without options, made on first use: a single enqueue
+        # would otherwise validate the task's name and defaults again at every call.
+        self._plain_template: JobSpec | None = None
 
     @property
     def declares_limits(self) -> bool:
@@ -134,6 +137,17 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue!r}>"
+
+    def _template(self, options: Mapping[str, Any]) -> JobSpec:
+        """The validated job of a call with these options, before its arguments (a call
+        without options: validated once per task)."""
+        if not options and self._plain_template is not None:
+            return self._plain_template
+        template = spec_template(self.name, options, defaults=self.defaults)
+        check_unique_by_names(self, template.unique_by)
+        if not options:
+            self._plain_template = template
+        return template
 
     def options(self, **options: Unpack[EnqueueOptions]) -> TaskCall[P, R]:
         """The same task with per-call options fixed; its ``enqueue`` passes every keyword
@@ -161,11 +175,15 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: Any, **kwargs: Any) -> JobId[R]:
         """Enqueue a job and return its id (see the module docstring for the options)."""
         options, task_kwargs = _split(kwargs)
+        if not options:  # the common call: no TaskCall, no options to check
+            return self.app.enqueue_spec(self.s(*args, **task_kwargs).spec())
         return self.options(**options).enqueue(*args, **task_kwargs)
 
     async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobId[R]:
         """The async twin of :meth:`enqueue`; ``conn`` is a ``psycopg.AsyncConnection``."""
         options, task_kwargs = _split(kwargs)
+        if not options:
+            return await self.app.enqueue_spec_async(self.s(*args, **task_kwargs).spec())
         return await self.options(**options).enqueue_async(*args, **task_kwargs)
 
 
@@ -209,8 +227,7 @@ class JobCall:
         key = _template_key(self.task, self.options) if templates is not None else None
         template = templates.get(key) if templates is not None and key is not None else None
         if template is None:
-            template = spec_template(self.task.name, self.options, defaults=self.task.defaults)
-            check_unique_by_names(self.task, template.unique_by)
+            template = self.task._template(self.options)
             if templates is not None and key is not None:
                 templates[key] = template
         spec = with_args(template, self.args, self.task.app.max_payload_bytes)

@@ -10,7 +10,7 @@ import pytest
 
 from pgqueue import InvalidJobError, PgQueue
 from pgqueue.client import core, templates
-from pgqueue.rules import job_specs
+from pgqueue.rules import job_specs, tasks
 
 
 @pytest.fixture
@@ -24,6 +24,7 @@ def validations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(core, "spec_template", counted)  # a call with options
     monkeypatch.setattr(templates, "spec_template", counted)  # the template of one without
+    monkeypatch.setattr(tasks, "spec_template", counted)  # a task's call (task.enqueue)
     return seen
 
 
@@ -58,3 +59,23 @@ def test_a_bad_name_is_refused_at_every_call(validations: list[str]) -> None:
     for _ in range(2):
         with pytest.raises(InvalidJobError, match="task name"):
             pgq.spec("", {}, {})
+
+
+def test_a_tasks_call_without_options_validates_it_once(validations: list[str]) -> None:
+    """``task.enqueue(...)`` (and ``task.s(...)``) without options: the task's name and
+    defaults are validated at its first call, not at every one."""
+    pgq = PgQueue("postgresql:///unused")
+
+    @pgq.task(name="mail.digest", queue="mail", priority=3, unique_by=("to",))
+    def digest(to: str) -> None: ...
+
+    specs = [digest.s(to=to).spec() for to in ("a", "b", "c")]
+    assert validations == ["mail.digest"]
+    assert [s.args_json for s in specs] == ['{"to":"a"}', '{"to":"b"}', '{"to":"c"}']
+    assert {(s.queue, s.priority) for s in specs} == {("mail", 3)}
+    assert len({s.idempotency_key for s in specs}) == 3  # derived from each call's args
+    # A call with options is validated at every call, as before, and checked.
+    assert digest.options(priority=7).s(to="a").spec().priority == 7
+    assert validations == ["mail.digest"] * 2
+    with pytest.raises(InvalidJobError, match="priority"):
+        digest.options(priority="high").s(to="a").spec()  # type: ignore[arg-type]
