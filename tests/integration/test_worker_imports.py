@@ -43,6 +43,7 @@ HEAVY = (
     "pgqueue.cli.output",  # the commands' tables and --format
     "pgqueue.cli.listing",
     "pgqueue.cli.job_options",
+    "pgqueue.cli.declared",  # options made from declarations: pgq enqueue's, pgq jobs search's
     "pgqueue.cli.search_cmd",
     "click",  # typer carries its own copy of click: the package is a dozen modules more
     # typer (0.29+) converts option values with pydantic; pgq work's are converted without it
@@ -51,6 +52,7 @@ HEAVY = (
     "pydantic_core",
     "annotated_types",
     "typer._adapters",
+    "hashlib",  # only for unique_by keys (pgqueue.rules.dedupe)
     "logging.config",  # only with --log-config (it brings socketserver)
     "socketserver",
     # --pool process only: multiprocessing, the pool, the children's side and their frames.
