@@ -3,8 +3,9 @@
 A command whose options mirror a declaration (``pgq enqueue``: the job options; ``pgq jobs
 search``: the search filters) takes them as ``**options``; :func:`parameters` makes one keyword
 parameter per declared value and :func:`~pgqueue.cli.common.with_options` puts them into the
-command's signature (typer reads it), at the place ``--help`` has always shown them. What each kind of value is on the command line (its
-type, parser, callback) is the command's own table of :class:`Kind`.
+command's signature (typer reads it), at the place ``--help`` has always shown them. What each
+kind of value is on the command line (its type, parser, callback) is the command's own table of
+:class:`Kind`.
 """
 
 from __future__ import annotations
