@@ -4,6 +4,8 @@ Jobs are rows in ``pgqueue.jobs``: enqueue them inside your own transactions, ru
 ``pgq work``, inspect everything with plain SQL.
 """
 
+from typing import TYPE_CHECKING
+
 from pgqueue._version import __version__
 from pgqueue.client import PgQueue
 from pgqueue.errors import (
@@ -46,7 +48,12 @@ from pgqueue.rules.job_specs import JobId, JobSpec
 from pgqueue.rules.retry import ConstantBackoff, ExponentialBackoff, RetryPolicy
 from pgqueue.rules.schedules import Schedule
 from pgqueue.rules.tasks import JobCall, Task
-from pgqueue.rules.workflow import DAG, Chain, Group, WorkflowRun, chain, chord, group
+
+if TYPE_CHECKING:
+    from pgqueue.rules.workflow import DAG, Chain, Group, WorkflowRun, chain, chord, group
+else:  # the workflow names are imported when first used (pgqueue/_lazy.py)
+    from pgqueue._lazy import __dir__ as __dir__
+    from pgqueue._lazy import __getattr__ as __getattr__
 
 __all__ = [
     "DAG",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
@@ -183,3 +184,13 @@ def read_dsn(dsn: str | None, read: str | None) -> str | None:
 def with_reader(dsn: str | None, read: str | None, action: Callable[[PgQueue], T]) -> T:
     """Run a read-only ``action(pgq)`` against the read DSN (see :func:`read_dsn`)."""
     return with_app(read_dsn(dsn, read), action)
+
+
+def with_options(command: Callable[..., Any], made: list[inspect.Parameter], after: int) -> None:
+    """Give ``command`` (whose ``**options`` takes them) the parameters ``made``, after its first
+    ``after`` own parameters and before the rest."""
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*own[:after], *made, *own[after:]]
+    )

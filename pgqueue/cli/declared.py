@@ -1,10 +1,11 @@
 """Options made from declarations: a :class:`~pgqueue.rules.flags.Flag` becomes a typer option.
 
 A command whose options mirror a declaration (``pgq enqueue``: the job options; ``pgq jobs
-search``: the search filters) takes them as ``**options``; :func:`with_options` puts one
-keyword parameter per declared value into the command's signature (typer reads it), at the
-place ``--help`` has always shown them. What each kind of value is on the command line (its
-type, parser, callback) is the command's own table of :class:`Kind`.
+search``: the search filters) takes them as ``**options``; :func:`parameters` makes one keyword
+parameter per declared value and :func:`~pgqueue.cli.common.with_options` puts them into the
+command's signature (typer reads it), at the place ``--help`` has always shown them. What each
+kind of value is on the command line (its type, parser, callback) is the command's own table of
+:class:`Kind`.
 """
 
 from __future__ import annotations
@@ -83,14 +84,4 @@ def switch_name(flag: Flag) -> str:
 def _keyword(name: str, kind: Any, default: Any, option: Any) -> inspect.Parameter:
     return inspect.Parameter(
         name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, option]
-    )
-
-
-def with_options(command: Callable[..., Any], made: list[inspect.Parameter], after: int) -> None:
-    """Give ``command`` (whose ``**options`` takes them) the parameters ``made``, after its first
-    ``after`` own parameters and before the rest."""
-    signature = inspect.signature(command, eval_str=True)
-    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    command.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*own[:after], *made, *own[after:]]
     )

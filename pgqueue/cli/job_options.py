@@ -16,8 +16,8 @@ from typing import Any, get_type_hints
 
 import typer
 
-from pgqueue.cli.common import duration
-from pgqueue.cli.declared import Declared, Kind, parameters, switch_name, with_options
+from pgqueue.cli.common import duration, with_options
+from pgqueue.cli.declared import Declared, Kind, parameters, switch_name
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.flags import Flag, flags_of, item_type, plain_type
 from pgqueue.rules.options import DEFAULTS, JobOptions

@@ -16,8 +16,8 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from pgqueue.cli.common import duration_option, err_console, in_range
-from pgqueue.cli.declared import Declared, Kind, parameters, with_options
+from pgqueue.cli.common import duration_option, err_console, in_range, with_options
+from pgqueue.cli.declared import Declared, Kind, parameters
 from pgqueue.cli.output import OutputFormat, Reader, dump_json, print_rows, reader_options
 from pgqueue.db import search
 from pgqueue.errors import InvalidJobError

@@ -16,8 +16,7 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from pgqueue.cli.common import duration
-from pgqueue.cli.declared import with_options
+from pgqueue.cli.common import duration, with_options
 from pgqueue.errors import ConfigurationError
 from pgqueue.worker import WorkerSettings
 from pgqueue.worker.settings import Flag

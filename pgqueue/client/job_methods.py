@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 import psycopg
 
 from pgqueue.db import plan as plans
-from pgqueue.db.admin import CancelResult, job_progress
-from pgqueue.db.admin import cancel as cancel_job
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.results import Deadline, read_outcome, wait_for_result
 from pgqueue.rules.job_specs import JobId
@@ -21,6 +19,7 @@ from pgqueue.rules.progress import Progress
 
 if TYPE_CHECKING:
     from pgqueue.client.pools import Pools
+    from pgqueue.db.admin import CancelResult
     from pgqueue.rules.tasks import Task
 
 T = TypeVar("T")
@@ -114,21 +113,29 @@ class JobMethods(plans.Runner):
         dict), as written by its worker's latest heartbeat; None while it has reported nothing
         in this attempt, or when it is not running (waiting, or finished: ask
         :meth:`result`)."""
+        from pgqueue.db.admin import job_progress  # the operators' queries: loaded when used
+
         return cast("Progress | None", self.run(job_progress(job_id), conn))
 
     async def progress_async(
         self, job_id: int, *, conn: AsyncConnectionArg | None = None
     ) -> Progress | None:
         """The async twin of :meth:`progress`."""
+        from pgqueue.db.admin import job_progress
+
         return cast("Progress | None", await self.run_async(job_progress(job_id), conn))
 
     def cancel(self, job_id: int, *, conn: ConnectionArg | None = None) -> CancelResult:
         """Cancel a job: 'cancelled' (it was waiting and is gone), 'cancelling' (it is running;
         its worker stops the handler and records it cancelled), or 'not_found'."""
+        from pgqueue.db.admin import cancel as cancel_job
+
         return self.run(cancel_job(job_id), conn)
 
     async def cancel_async(
         self, job_id: int, *, conn: AsyncConnectionArg | None = None
     ) -> CancelResult:
         """The async twin of :meth:`cancel`."""
+        from pgqueue.db.admin import cancel as cancel_job
+
         return await self.run_async(cancel_job(job_id), conn)

@@ -1,5 +1,10 @@
 """``PgQueue``'s workflow methods (a base class of :class:`~pgqueue.PgQueue`): write a chain,
-group, chord or DAG, and read workflows back. Sync and async drive the same plans."""
+group, chord or DAG, and read workflows back. Sync and async drive the same plans.
+
+The workflow modules (their plans, views and run handles) are imported by the methods that use
+them: a worker, and a client that never writes a workflow, does not load them
+(tests/integration/test_worker_imports.py).
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
-from pgqueue.db.workflow_plans import enqueue_compiled
-from pgqueue.db.workflow_views import get_workflow, list_workflows
 from pgqueue.rules import tracing
-from pgqueue.rules.workflow.builders import Compiled, Workflow
-from pgqueue.rules.workflow.run import WorkflowRun
 
 if TYPE_CHECKING:
     from pgqueue.rules.app import App
+    from pgqueue.rules.workflow.builders import Compiled, Workflow
+    from pgqueue.rules.workflow.run import WorkflowRun
 
 T = TypeVar("T")
 
@@ -49,6 +52,9 @@ class WorkflowMethods(plans.Runner):
         """Write a compiled workflow (``workflow.compile()``) atomically; returns its
         :class:`~pgqueue.WorkflowRun`. Inside a trace, every member's metadata records it.
         Every member's task name is checked as :meth:`enqueue` says."""
+        from pgqueue.db.workflow_plans import enqueue_compiled
+        from pgqueue.rules.workflow.run import WorkflowRun
+
         self.require_tasks(_task_names(compiled))
         sending = tracing.sending([node.spec for node in compiled.nodes])
         if sending is not None:
@@ -63,6 +69,9 @@ class WorkflowMethods(plans.Runner):
         self, compiled: Compiled, *, conn: AsyncConnectionArg | None = None
     ) -> WorkflowRun:
         """The async twin of :meth:`enqueue_compiled`."""
+        from pgqueue.db.workflow_plans import enqueue_compiled
+        from pgqueue.rules.workflow.run import WorkflowRun
+
         await self.require_tasks_async(_task_names(compiled))
         sending = tracing.sending([node.spec for node in compiled.nodes])
         if sending is not None:
@@ -76,12 +85,16 @@ class WorkflowMethods(plans.Runner):
     def workflow(self, workflow_id: int, *, conn: ConnectionArg | None = None) -> dict[str, Any]:
         """A workflow with its state and every job's state (the ``pgqueue.workflow_jobs``
         view); raises :class:`~pgqueue.WorkflowNotFoundError`."""
+        from pgqueue.db.workflow_views import get_workflow
+
         return self.run(get_workflow(int(workflow_id)), conn)
 
     async def workflow_async(
         self, workflow_id: int, *, conn: AsyncConnectionArg | None = None
     ) -> dict[str, Any]:
         """The async twin of :meth:`workflow`."""
+        from pgqueue.db.workflow_views import get_workflow
+
         return await self.run_async(get_workflow(int(workflow_id)), conn)
 
     def workflows(
@@ -89,12 +102,16 @@ class WorkflowMethods(plans.Runner):
     ) -> list[dict[str, Any]]:
         """Workflows, newest first (``pgqueue.workflow_overview``); ``state``: running,
         failing, failed or succeeded."""
+        from pgqueue.db.workflow_views import list_workflows
+
         return self.run(list_workflows(state, limit), conn)
 
     async def workflows_async(
         self, *, state: str | None = None, limit: int = 50, conn: AsyncConnectionArg | None = None
     ) -> list[dict[str, Any]]:
         """The async twin of :meth:`workflows`."""
+        from pgqueue.db.workflow_views import list_workflows
+
         return await self.run_async(list_workflows(state, limit), conn)
 
 

@@ -28,7 +28,6 @@ from pgqueue.db.job_rows import (
     single_params,
 )
 from pgqueue.db.plan import CopyIn, Plan, Query
-from pgqueue.db.workflow_plans import enqueue_dependents
 from pgqueue.errors import InvalidJobError, QueueFullError
 from pgqueue.rules.job_specs import JobId, JobSpec
 
@@ -47,6 +46,10 @@ def enqueue_one(spec: JobSpec) -> Plan[JobId]:
     the workflow plan, which needs a transaction (``spec.needs_transaction``).
     """
     if spec.depends_on:
+        # The workflow plans load with the first job that has parents (not on a worker's or a
+        # plain producer's start path).
+        from pgqueue.db.workflow_plans import enqueue_dependents
+
         ids = yield from enqueue_dependents([spec])
         return ids[0]
     if spec.idempotency_key is None and spec.concurrency_key is None:
@@ -79,6 +82,8 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Plan[list[JobId]]:
     if not specs:
         return []
     if any(spec.depends_on for spec in specs):
+        from pgqueue.db.workflow_plans import enqueue_dependents
+
         return (yield from enqueue_dependents(specs))
     per_queue: dict[str, int] = {}
     for spec in specs:

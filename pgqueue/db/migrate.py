@@ -28,13 +28,13 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from psycopg.rows import scalar_row
 
 from pgqueue.db.queries import query
+from pgqueue.db.schema_check import migrations_dir
 from pgqueue.errors import ConfigurationError, PgQueueError
 
 if TYPE_CHECKING:
@@ -61,14 +61,6 @@ Direction = Literal["upgrade", "downgrade"]
 #: A line of a revision's SQL that stands for a file under ``migrations/sql/``, written as psql's
 #: include command: ``\\i functions/claim/0010.sql``.
 _INCLUDE = re.compile(r"^\\i (?P<path>[a-z0-9_]+(?:/[a-z0-9_]+)*\.sql)$", re.MULTILINE)
-
-
-def migrations_dir() -> Path:
-    package_dir = Path(__file__).resolve().parent.parent
-    for candidate in (package_dir / "_migrations", package_dir.parent / "migrations"):
-        if (candidate / "env.py").exists():
-            return candidate
-    raise ConfigurationError(f"pgqueue's migrations directory was not found next to {package_dir}")
 
 
 def sql_script(text: str) -> str:

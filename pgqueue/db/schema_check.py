@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from functools import cache
+from pathlib import Path
 
 from pgqueue.db.plan import Plan, fetch_value
 from pgqueue.errors import ConfigurationError, SchemaVersionError
@@ -22,11 +23,20 @@ _REVISION = re.compile(r'^revision(?:: str)? = "([^"]+)"$', re.MULTILINE)
 _DOWN = re.compile(r'^down_revision(?:: str \| None)? = (?:"([^"]+)"|None)$', re.MULTILINE)
 
 
+def migrations_dir() -> Path:
+    """The migrations this pgqueue ships: ``pgqueue/_migrations`` in a wheel, ``migrations/``
+    beside the package in a checkout (here, not in :mod:`pgqueue.db.migrate`: a worker reads
+    the head revision without loading the migration runner)."""
+    package_dir = Path(__file__).resolve().parent.parent
+    for candidate in (package_dir / "_migrations", package_dir.parent / "migrations"):
+        if (candidate / "env.py").exists():
+            return candidate
+    raise ConfigurationError(f"pgqueue's migrations directory was not found next to {package_dir}")
+
+
 @cache
 def package_revision() -> str:
     """The newest revision of the migrations this pgqueue ships (alembic's head)."""
-    from pgqueue.db.migrate import migrations_dir
-
     revisions: set[str] = set()
     parents: set[str] = set()
     for script in sorted((migrations_dir() / "versions").glob("*.py")):

@@ -15,7 +15,6 @@ not part of it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
@@ -38,6 +37,8 @@ _CANONICAL = json.JSONEncoder(
 def derived_key(task: str, args: Mapping[str, Any], names: tuple[str, ...] | None) -> str:
     """The idempotency key of ``task`` called with ``args``: over every argument (``names`` is
     None) or over the named ones (a name the call did not pass is left out)."""
+    import hashlib  # for unique_by only: not on a worker's start path
+
     chosen = args if names is None else {name: args[name] for name in names if name in args}
     digest = hashlib.sha256(_CANONICAL.encode(chosen).encode("ascii")).hexdigest()
     return f"{task}:{digest}"

@@ -28,26 +28,23 @@ import contextlib
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgqueue.db import maintenance as db
 from pgqueue.db.startup import check_database_async
 from pgqueue.errors import DatabaseUnavailableError
 from pgqueue.rules.log_actions import Action, Seconds, fields
-from pgqueue.rules.maintenance import (
-    Floor,
-    Relation,
-    Thresholds,
-    not_ours,
-    to_rebuild,
-    to_vacuum,
-)
 from pgqueue.worker.observer import WorkerObserver
 from pgqueue.worker.service import Outage, Service, jittered, one_line
 from pgqueue.worker.store import application_name
 from pgqueue.worker.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    # Imported by the pass itself (a worker's first pass is an interval after its start): the
+    # queries and rules of maintenance are not on a worker's start path.
+    from pgqueue.db import maintenance as db
+    from pgqueue.rules.maintenance import Floor, Relation, Thresholds
 
 #: Seconds between passes (``pgq work --maintenance-interval``, ``pgq maintain --interval``).
 EVERY = 60.0
@@ -120,7 +117,8 @@ class Maintainer(Service):
         self.held_after = held_after
         self.lock_timeout = lock_timeout
         self.statement_timeout = statement_timeout
-        self.thresholds = thresholds or Thresholds()
+        #: None: the default thresholds (pgqueue.rules.maintenance.Thresholds()).
+        self.thresholds = thresholds
         self.application_name = application_name
         #: What each relation was brought down to (see pgqueue.rules.maintenance: floors).
         self.floors: dict[str, Floor] = {}
@@ -141,6 +139,8 @@ class Maintainer(Service):
 
     async def maintain(self) -> Report:
         """One pass (see the module's docstring)."""
+        from pgqueue.db import maintenance as db
+
         named: dict[str, Any] = (
             {} if self.application_name is None else {"application_name": self.application_name}
         )
@@ -156,6 +156,10 @@ class Maintainer(Service):
                     await db.unlock(conn)
 
     async def _pass(self, conn: db.Connection) -> Report:
+        from pgqueue.db import maintenance as db
+        from pgqueue.rules.maintenance import Thresholds, not_ours, to_rebuild, to_vacuum
+
+        thresholds = Thresholds() if self.thresholds is None else self.thresholds
         held = (await db.horizon(conn)).warning(self.held_after)
         if held is not None:
             if "held" not in self._said:
@@ -174,7 +178,7 @@ class Maintainer(Service):
             if await self._step(conn, report, "drop", leftover, db.drop_index):
                 report.dropped.append(leftover)
         relations = await db.relations(conn)
-        report.not_ours = not_ours(relations, self.thresholds)
+        report.not_ours = not_ours(relations, thresholds)
         if report.not_ours and "not ours" not in self._said:
             self._said.add("not ours")
             self.log.warning(
@@ -182,10 +186,10 @@ class Maintainer(Service):
                 "pgqueue's tables",
                 extra=fields(Action.MAINTENANCE_NOT_OURS, relations=",".join(report.not_ours)),
             )
-        for table in to_vacuum(relations, self.thresholds, self.floors):
+        for table in to_vacuum(relations, thresholds, self.floors):
             await self._reclaim(conn, report, "vacuum", table, db.vacuum, report.vacuumed)
         relations = await db.relations(conn)  # the VACUUM refreshed the counts
-        for index in to_rebuild(relations, self.thresholds, self.floors):
+        for index in to_rebuild(relations, thresholds, self.floors):
             await self._reclaim(conn, report, "reindex", index, db.reindex, report.rebuilt)
         return report
 
@@ -198,6 +202,9 @@ class Maintainer(Service):
         run: db.Step,
         done: dict[str, tuple[int, int]],
     ) -> None:
+        from pgqueue.db import maintenance as db
+        from pgqueue.rules.maintenance import Floor
+
         name = relation.name
         before = await db.size(conn, name)
         if not await self._step(conn, report, action, name, run):

@@ -11,7 +11,7 @@ keep is read from ``pgqueue.retention`` by the statements themselves, so all wor
 
 from __future__ import annotations
 
-from pgqueue.db import flow_plans, retention
+from pgqueue.db import flow_plans
 from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import WorkerStore
@@ -23,12 +23,11 @@ SETTLE_EVERY = 10
 class Pruner(Service):
     name = "pruner"
 
-    def __init__(
-        self, store: WorkerStore, *, every: float, batch_size: int = retention.PRUNE_BATCH
-    ) -> None:
+    def __init__(self, store: WorkerStore, *, every: float, batch_size: int | None = None) -> None:
         super().__init__()
         self.store = store
         self.every = every
+        #: None: :data:`pgqueue.db.retention.PRUNE_BATCH`.
         self.batch_size = batch_size
         self.passes = 0
 
@@ -36,7 +35,11 @@ class Pruner(Service):
         return self.every
 
     async def run_once(self) -> None:
-        report = await self.store.drive(retention.prune(self.batch_size))
+        # The retention queries load with the first pass, once the worker's first claim is done.
+        from pgqueue.db import retention
+
+        batch = retention.PRUNE_BATCH if self.batch_size is None else self.batch_size
+        report = await self.store.drive(retention.prune(batch))
         if report.history or report.dead_letters or report.workflows:
             self.log.info(
                 "pruned",
@@ -47,7 +50,7 @@ class Pruner(Service):
                     workflows=report.workflows,
                 ),
             )
-        buckets = await self.store.drive(flow_plans.prune_key_buckets(self.batch_size))
+        buckets = await self.store.drive(flow_plans.prune_key_buckets(batch))
         if buckets:
             self.log.debug("pruned full key", extra=fields(Action.PRUNER_BUCKETS, buckets=buckets))
         self.passes += 1

@@ -12,7 +12,6 @@ import contextlib
 import os
 import signal
 
-from pgqueue.db import admin
 from pgqueue.db.startup import check_database_async
 from pgqueue.errors import DatabaseUnavailableError
 from pgqueue.rules.log_actions import Action, Seconds, fields
@@ -46,6 +45,9 @@ class Reaper(Service):
     async def reap(self) -> int:
         """One pass: batches of ``batch`` until a batch comes back short. How many jobs were
         recovered."""
+        # The reaper's queries load with its first pass, once the worker's first claim is done.
+        from pgqueue.db import admin
+
         total = 0
         while True:
             recovered = await self.store.drive(admin.reap(self.batch))

@@ -14,6 +14,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgqueue.db import migrate
+from pgqueue.db.schema_check import migrations_dir
 from scripts import schema
 
 # The venv's pgq, also when the venv is not on PATH (pytest run as .venv/bin/pytest).
@@ -109,7 +110,7 @@ def test_offline_sql_applies_cleanly_with_psql_semantics(fresh_db):
     assert "CREATE TABLE pgqueue.jobs" in text and "pgqueue_alembic_version" in text
     # The function and view files the revisions include are in the SQL, not their \i lines.
     assert not re.search(r"^\\i ", text, re.MULTILINE)
-    claim = (migrate.migrations_dir() / "sql/functions/claim/0010.sql").read_text()
+    claim = (migrations_dir() / "sql/functions/claim/0010.sql").read_text()
     assert claim.strip() in text
     # Inside its transaction it takes the lock online migrations take, so they wait for it.
     assert text.startswith(f"BEGIN;\n\nSELECT pg_advisory_xact_lock({migrate.MIGRATION_LOCK_KEY});")

@@ -68,7 +68,7 @@ RANK = {
     "testing": 5,  # users' test suites: runs jobs with the worker's pieces on the client's pool
     "contrib": 6,
 }
-FLOOR = {"pgqueue.errors", "pgqueue._version"}
+FLOOR = {"pgqueue.errors", "pgqueue._version", "pgqueue._lazy"}
 # The one import between siblings: `pgq dashboard` serves the dashboard.
 ALLOWED = {("pgqueue.cli.dashboard_cmd", "pgqueue.dashboard")}
 
@@ -171,6 +171,9 @@ def _is_reexport(statement: ast.stmt) -> bool:
         return isinstance(value, ast.Constant) or (
             isinstance(value, ast.Call) and ast.unparse(value.func) == "warnings.warn"
         )
+    if isinstance(statement, ast.If) and ast.unparse(statement.test) == "TYPE_CHECKING":
+        # Names imported when first used (pgqueue/_lazy.py), as type checkers read them.
+        return all(map(_is_reexport, [*statement.body, *statement.orelse]))
     return isinstance(statement, ast.Assign) and ast.unparse(statement.targets[0]) == "__all__"
 
 
