@@ -87,6 +87,9 @@ class Pools:
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, AsyncConnectionPool
         ] = weakref.WeakKeyDictionary()
+        self._opening: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[AsyncConnectionPool]
+        ] = weakref.WeakKeyDictionary()
         self._listeners: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Task[ResultListener]
         ] = weakref.WeakKeyDictionary()
@@ -136,24 +139,39 @@ class Pools:
             return self._shared_async_pool
         loop = asyncio.get_running_loop()
         pool = self._async_pools.get(loop)
-        if pool is None:
-            dsn = await asyncio.to_thread(lambda: self.dsn)
-            await startup.check_database_async(dsn, wait=CONNECT_TIMEOUT)  # as for the sync pool
-            self._checked = True
-            pool = AsyncConnectionPool(
-                dsn,
-                min_size=1,
-                max_size=self.size,
-                kwargs=self.conn_kwargs,
-                open=False,
-                name="pgqueue-client-async",
-                # Its waits for an answer arm no timer (pgqueue.db.async_wait).
-                connection_class=self._connect_failures.async_connection_class(LeanWaits),
-                timeout=CONNECT_TIMEOUT,
-                check=pool_check.check_async,  # as for the sync pool
-            )
-            self._async_pools[loop] = pool
-            await pool.open(wait=True)
+        if pool is not None:
+            return pool
+        # Calls made while the first one opens the pool wait for the same one (each made a
+        # pool of its own before, all but one left open and unused).
+        opening = self._opening.get(loop)
+        if opening is None:
+            opening = loop.create_task(self._make_pool_async(loop), name="pgqueue-pool-open")
+            self._opening[loop] = opening
+        try:
+            return await asyncio.shield(opening)
+        finally:
+            if opening.done() and self._opening.get(loop) is opening:
+                del self._opening[loop]  # made, or failed: the next call tries again
+
+    async def _make_pool_async(self, loop: asyncio.AbstractEventLoop) -> AsyncConnectionPool:
+        dsn = await asyncio.to_thread(lambda: self.dsn)
+        await startup.check_database_async(dsn, wait=CONNECT_TIMEOUT)  # as for the sync pool
+        self._checked = True
+        pool = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=self.size,
+            kwargs=self.conn_kwargs,
+            open=False,
+            name="pgqueue-client-async",
+            # Its waits for an answer arm no timer and keep the socket watched by the loop
+            # between statements (pgqueue.db.async_wait).
+            connection_class=self._connect_failures.async_connection_class(LeanWaits),
+            timeout=CONNECT_TIMEOUT,
+            check=pool_check.check_async,  # as for the sync pool
+        )
+        await pool.open(wait=True)
+        self._async_pools[loop] = pool
         return pool
 
     # psycopg_pool's connection() is getconn() and putconn() around two more context

@@ -179,3 +179,25 @@ def test_an_applications_async_pool_not_in_autocommit_commits_and_rolls_back(dsn
             await pool.close()
 
     assert asyncio.run(work()) == (1, "IDLE")
+
+
+def test_concurrent_first_calls_on_a_loop_open_one_pool_that_aclose_closes(dsn: str) -> None:
+    pgq = PgQueue(dsn)
+    _register(pgq)
+
+    async def use() -> None:
+        async with pgq.connection_async() as conn:
+            await conn.execute("SELECT 1")
+
+    async def work() -> tuple[int, int]:
+        await asyncio.gather(*(use() for _ in range(4)))
+        await pgq.aclose()
+        with psycopg.connect(dsn) as watcher:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert row is not None
+        return len(pgq._pools._async_pools), int(row[0])
+
+    assert asyncio.run(work()) == (0, 0)
