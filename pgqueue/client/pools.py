@@ -1,7 +1,8 @@
 """The client's connections: its pools (or the application's), the DSN, plans driven on them.
 
-A sync pool, one async pool per event loop (an async pool belongs to the loop that opened it),
-and one results listener per loop (:mod:`pgqueue.db.results_listener`). With ``conn=`` a plan runs
+A sync pool, one async pool per event loop (an async pool belongs to the loop that opened it;
+the connection it last gave back kept for the next call on the loop, :class:`_Kept`), and one
+results listener per loop (:mod:`pgqueue.db.results_listener`). With ``conn=`` a plan runs
 on the caller's connection, in the caller's transaction, and never commits; without it, on a
 pooled autocommit connection.
 """
