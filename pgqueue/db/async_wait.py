@@ -57,6 +57,7 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
     _watcher: asyncio.AbstractEventLoop | None = None
     _watched: int = -1
     _gen: Generator[Wait, Any, Any] | None = None
+    _waits: Wait = Wait.R
     _waiter: asyncio.Future[tuple[Wait | None, Any]] | None = None
 
     async def wait(
@@ -78,17 +79,20 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
         loop = asyncio.get_running_loop()
         if self._watcher is not loop:
             self._watch(loop)
-        self._gen = gen
+        self._gen, self._waits = gen, Wait.R
         self._waiter = waiter = loop.create_future()
         try:
             state, value = await waiter
         except (asyncio.CancelledError, KeyboardInterrupt) as interrupted:
-            if self._gen is not gen:  # the answer came first: nothing to cancel
+            waits = self._waits if self._gen is gen else _unfinished(waiter)
+            if waits is None:  # the statement ended first: nothing to cancel
+                if self.broken:
+                    self._unwatch()
                 raise
             # psycopg's handler: the statement is cancelled on the server, its answer read.
             self._gen = None
             self._unwatch()
-            return await super().wait(_Resumed(gen, Wait.R, interrupted), interval)
+            return await super().wait(_Resumed(gen, waits, interrupted), interval)
         except BaseException:
             self._unwatch()  # the connection may be broken: its pool may drop it unclosed
             raise
@@ -129,23 +133,38 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
                 # watches again (the loop would otherwise call back at every turn until then).
                 self._unwatch()
             return
+        # (The generator's own code may cancel the waiting task, and with it ``waiter``.)
         try:
             state = gen.send(Ready.R)
         except StopIteration as done:
             self._gen = None
-            waiter.set_result((None, done.value))
+            if not waiter.done():
+                waiter.set_result((None, done.value))
         except OSError as exc:  # as psycopg says it
             self._gen = None
             error = psycopg.OperationalError("connection socket closed")
             error.__cause__ = exc
-            waiter.set_exception(error)
+            if not waiter.done():
+                waiter.set_exception(error)
         except Exception as exc:
             self._gen = None
-            waiter.set_exception(exc)
+            if not waiter.done():
+                waiter.set_exception(exc)
         else:
             if state != Wait.R:
-                self._gen = None
-                waiter.set_result((state, None))
+                self._waits = state  # for the task, if it was cancelled meanwhile
+                if not waiter.done():
+                    self._gen = None
+                    waiter.set_result((state, None))
+
+
+def _unfinished(waiter: asyncio.Future[tuple[Wait | None, Any]]) -> Wait | None:
+    """What a statement the reader drove but did not finish waits for (its task interrupted
+    before it took it over), or None: it ended (answered, failed or never woken)."""
+    if not waiter.done() or waiter.cancelled() or waiter.exception() is not None:
+        return None
+    state: Wait | None = waiter.result()[0]
+    return state
 
 
 class _Resumed(Generator[Wait, Any, RV]):

@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.waiting import Wait
 
 from pgqueue import PgQueue
 from pgqueue.db.async_wait import LeanWaits
@@ -262,3 +263,56 @@ def test_a_client_used_on_one_loop_after_another(pgq: PgQueue) -> None:
 
     stray, job = _run(pgq, second)
     assert stray == {} and job > 0
+
+
+@pytest.mark.parametrize("when", ["in the reader's turn", "right after it"])
+def test_a_task_interrupted_after_the_reader_read_part_of_its_answer_finishes_it(
+    dsn: str, when: str
+) -> None:
+    """The reader drives a statement until it needs something other than a readable socket
+    (a pipeline's flush wants a writable one) and hands it to its task; a task cancelled at
+    that moment hands the statement to psycopg's wait, which ends it before the cancellation
+    goes on: the connection is not left in the middle of a statement."""
+    steps: list[str] = []
+
+    def statement(conn: LeanWaits, task: list[asyncio.Task[Any]]) -> Iterator[Wait]:
+        pgconn = conn.pgconn
+        pgconn.send_query(b"SELECT pg_sleep(0.05)")
+        while pgconn.flush():
+            yield Wait.W
+        yield Wait.R
+        steps.append("read")
+        # Interrupted while the reader holds the statement, or once it handed it over.
+        if when == "right after it":
+            asyncio.get_running_loop().call_soon(task[0].cancel)
+        else:
+            task[0].cancel()
+        yield Wait.W
+        steps.append("wrote")
+        while True:
+            pgconn.consume_input()
+            if not pgconn.is_busy():
+                break
+            yield Wait.R
+        while pgconn.get_result() is not None:
+            pass
+        steps.append("done")
+
+    async def work() -> tuple[bool, int]:
+        conn = await LeanWaits.connect(dsn, autocommit=True)
+        try:
+            task: list[asyncio.Task[Any]] = []
+            task.append(asyncio.create_task(conn.wait(statement(conn, task))))  # type: ignore[arg-type]
+            try:
+                await asyncio.wait_for(task[0], PROMPT)
+                cancelled = False
+            except asyncio.CancelledError:
+                cancelled = True
+            row = await (await conn.execute("SELECT 1")).fetchone()
+            assert row is not None
+            return cancelled, int(row[0])
+        finally:
+            await conn.close()
+
+    assert asyncio.run(work()) == (True, 1)
+    assert steps == ["read", "wrote", "done"]
