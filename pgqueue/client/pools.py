@@ -1,7 +1,8 @@
 """The client's connections: its pools (or the application's), the DSN, plans driven on them.
 
-A sync pool, one async pool per event loop (an async pool belongs to the loop that opened it),
-and one results listener per loop (:mod:`pgqueue.db.results_listener`). With ``conn=`` a plan runs
+A sync pool, one async pool per event loop (an async pool belongs to the loop that opened it;
+the connection it last gave back kept for the next call on the loop, :class:`_Kept`), and one
+results listener per loop (:mod:`pgqueue.db.results_listener`). With ``conn=`` a plan runs
 on the caller's connection, in the caller's transaction, and never commits; without it, on a
 pooled autocommit connection.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -34,6 +36,11 @@ AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
 log = logging.getLogger("pgqueue.client")
 
+
+#: How long (seconds) the client keeps a connection of its async pool for the next call on the
+#: loop before giving it back to the pool, so that the pool's rules (``max_lifetime``, a drain,
+#: its statistics) still see it every so often.
+KEEP_SECONDS = 1.0
 
 #: How long an enqueue waits for a connection (psycopg_pool's default), also while PostgreSQL
 #: refuses new ones (max_connections or the role's CONNECT LIMIT reached, starting up).
@@ -87,6 +94,13 @@ class Pools:
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, AsyncConnectionPool
         ] = weakref.WeakKeyDictionary()
+        # The connection each of the client's own async pools last gave back (see _Kept).
+        self._kept: weakref.WeakKeyDictionary[AsyncConnectionPool, _Kept] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._opening: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[AsyncConnectionPool]
+        ] = weakref.WeakKeyDictionary()
         self._listeners: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Task[ResultListener]
         ] = weakref.WeakKeyDictionary()
@@ -136,24 +150,40 @@ class Pools:
             return self._shared_async_pool
         loop = asyncio.get_running_loop()
         pool = self._async_pools.get(loop)
-        if pool is None:
-            dsn = await asyncio.to_thread(lambda: self.dsn)
-            await startup.check_database_async(dsn, wait=CONNECT_TIMEOUT)  # as for the sync pool
-            self._checked = True
-            pool = AsyncConnectionPool(
-                dsn,
-                min_size=1,
-                max_size=self.size,
-                kwargs=self.conn_kwargs,
-                open=False,
-                name="pgqueue-client-async",
-                # Its waits for an answer arm no timer (pgqueue.db.async_wait).
-                connection_class=self._connect_failures.async_connection_class(LeanWaits),
-                timeout=CONNECT_TIMEOUT,
-                check=pool_check.check_async,  # as for the sync pool
-            )
-            self._async_pools[loop] = pool
-            await pool.open(wait=True)
+        if pool is not None:
+            return pool
+        # Calls made while the first one opens the pool wait for the same one (each made a
+        # pool of its own before, all but one left open and unused).
+        opening = self._opening.get(loop)
+        if opening is None:
+            opening = loop.create_task(self._make_pool_async(loop), name="pgqueue-pool-open")
+            self._opening[loop] = opening
+        try:
+            return await asyncio.shield(opening)
+        finally:
+            if opening.done() and self._opening.get(loop) is opening:
+                del self._opening[loop]  # made, or failed: the next call tries again
+
+    async def _make_pool_async(self, loop: asyncio.AbstractEventLoop) -> AsyncConnectionPool:
+        dsn = await asyncio.to_thread(lambda: self.dsn)
+        await startup.check_database_async(dsn, wait=CONNECT_TIMEOUT)  # as for the sync pool
+        self._checked = True
+        pool = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=self.size,
+            kwargs=self.conn_kwargs,
+            open=False,
+            name="pgqueue-client-async",
+            # Its waits for an answer arm no timer and keep the socket watched by the loop
+            # between statements (pgqueue.db.async_wait).
+            connection_class=self._connect_failures.async_connection_class(LeanWaits),
+            timeout=CONNECT_TIMEOUT,
+            check=pool_check.check_async,  # as for the sync pool
+        )
+        await pool.open(wait=True)
+        self._kept[pool] = _Kept()
+        self._async_pools[loop] = pool
         return pool
 
     # psycopg_pool's connection() is getconn() and putconn() around two more context
@@ -209,7 +239,10 @@ class Pools:
 
     async def _checkout_async(self, pool: AsyncConnectionPool) -> AsyncConnection:
         """A pooled connection; the schema's revision checked on the first one."""
-        pooled = await pool.getconn()
+        if True:  # ASYNC
+            pooled = await self._kept_or_pooled(pool)
+        else:
+            pooled = await pool.getconn()
         if not self._checked:
             try:
                 await plans.run_async(schema_check.check(), pooled)
@@ -219,9 +252,8 @@ class Pools:
             self._checked = True
         return pooled
 
-    @staticmethod
     async def _checkin_async(
-        pool: AsyncConnectionPool, pooled: AsyncConnection, *, failed: bool
+        self, pool: AsyncConnectionPool, pooled: AsyncConnection, *, failed: bool
     ) -> None:
         """Give a connection back: one not in autocommit (an application's pool) commits
         its transaction, or rolls it back after an error, as psycopg's ``with conn`` does."""
@@ -238,7 +270,10 @@ class Pools:
                             extra=fields(Action.POOL_ROLLBACK_FAILED, error=str(exc)),
                         )
         finally:
-            await pool.putconn(pooled)
+            if True:  # ASYNC
+                await self._keep_or_give_back(pool, pooled)
+            else:
+                await pool.putconn(pooled)
 
     # sync-twin: generated from the async source above by `make sync-twins`; do not edit
 
@@ -296,8 +331,7 @@ class Pools:
             self._checked = True
         return pooled
 
-    @staticmethod
-    def _checkin(pool: ConnectionPool, pooled: Connection, *, failed: bool) -> None:
+    def _checkin(self, pool: ConnectionPool, pooled: Connection, *, failed: bool) -> None:
         """Give a connection back: one not in autocommit (an application's pool) commits
         its transaction, or rolls it back after an error, as psycopg's ``with conn`` does."""
         try:
@@ -316,6 +350,50 @@ class Pools:
             pool.putconn(pooled)
 
     # sync-twin: end
+
+    # The client's own async pools: the connection last given back is kept for the next call on
+    # the loop instead (psycopg_pool's getconn and putconn take an asyncio.Lock each and do
+    # their bookkeeping: about a tenth of an async single enqueue's client CPU).
+
+    async def _kept_or_pooled(self, pool: AsyncConnectionPool) -> AsyncConnection:
+        """The connection kept for this pool's next call if it still works, else the pool's."""
+        kept = self._kept.get(pool)
+        if kept is None:  # an application's pool
+            return await pool.getconn()
+        pooled = kept.conn
+        if pooled is not None:
+            kept.conn = None
+            try:
+                await pool_check.check_async(pooled)  # as the pool checks what it hands out
+                return pooled
+            except psycopg.Error:
+                await pool.putconn(pooled)  # the pool drops it (broken) or checks it again
+        kept.waiting += 1
+        try:
+            pooled = await pool.getconn()
+        finally:
+            kept.waiting -= 1
+        setattr(pooled, _TAKEN, time.monotonic())
+        return pooled
+
+    async def _keep_or_give_back(self, pool: AsyncConnectionPool, pooled: AsyncConnection) -> None:
+        """Keep ``pooled`` for the next call, unless a call waits for the pool (it gets it
+        now), one is kept already, the pool is closed, the connection is not idle and
+        working, or it was taken from the pool KEEP_SECONDS ago (the pool sees it again)."""
+        kept = self._kept.get(pool)
+        if (
+            kept is not None
+            and kept.conn is None
+            and not kept.waiting
+            and not pool.closed
+            and not pooled.closed
+            and pooled.autocommit
+            and pooled.pgconn.transaction_status == _IDLE
+            and time.monotonic() - getattr(pooled, _TAKEN, 0.0) < KEEP_SECONDS
+        ):
+            kept.conn = pooled
+            return
+        await pool.putconn(pooled)
 
     async def results_listener(self) -> ResultListener:
         """The LISTEN connection shared by this loop's ``result_async`` calls (the first call
@@ -355,7 +433,27 @@ class Pools:
                 await listener[0].close()
         pool = self._async_pools.pop(loop, None)
         if pool is not None:
+            kept = self._kept.pop(pool, None)
+            if kept is not None and kept.conn is not None:
+                await pool.putconn(kept.conn)
             await pool.close()
+
+
+class _Kept:
+    """The connection an async pool of the client's last gave back, kept for the next call on
+    its loop (None: none), and how many calls wait for the pool meanwhile."""
+
+    __slots__ = ("conn", "waiting")
+
+    def __init__(self) -> None:
+        self.conn: AsyncConnection | None = None
+        self.waiting = 0
+
+
+# When a connection was taken from the pool (an attribute of the connection, so that it goes
+# with it); its transaction status when it can be kept.
+_TAKEN = "_pgqueue_taken"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 class _Translated:

@@ -14,6 +14,22 @@ where the lean one stopped (:class:`_Resumed`): a wait with a timeout, a socket 
 become writable (a large statement or COPY filling the socket's buffer), and an interruption
 (a cancelled task, Ctrl-C), for which psycopg cancels the statement on the server before the
 interruption goes on, as it always does.
+
+The socket stays registered with the loop from one wait to the next (:meth:`LeanWaits._watch`):
+adding and removing the reader per statement (two ``epoll_ctl`` and the loop's bookkeeping
+of a registration) was about 20 us of an async single enqueue's CPU. A registration left
+behind after its connection closed would be a hazard: a new connection given the same
+descriptor number would never be watched (the loop believes it already is) and its first
+statement would wait forever. So the watch is taken away (:meth:`LeanWaits._unwatch`) before
+anything else touches the socket or ends it: before a wait handed to psycopg (whose own
+reader replaces ours, and whose cancellation may close the connection), after a wait failed
+(the connection may be broken, and a pool drops a broken connection without closing it),
+in :meth:`LeanWaits.close` (every pool's way of ending a connection: its close, a failed
+check, ``max_lifetime``, a drain), and when the socket becomes readable while nothing waits
+on it (a notice, or the server closing an idle connection: the loop would otherwise call
+back at every turn). While watched, the loop holds the connection (the reader's callback is
+one of its methods), so it is never closed by garbage collection with its descriptor still
+registered; a loop that closes takes its registrations with it.
 """
 
 from __future__ import annotations
@@ -32,8 +48,17 @@ _INTERVAL = 0.1
 
 
 class LeanWaits(psycopg.AsyncConnection[Any]):
-    """An async connection whose waits for an answer are the event loop's reader alone (see
-    the module docstring)."""
+    """An async connection whose waits for an answer are the event loop's reader alone,
+    registered once for many statements (see the module docstring)."""
+
+    # The loop watching the socket (None: not watched) and the descriptor it watches; the
+    # statement's generator the reader drives and the future its task awaits (None between
+    # waits).
+    _watcher: asyncio.AbstractEventLoop | None = None
+    _watched: int = -1
+    _gen: Generator[Wait, Any, Any] | None = None
+    _waits: Wait = Wait.R
+    _waiter: asyncio.Future[tuple[Wait | None, Any]] | None = None
 
     async def wait(
         self,
@@ -42,37 +67,104 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
         timeout: float | None = None,
     ) -> RV:
         if timeout is not None:
+            self._unwatch()
             return await super().wait(gen, interval, timeout)
         try:
             state = next(gen)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         if state != Wait.R:
+            self._unwatch()
             return await super().wait(_Resumed(gen, state), interval)
         loop = asyncio.get_running_loop()
-        fileno = self.pgconn.socket
+        if self._watcher is not loop:
+            self._watch(loop)
+        self._gen, self._waits = gen, Wait.R
+        self._waiter = waiter = loop.create_future()
         try:
-            while state == Wait.R:
-                readable = loop.create_future()
-                loop.add_reader(fileno, _wake, readable)
-                try:
-                    await readable
-                finally:
-                    loop.remove_reader(fileno)
-                state = gen.send(Ready.R)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            state, value = await waiter
         except (asyncio.CancelledError, KeyboardInterrupt) as interrupted:
+            waits = self._waits if self._gen is gen else _unfinished(waiter)
+            if waits is None:  # the statement ended first: nothing to cancel
+                if self.broken:
+                    self._unwatch()
+                raise
             # psycopg's handler: the statement is cancelled on the server, its answer read.
-            return await super().wait(_Resumed(gen, state, interrupted), interval)
-        except OSError as exc:  # as psycopg says it
-            raise psycopg.OperationalError("connection socket closed") from exc
+            self._gen = None
+            self._unwatch()
+            return await super().wait(_Resumed(gen, waits, interrupted), interval)
+        except BaseException:
+            self._unwatch()  # the connection may be broken: its pool may drop it unclosed
+            raise
+        finally:
+            self._waiter = None
+            if self._gen is gen:
+                self._gen = None
+        if state is None:
+            return value  # type: ignore[no-any-return]
+        self._unwatch()
         return await super().wait(_Resumed(gen, state), interval)
 
+    async def close(self) -> None:
+        self._unwatch()
+        await super().close()
 
-def _wake(readable: asyncio.Future[None]) -> None:
-    if not readable.done():  # (the reader may fire again before its waiter runs)
-        readable.set_result(None)
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Register the socket with ``loop`` until :meth:`_unwatch`."""
+        self._unwatch()
+        fileno = self.pgconn.socket
+        loop.add_reader(fileno, self._readable)
+        self._watcher, self._watched = loop, fileno
+
+    def _unwatch(self) -> None:
+        loop, self._watcher = self._watcher, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._watched)
+
+    def _readable(self) -> None:
+        """The socket has something to read: the statement's generator reads it here, in the
+        loop's turn that saw it (read later, by the waiting task, the same bytes would still
+        be on the socket at the loop's next look and call this again for nothing); its task
+        is woken when the generator is done or needs something other than a readable socket."""
+        gen, waiter = self._gen, self._waiter
+        if gen is None or waiter is None or waiter.done():
+            if waiter is None:
+                # Nothing waits: whatever arrived is read by the next statement, which
+                # watches again (the loop would otherwise call back at every turn until then).
+                self._unwatch()
+            return
+        # (The generator's own code may cancel the waiting task, and with it ``waiter``.)
+        try:
+            state = gen.send(Ready.R)
+        except StopIteration as done:
+            self._gen = None
+            if not waiter.done():
+                waiter.set_result((None, done.value))
+        except OSError as exc:  # as psycopg says it
+            self._gen = None
+            error = psycopg.OperationalError("connection socket closed")
+            error.__cause__ = exc
+            if not waiter.done():
+                waiter.set_exception(error)
+        except Exception as exc:
+            self._gen = None
+            if not waiter.done():
+                waiter.set_exception(exc)
+        else:
+            if state != Wait.R:
+                self._waits = state  # for the task, if it was cancelled meanwhile
+                if not waiter.done():
+                    self._gen = None
+                    waiter.set_result((state, None))
+
+
+def _unfinished(waiter: asyncio.Future[tuple[Wait | None, Any]]) -> Wait | None:
+    """What a statement the reader drove but did not finish waits for (its task interrupted
+    before it took it over), or None: it ended (answered, failed or never woken)."""
+    if not waiter.done() or waiter.cancelled() or waiter.exception() is not None:
+        return None
+    state: Wait | None = waiter.result()[0]
+    return state
 
 
 class _Resumed(Generator[Wait, Any, RV]):

@@ -179,3 +179,91 @@ def test_an_applications_async_pool_not_in_autocommit_commits_and_rolls_back(dsn
             await pool.close()
 
     assert asyncio.run(work()) == (1, "IDLE")
+
+
+def test_concurrent_first_calls_on_a_loop_open_one_pool_that_aclose_closes(dsn: str) -> None:
+    pgq = PgQueue(dsn)
+    _register(pgq)
+
+    async def use() -> None:
+        async with pgq.connection_async() as conn:
+            await conn.execute("SELECT 1")
+
+    async def work() -> tuple[int, int]:
+        await asyncio.gather(*(use() for _ in range(4)))
+        await pgq.aclose()
+        with psycopg.connect(dsn) as watcher:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert row is not None
+        return len(pgq._pools._async_pools), int(row[0])
+
+    assert asyncio.run(work()) == (0, 0)
+
+
+def test_an_async_single_enqueue_takes_no_connection_from_the_pool(
+    pgq: PgQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client keeps the connection it was last given back, for the next call on the loop
+    (psycopg_pool's getconn and putconn take an asyncio.Lock each)."""
+    _register(pgq)
+
+    async def work() -> tuple[int, int]:
+        await pgq.enqueue_async("t", {})
+        with (
+            _counting(monkeypatch, AsyncConnectionPool, "getconn") as taken,
+            _counting(monkeypatch, AsyncConnectionPool, "putconn") as given,
+        ):
+            for _ in range(CALLS):
+                await pgq.enqueue_async("t", {})
+        return taken[0], given[0]
+
+    assert _run_async(pgq, work) == (0, 0)
+
+
+def test_a_kept_connection_goes_back_to_the_pool_for_a_waiting_call(dsn: str) -> None:
+    """One connection, two calls: the second waits in the pool; the first's connection is
+    given to it at once, not kept for a next call that is not coming."""
+    pgq = PgQueue(dsn, pool_size=1)
+    _register(pgq)
+
+    async def work() -> float:
+        await pgq.enqueue_async("t", {})
+        started = time.monotonic()
+        held = asyncio.Event()
+
+        async def hold() -> None:
+            async with pgq.connection_async() as conn:
+                held.set()
+                await asyncio.sleep(0.1)
+                await conn.execute("SELECT 1")
+
+        holder = asyncio.create_task(hold())
+        await held.wait()
+        await asyncio.wait_for(pgq.enqueue_async("t", {}), 10)
+        await holder
+        await asyncio.wait_for(pgq.enqueue_async("t", {}), 10)
+        return time.monotonic() - started
+
+    assert _run_async(pgq, work) < 5
+
+
+def test_a_kept_connection_goes_back_to_the_pool_after_a_while(
+    pgq: PgQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So that the pool's own rules (max_lifetime, drain, shrinking) still apply to it."""
+    from pgqueue.client import pools
+
+    _register(pgq)
+    monkeypatch.setattr(pools, "KEEP_SECONDS", 0.0)
+
+    async def work() -> int:
+        await pgq.enqueue_async("t", {})
+        with _counting(monkeypatch, AsyncConnectionPool, "putconn") as given:
+            for _ in range(CALLS):
+                await pgq.enqueue_async("t", {})
+        return given[0]
+
+    assert _run_async(pgq, work) == CALLS
