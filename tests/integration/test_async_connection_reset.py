@@ -112,7 +112,7 @@ def proxied_dsn(dsn: str) -> Iterator[tuple[str, _ResettingProxy]]:
     params.update(host="127.0.0.1", port=str(proxy.port))
     params.pop("hostaddr", None)
     try:
-        yield make_conninfo(**params), proxy
+        yield make_conninfo("", **params), proxy
     finally:
         proxy.close()
 

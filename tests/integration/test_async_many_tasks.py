@@ -301,3 +301,33 @@ def test_closing_the_client_while_calls_are_in_flight(dsn: str, pgq: PgQueue) ->
     assert len(outcomes) == 50 and job > 0 and stray == {}
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     assert all(isinstance(e, psycopg.Error) for e in errors), errors
+
+
+def test_notices_raised_by_an_applications_trigger_during_enqueues(dsn: str, pgq: PgQueue) -> None:
+    """A notice arrives in the middle of each statement's answer (read by the loop's reader,
+    handed to psycopg's notice handlers): every call still gets its own id."""
+    _register(pgq)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "CREATE FUNCTION public.pgq_review_notice() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE NOTICE 'job %', NEW.id; RETURN NEW; END $$"
+        )
+        admin.execute(
+            "CREATE TRIGGER pgq_review_notice AFTER INSERT ON pgqueue.jobs"
+            " FOR EACH ROW EXECUTE FUNCTION public.pgq_review_notice()"
+        )
+    heard: list[str] = []
+
+    async def producer() -> list[int]:
+        return [int(await pgq.enqueue_async("t", {})) for _ in range(20)]
+
+    async def work() -> tuple[list[int], dict[int, Any]]:
+        async with pgq.connection_async() as conn:  # the connection kept for the next call
+            conn.add_notice_handler(lambda diag: heard.append(str(diag.message_primary)))
+        made = await asyncio.gather(*(producer() for _ in range(20)))
+        return [job for some in made for job in some], _stray()
+
+    ids, stray = _run(pgq, work)
+    assert len(set(ids)) == 400 and stray == {}
+    assert heard and all(h.startswith("job ") for h in heard)
+    assert set(ids) == set(_job_ids(dsn))
