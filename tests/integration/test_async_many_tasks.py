@@ -13,6 +13,7 @@ open connections and the next enqueue completes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import threading
 from collections.abc import Awaitable, Callable
@@ -71,6 +72,10 @@ def _busy_client_backends(dsn: str) -> list[tuple[Any, ...]]:
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             " AND backend_type = 'client backend' AND state <> 'idle'"
         ).fetchall()
+
+
+def _set(event: threading.Event, _: object) -> None:
+    event.set()
 
 
 def _terminate_clients(dsn: str) -> int:
@@ -181,24 +186,52 @@ def test_the_server_ending_the_pooled_connections_while_tasks_enqueue(dsn: str) 
     assert len(in_table) == len(set(in_table)) and set(ok) | set(after) <= set(in_table)
 
 
-def test_a_connection_ended_while_it_sends_a_large_statement(dsn: str) -> None:
-    """A 16 MB argument fills the socket's buffer (the statement is handed to psycopg's own
-    wait for a writable socket); its connection ended meanwhile fails the call, not the
-    client."""
+@pytest.mark.parametrize("kind", ["statement", "copy"])
+def test_a_connection_ended_while_it_sends_a_large_statement(dsn: str, kind: str) -> None:
+    """A 16 MB argument, or a COPY of 50,000 jobs, fills the socket's buffer (the statement is
+    handed to psycopg's own wait for a writable socket); its connection ended meanwhile fails
+    the call, not the client."""
     pgq = PgQueue(dsn, max_payload_bytes=64 * 1024 * 1024)
-    _register(pgq)
-    blob = "x" * (16 * 1024 * 1024)
 
-    async def work() -> tuple[list[BaseException | int], dict[int, Any], int]:
+    @pgq.task(name="t")
+    def t(n: int = 0, blob: str = "") -> None: ...
+
+    blob = "x" * (16 * 1024 * 1024)
+    calls = [t.s(n=n, blob="y" * 200) for n in range(50_000)]
+
+    async def large() -> Any:
+        if kind == "statement":
+            return await pgq.enqueue_async("t", {"blob": blob})
+        return await pgq.enqueue_many_async(calls)
+
+    def terminate_copies(done: threading.Event) -> int:
+        """End the connection of the COPY in progress, as soon as there is one."""
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            while not done.is_set():
+                row = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND state = 'active'"
+                    " AND query LIKE 'COPY %'"
+                ).fetchone()
+                if row and row[0]:
+                    return int(row[0])
+        return 0
+
+    async def work() -> tuple[list[BaseException | Any], dict[int, Any], int]:
         await pgq.enqueue_async("t", {})
-        outcomes: list[BaseException | int] = []
+        outcomes: list[BaseException | Any] = []
         for _ in range(3):
-            big = asyncio.create_task(pgq.enqueue_async("t", {"blob": blob}))
-            while not big.done():
+            big = asyncio.create_task(large())
+            if kind == "statement":  # ended while it is being written (once: ended again and
+                # again, the pool's replacements would be too, and the call wait for one)
+                await asyncio.sleep(0.005)
                 await asyncio.to_thread(_terminate_clients, dsn)
-                await asyncio.sleep(0.001)
+            else:
+                done = threading.Event()
+                big.add_done_callback(functools.partial(_set, done))
+                await asyncio.to_thread(terminate_copies, done)
             try:
-                outcomes.append(int(await big))
+                outcomes.append(await big)
             except psycopg.OperationalError as exc:
                 outcomes.append(exc)
         job = int(await pgq.enqueue_async("t", {}))
@@ -208,8 +241,8 @@ def test_a_connection_ended_while_it_sends_a_large_statement(dsn: str) -> None:
         outcomes, stray, job = _run(pgq, work)
     finally:
         pgq.close()
-    print(outcomes)
     assert len(outcomes) == 3 and job > 0 and stray == {}
+    assert any(isinstance(o, psycopg.OperationalError) for o in outcomes)  # ended mid-way
 
 
 def test_two_loops_in_two_threads_share_a_client_with_a_pool_each(dsn: str, pgq: PgQueue) -> None:
