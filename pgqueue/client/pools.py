@@ -366,8 +366,13 @@ class Pools:
             try:
                 await pool_check.check_async(pooled)  # as the pool checks what it hands out
                 return pooled
-            except psycopg.Error:
+            except Exception:
                 await pool.putconn(pooled)  # the pool drops it (broken) or checks it again
+            except BaseException:
+                # A cancelled call gives it back too (as the pool's getconn does): kept by
+                # nobody, it would be a slot the pool never gets back.
+                await pool.putconn(pooled)
+                raise
         kept.waiting += 1
         try:
             pooled = await pool.getconn()
