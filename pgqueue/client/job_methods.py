@@ -99,8 +99,10 @@ class JobMethods(plans.Runner):
                 finished, value = await self.run_async(read_outcome(job_id, self._decode_result))
                 if finished:
                     return value
+                # Out of the suppress below: its ResultTimeoutError is a TimeoutError too.
+                wait = deadline.next_wait()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), deadline.next_wait())
+                    await asyncio.wait_for(woken.wait(), wait)
 
     def _decode_result(self, task: str, value: Any) -> Any:
         """A stored result typed by its task's return annotation, when this process registered

@@ -160,6 +160,24 @@ def test_result_times_out(app_dsn, pgq):
         pgq.result(10**12, timeout=0.1)
 
 
+def test_result_async_times_out(app_dsn, pgq):
+    """The timeout's ResultTimeoutError is a TimeoutError: the wait between two looks, which
+    gives up quietly on its own TimeoutError, let it pass and looked again for ever (at full
+    speed: every look a query)."""
+    job = pgq.enqueue(add, {"x": 1})
+
+    async def main() -> None:
+        try:
+            started = time.monotonic()
+            with pytest.raises(ResultTimeoutError, match=r"did not finish within 0\.5s"):
+                await asyncio.wait_for(pgq.result_async(job, timeout=0.5), 20)
+            assert time.monotonic() - started < 20
+        finally:
+            await pgq.aclose()
+
+    asyncio.run(main())
+
+
 def test_unserialisable_result_fails_the_job_with_a_clear_error(app_dsn, pgq):
     job = pgq.enqueue(unstorable, {})
     with thread_worker(APP, app_dsn):
