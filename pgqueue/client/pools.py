@@ -10,6 +10,7 @@ pooled autocommit connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -101,6 +102,10 @@ class Pools:
         self._opening: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Task[AsyncConnectionPool]
         ] = weakref.WeakKeyDictionary()
+        # Per loop, the task that closes its pool and listener when the loop ends.
+        self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._listeners: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Task[ResultListener]
         ] = weakref.WeakKeyDictionary()
@@ -184,7 +189,31 @@ class Pools:
         await pool.open(wait=True)
         self._kept[pool] = _Kept()
         self._async_pools[loop] = pool
+        self._close_with(loop)
         return pool
+
+    def _close_with(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have what the client opens on ``loop`` closed when the loop ends (one task a loop)."""
+        closer = self._closers.get(loop)
+        if closer is None or closer.done():
+            self._closers[loop] = loop.create_task(
+                self._close_when_loop_ends(loop), name="pgqueue-loop-closer"
+            )
+
+    async def _close_when_loop_ends(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until cancelled, then close what this loop opened. ``asyncio.run`` cancels
+        the tasks left when its coroutine returns and runs the loop until they end: without
+        this, a client used from one ``asyncio.run`` after another kept every ended loop's
+        pool and listener (their connections, and the loop) for the life of the process."""
+        try:
+            await loop.create_future()  # never done
+        except asyncio.CancelledError:
+            await self._close_loop(loop, ending=True)
+            raise
+        finally:
+            # (The task holds its loop: kept in the map, it would keep the loop alive.)
+            if self._closers.get(loop) is asyncio.current_task():
+                del self._closers[loop]
 
     # psycopg_pool's connection() is getconn() and putconn() around two more context
     # managers, one of them the connection's own (a commit, empty on an autocommit
@@ -419,6 +448,7 @@ class Pools:
         dsn = await asyncio.to_thread(lambda: self.dsn)
         listener = ResultListener(dsn, self.conn_kwargs)
         await listener.start()
+        self._close_with(asyncio.get_running_loop())
         return listener
 
     def close(self) -> None:
@@ -430,18 +460,36 @@ class Pools:
     async def aclose(self) -> None:
         """Close the pools and this loop's results listener."""
         self.close()
-        loop = asyncio.get_running_loop()
+        await self._close_loop(asyncio.get_running_loop())
+
+    async def _close_loop(self, loop: asyncio.AbstractEventLoop, *, ending: bool = False) -> None:
+        """Close ``loop``'s async pool (unless it is the application's) and listener.
+        ``ending``: the loop is ending, its tasks cancelled (the pool's own among them)."""
         starting = self._listeners.pop(loop, None)
         if starting is not None:
             listener = await asyncio.gather(starting, return_exceptions=True)
             if isinstance(listener[0], ResultListener):
                 await listener[0].close()
         pool = self._async_pools.pop(loop, None)
-        if pool is not None:
-            kept = self._kept.pop(pool, None)
+        if pool is None:
+            return
+        kept = self._kept.pop(pool, None)
+        if not ending:
             if kept is not None and kept.conn is not None:
                 await pool.putconn(kept.conn)
             await pool.close()
+            return
+        # psycopg_pool's close() waits for its worker tasks, which the ending loop cancelled
+        # too: it raises their cancellation before closing its idle connections. So they are
+        # taken first (its deque of idle connections: if a later psycopg_pool keeps them
+        # elsewhere, they are left to the process's end, as before) and closed here.
+        idle = [kept.conn] if kept is not None and kept.conn is not None else []
+        idle.extend(getattr(pool, "_pool", ()))
+        with contextlib.suppress(asyncio.CancelledError):
+            await pool.close(timeout=0)
+        for conn in idle:
+            if not conn.closed:
+                await conn.close()
 
 
 class _Kept:
