@@ -126,6 +126,46 @@ PLANNED_EACH_TIME = frozenset(
 GENERIC_PLANNED = frozenset({"claim_jobs"})
 
 
+async def _send_sync(conn: psycopg.AsyncConnection[Any], pipeline: psycopg.AsyncPipeline) -> None:
+    """Send the pipeline's Sync (which ends its implicit transaction) without waiting for the
+    results before it, as an ``execute`` in a pipeline sends its statement. psycopg's
+    ``AsyncPipeline.sync()`` also waits for every result up to the Sync: here, for the COMMIT's
+    WAL flush. Queued through the pipeline, so that psycopg matches the Sync's reply to it."""
+    async with conn.lock:
+        pipeline._enqueue_sync()
+        await conn.wait(pipeline._communicate_gen())
+
+
+async def _after_commit(
+    rest: contextlib.AsyncExitStack,
+    conn: psycopg.AsyncConnection[Any],
+    then: str,
+    params: Mapping[str, Any],
+    later: asyncio.Future[list[Row]],
+) -> None:
+    """The end of :meth:`WorkerDB.before_commit`: ``then`` sent, the commit's reply read (it
+    raises what the commit raised), then ``then``'s rows; the pipeline left and the
+    connection given back (``rest``)."""
+    async with rest:
+        second = conn.cursor()
+        await second.execute(query(then), params)
+        got = await second.fetchall()  # reads the commit's reply first
+        if not later.done():
+            later.set_result(got)
+
+
+def _settle(later: asyncio.Future[list[Row]], commit: asyncio.Task[None]) -> None:
+    """The commit's task ended before ``then``'s rows came: whoever awaits them gets its
+    error (or a cancellation)."""
+    if later.done():
+        return
+    error = None if commit.cancelled() else commit.exception()
+    if error is None:
+        later.cancel()
+    else:
+        later.set_exception(error)
+
+
 class WorkerStore(Protocol):
     """Everything the worker's services do with the database, by query name: the one seam
     between them and PostgreSQL. :class:`WorkerDB` is the real one; the unit tests drive the
@@ -265,54 +305,46 @@ class WorkerDB:
         generic: bool = False,
         timeout: float = 30.0,
     ) -> tuple[list[Row], asyncio.Future[list[Row]], asyncio.Task[None]]:
-        """Run the queries ``name`` and then ``then`` (both with ``params``) in a transaction
-        of their own, pipelined on one connection: ``BEGIN`` and ``name``; once its rows are
-        here, ``then`` and the ``COMMIT`` are sent, and only then are the rows returned, with a
-        future of ``then``'s rows (they come with the ``COMMIT``'s reply) and a task that ends
-        when the ``COMMIT`` (and its WAL flush) did, raising what it raised. The server commits
-        whatever the caller does meanwhile (a handler blocking the event loop cannot hold the
-        transaction open). The rows the statements locked stay locked until then, so a write
-        of another connection about them waits and sees what the ``COMMIT`` decided.
-        ``generic``: the statements run their generic plan (see the ``generic_plans`` query).
-        One round trip to ``name``'s rows."""
+        """Run the query ``name`` (with ``params``) in a transaction of its own, and return
+        its rows before that transaction's commit is confirmed: with a task that ends when the
+        commit (and its WAL flush) did, raising what it raised, and a future of the rows of
+        ``then`` (with the same ``params``, run just after the commit on the same connection).
+        The commit is sent before the rows are returned, so the server commits whatever the
+        caller does meanwhile (a handler blocking the event loop cannot hold the transaction
+        open). The rows the statement locked stay locked until then, so a write of another
+        connection about them waits and sees what the commit decided. ``generic``: the
+        statement runs its generic plan (see the ``generic_plans`` query).
+
+        On the wire: ``name`` (after ``generic_plans``) and a Flush, one round trip to its
+        rows; then the pipeline's Sync, which commits (the statements of a pipeline up to its
+        Sync are one implicit transaction), and ``then``. No ``BEGIN``, no ``COMMIT``, and
+        ``then`` sent after the rows are returned: each was a statement more, sent on its own,
+        on the way to the rows."""
         if name in ARRAYS_AS_LITERALS and then in ARRAYS_AS_LITERALS:
             params = with_array_literals(params)
-        loop = asyncio.get_running_loop()
-        rows: asyncio.Future[list[Row]] = loop.create_future()
-        later: asyncio.Future[list[Row]] = loop.create_future()
-
-        async def transaction(name: str, then: str) -> None:
-            async with self.pool.connection(timeout=timeout) as conn:
-                try:
-                    async with conn.pipeline():
-                        await conn.execute(query("begin"))
-                        if generic:
-                            await conn.execute(query("generic_plans"))
-                        first = conn.cursor(row_factory=ROWS_BY_NAME.get(name, tuple_row))
-                        await first.execute(query(name), params)
-                        got = await first.fetchall()
-                        second = conn.cursor()
-                        await second.execute(query(then), params)
-                        await conn.execute(query("commit"))  # sent, not waited for
-                        rows.set_result(got)
-                        later.set_result(await second.fetchall())
-                except BaseException:
-                    if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
-                        with contextlib.suppress(psycopg.Error):
-                            await conn.execute(query("rollback"))
-                    raise
-
-        def failed(commit: asyncio.Task[None]) -> None:
-            """The transaction ended before all its rows came: the caller gets its error."""
-            error = None if commit.cancelled() else commit.exception()
-            waiting = later if rows.done() else rows
-            if not waiting.done():
-                if error is None:
-                    waiting.cancel()
-                else:
-                    waiting.set_exception(error)
-            later.cancel()  # nobody reads it when rows failed (a no-op once it is done)
-
-        commit = asyncio.create_task(transaction(name, then), name="pgqueue-commit")
-        commit.add_done_callback(failed)
-        return await rows, later, commit
+        async with contextlib.AsyncExitStack() as stack:
+            conn = await stack.enter_async_context(self.pool.connection(timeout=timeout))
+            committing = False
+            try:
+                pipeline = await stack.enter_async_context(conn.pipeline())
+                if generic:
+                    await conn.execute(query("generic_plans"))
+                first = conn.cursor(row_factory=ROWS_BY_NAME.get(name, tuple_row))
+                await first.execute(query(name), params)
+                rows = await first.fetchall()  # a Flush: the rows come before the Sync
+                committing = True
+                await _send_sync(conn, pipeline)
+            except BaseException:
+                if not committing and not conn.closed:
+                    # Leaving the pipeline sends its Sync, which would commit what the
+                    # statement did (a claim whose rows nobody reads): closed, it rolls back.
+                    await conn.close()
+                raise
+            # The connection and its pipeline are the commit's from here.
+            rest = stack.pop_all()
+        later: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
+        commit = asyncio.create_task(
+            _after_commit(rest, conn, then, params, later), name="pgqueue-commit"
+        )
+        commit.add_done_callback(lambda task: _settle(later, task))
+        return rows, later, commit
