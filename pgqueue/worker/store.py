@@ -137,19 +137,24 @@ async def _send_sync(conn: psycopg.AsyncConnection[Any], pipeline: psycopg.Async
 
 
 async def _after_commit(
-    rest: contextlib.AsyncExitStack,
     conn: psycopg.AsyncConnection[Any],
+    connection: contextlib.AsyncExitStack,
+    pipeline: contextlib.AsyncExitStack,
     then: str,
     params: Mapping[str, Any],
     later: asyncio.Future[list[Row]],
 ) -> None:
-    """The end of :meth:`WorkerDB.before_commit`: ``then`` sent, the commit's reply read (it
-    raises what the commit raised), then ``then``'s rows; the pipeline left and the
-    connection given back (``rest``)."""
-    async with rest:
-        second = conn.cursor()
-        await second.execute(query(then), params)
-        got = await second.fetchall()  # reads the commit's reply first
+    """The end of :meth:`WorkerDB.before_commit`: the pipeline left (which reads the commit's
+    reply, and raises what the commit raised), then ``then`` run, and the connection given
+    back. Not before the jobs of the claim started: what the event loop does between the
+    hand-over and its next wait delays their handlers (a ``def`` one's thread waits for the
+    GIL), so ``then`` is sent once the commit returned, not with it."""
+    await asyncio.sleep(0)  # the tasks the hand-over made first
+    async with connection:
+        async with pipeline:
+            pass
+        cursor = await conn.execute(query(then), params)
+        got = await cursor.fetchall()
         if not later.done():
             later.set_result(got)
 
@@ -322,29 +327,33 @@ class WorkerDB:
         on the way to the rows."""
         if name in ARRAYS_AS_LITERALS and then in ARRAYS_AS_LITERALS:
             params = with_array_literals(params)
-        async with contextlib.AsyncExitStack() as stack:
-            conn = await stack.enter_async_context(self.pool.connection(timeout=timeout))
-            committing = False
-            try:
-                pipeline = await stack.enter_async_context(conn.pipeline())
-                if generic:
-                    await conn.execute(query("generic_plans"))
-                first = conn.cursor(row_factory=ROWS_BY_NAME.get(name, tuple_row))
-                await first.execute(query(name), params)
-                rows = await first.fetchall()  # a Flush: the rows come before the Sync
-                committing = True
-                await _send_sync(conn, pipeline)
-            except BaseException:
-                if not committing and not conn.closed:
-                    # Leaving the pipeline sends its Sync, which would commit what the
-                    # statement did (a claim whose rows nobody reads): closed, it rolls back.
-                    await conn.close()
-                raise
-            # The connection and its pipeline are the commit's from here.
-            rest = stack.pop_all()
+        # Two stacks: the commit's task leaves the pipeline, then runs ``then`` outside it.
+        async with contextlib.AsyncExitStack() as connection:
+            conn = await connection.enter_async_context(self.pool.connection(timeout=timeout))
+            async with contextlib.AsyncExitStack() as piping:
+                committing = False
+                try:
+                    pipeline = await piping.enter_async_context(conn.pipeline())
+                    if generic:
+                        await conn.execute(query("generic_plans"))
+                    first = conn.cursor(row_factory=ROWS_BY_NAME.get(name, tuple_row))
+                    await first.execute(query(name), params)
+                    rows = await first.fetchall()  # a Flush: the rows come before the Sync
+                    committing = True
+                    await _send_sync(conn, pipeline)
+                except BaseException:
+                    if not committing and not conn.closed:
+                        # Leaving the pipeline sends its Sync, which would commit what the
+                        # statement did (a claim whose rows nobody reads): closed, it rolls
+                        # back.
+                        await conn.close()
+                    raise
+                # The connection and its pipeline are the commit's task's from here.
+                pipelined = piping.pop_all()
+            held = connection.pop_all()
         later: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
         commit = asyncio.create_task(
-            _after_commit(rest, conn, then, params, later), name="pgqueue-commit"
+            _after_commit(conn, held, pipelined, then, params, later), name="pgqueue-commit"
         )
         commit.add_done_callback(lambda task: _settle(later, task))
         return rows, later, commit
