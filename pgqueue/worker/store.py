@@ -148,8 +148,8 @@ async def _after_commit(
     reply, and raises what the commit raised), then ``then`` run, and the connection given
     back. Not before the jobs of the claim started: what the event loop does between the
     hand-over and its next wait delays their handlers (a ``def`` one's thread waits for the
-    GIL), so ``then`` is sent once the commit returned, not with it."""
-    await asyncio.sleep(0)  # the tasks the hand-over made first
+    GIL), so nothing is done until the commit's reply is here: ``then`` is sent after it."""
+    await _readable(conn)
     async with connection:
         async with pipeline:
             pass
@@ -157,6 +157,26 @@ async def _after_commit(
         got = await cursor.fetchall()
         if not later.done():
             later.set_result(got)
+
+
+async def _readable(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Until the server's next answer is here: the event loop's reader alone, no statement
+    driven (an answer psycopg read already, into libpq's buffer, is waited for no more)."""
+    if not conn.pgconn.is_busy():
+        return
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    fileno = conn.pgconn.socket
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fileno, readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fileno)
 
 
 def _settle(later: asyncio.Future[list[Row]], commit: asyncio.Task[None]) -> None:

@@ -1,7 +1,8 @@
 """What an idle worker's claim sends before its rows come back: the claim alone (after
 ``generic_plans``), no ``BEGIN``, no ``COMMIT``, no ``next_due`` (each was a statement more,
 sent on its own, on the way from a NOTIFY to the handler); the pipeline's Sync commits it
-once the rows are here, and ``next_due`` follows the commit. And a claim whose rows never reach the worker is not committed."""
+once the rows are here, and ``next_due`` follows the commit. And a claim whose rows never
+reach the worker is not committed."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def test_an_idle_claim_sends_only_the_claim_before_its_rows(dsn, pgq, tmp_path):
     assert "candidates" in before_rows[4][2]
     # After the claim's rows: the Sync that commits it; next_due once the commit returned.
     after = messages[first_row:]
-    assert [kind for way, kind, _ in after if way == "F"][0] == "Sync"
+    assert next(kind for way, kind, _ in after if way == "F") == "Sync"
     next_due = after.index(next(m for m in after if m[:2] == ("F", "Parse")))
     assert "min(n.run_at)" in after[next_due][2]
     assert ("B", "ReadyForQuery") in [m[:2] for m in after[:next_due]]
