@@ -144,16 +144,18 @@ async def _after_commit(
     params: Mapping[str, Any],
     later: asyncio.Future[list[Row]],
 ) -> None:
-    """The end of :meth:`WorkerDB.before_commit`: the pipeline left (which reads the commit's
-    reply, and raises what the commit raised), then ``then`` run, and the connection given
-    back. Not before the jobs of the claim started: what the event loop does between the
-    hand-over and its next wait delays their handlers (a ``def`` one's thread waits for the
-    GIL), so nothing is done until the commit's reply is here: ``then`` is sent after it."""
+    """The end of :meth:`WorkerDB.before_commit`: ``then`` sent, the pipeline left (which
+    reads the commit's reply, and raises what the commit raised, then ``then``'s rows), and
+    the connection given back. Not before the claim's jobs started: what the event loop does
+    between the hand-over and its next wait delays their handlers (a ``def`` one's thread
+    waits for the GIL), so nothing is done until the commit's reply is here."""
     await _readable(conn)
     async with connection:
         async with pipeline:
-            pass
-        cursor = await conn.execute(query(then), params)
+            # Leaving the pipeline sends a Sync after ``then`` and reads every answer up to
+            # it: the commit's, ``then``'s rows (its own implicit transaction), one round trip.
+            cursor = conn.cursor()
+            await cursor.execute(query(then), params)
         got = await cursor.fetchall()
         if not later.done():
             later.set_result(got)
