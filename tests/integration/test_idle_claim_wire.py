@@ -7,7 +7,9 @@ reach the worker is not committed."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
+import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -142,3 +144,27 @@ def test_a_claim_whose_rows_cannot_be_read_is_not_committed(dsn, pgq, monkeypatc
         asyncio.run(go())
         attempts = conn.execute("SELECT attempts FROM pgqueue.jobs WHERE id = %s", (job,))
         assert attempts.fetchone() == (1,)  # claimed once: the first claim rolled back
+
+
+def test_the_commits_task_is_waiting_on_the_socket_when_the_rows_are_returned(dsn, pgq):
+    """Its first step came after the jobs' hand-over, while a ``def`` handler's thread waited
+    for the GIL: on Python 3.12+ it has run (eagerly) before the rows are returned."""
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    pgq.enqueue("t", {}, queue=queue)
+
+    async def go() -> str:
+        db = WorkerDB(dsn, size=1)
+        await db.open()
+        try:
+            _, due, commit = await db.before_commit(
+                "claim_jobs", "next_due", _params(queue), generic=True
+            )
+            state = inspect.getcoroutinestate(commit.get_coro())  # type: ignore[arg-type]
+            await commit
+            await due
+            return state
+        finally:
+            await db.close()
+
+    expected = inspect.CORO_SUSPENDED if sys.version_info >= (3, 12) else inspect.CORO_CREATED
+    assert asyncio.run(go()) == expected
