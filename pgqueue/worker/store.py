@@ -150,9 +150,9 @@ async def _after_commit(
     the connection given back. Not before the claim's jobs started: what the event loop does
     between the hand-over and its next wait delays their handlers (a ``def`` one's thread
     waits for the GIL), so nothing is done until the commit's reply is here."""
-    await _readable(conn)
     async with connection:
         async with pipeline:
+            await _readable(conn)  # (inside: whatever it raises, the connection goes back)
             # Leaving the pipeline sends a Sync after ``then`` and reads every answer up to
             # it: the commit's, ``then``'s rows (its own implicit transaction), one round trip.
             cursor = conn.cursor()
