@@ -397,7 +397,7 @@ class Fetcher(Service):
         flush of a second commit (after the producer's) was a large part of the time from
         enqueue to start. The COMMIT is sent before the jobs are handed over, so the server
         commits whatever the handlers do (one that blocks the event loop cannot keep the claim
-        open); ``next_due`` goes with it and comes back with its reply. Until that, the
+        open); ``next_due`` follows it and comes back after its reply. Until that, the
         claim's transaction holds the rows, so an ack or a heartbeat sent meanwhile waits for
         it, and the completer holds the attempts' outcomes back (a server that crashes before
         the flush forgets the claim, and a later claim after the restart would hand out the
@@ -412,8 +412,8 @@ class Fetcher(Service):
         self._commits.add(commit)
         commit.add_done_callback(lambda task: self._claim_committed(task, keys))
         self._hand_over(rows, self._main_sent_at)
-        # Read with the COMMIT's reply: the claim costs this idle worker one connection and
-        # no statement more, and its jobs are running meanwhile.
+        # Read after the COMMIT's reply: the claim costs this idle worker one connection and
+        # no round trip more, and its jobs are running meanwhile.
         self._due = await later
         return rows
 

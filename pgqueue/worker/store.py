@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Protocol, TypeVar, cast
 
@@ -124,6 +125,88 @@ PLANNED_EACH_TIME = frozenset(
 #: choosing a custom plan for the claim, planned again on every call (0.4-0.7 ms of a busy
 #: worker's claim), where the generic one serves every size of batch as well.
 GENERIC_PLANNED = frozenset({"claim_jobs"})
+
+
+async def _send_sync(conn: psycopg.AsyncConnection[Any], pipeline: psycopg.AsyncPipeline) -> None:
+    """Send the pipeline's Sync (which ends its implicit transaction) without waiting for the
+    results before it, as an ``execute`` in a pipeline sends its statement. psycopg's
+    ``AsyncPipeline.sync()`` also waits for every result up to the Sync: here, for the COMMIT's
+    WAL flush. Queued through the pipeline, so that psycopg matches the Sync's reply to it."""
+    async with conn.lock:
+        pipeline._enqueue_sync()
+        await conn.wait(pipeline._communicate_gen())
+
+
+async def _after_commit(
+    conn: psycopg.AsyncConnection[Any],
+    connection: contextlib.AsyncExitStack,
+    pipeline: contextlib.AsyncExitStack,
+    then: str,
+    params: Mapping[str, Any],
+    later: asyncio.Future[list[Row]],
+) -> None:
+    """The end of :meth:`WorkerDB.before_commit`: ``then`` sent, the pipeline left (which
+    reads the commit's reply, and raises what the commit raised, then ``then``'s rows), and
+    the connection given back. Not before the claim's jobs started: what the event loop does
+    between the hand-over and its next wait delays their handlers (a ``def`` one's thread
+    waits for the GIL), so nothing is done until the commit's reply is here."""
+    async with connection:
+        async with pipeline:
+            await _readable(conn)  # (inside: whatever it raises, the connection goes back)
+            # Leaving the pipeline sends a Sync after ``then`` and reads every answer up to
+            # it: the commit's, ``then``'s rows (its own implicit transaction), one round trip.
+            cursor = conn.cursor()
+            await cursor.execute(query(then), params)
+        got = await cursor.fetchall()
+        if not later.done():
+            later.set_result(got)
+
+
+if sys.version_info >= (3, 12):
+
+    def _started(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """The commit's task, run at once up to its wait for the commit's reply (eagerly):
+        created the usual way, its first step came after the jobs' hand-over, on the loop
+        while a ``def`` handler's thread waited for the GIL."""
+        loop = asyncio.get_running_loop()
+        return asyncio.Task(coro, loop=loop, name="pgqueue-commit", eager_start=True)
+
+else:
+
+    def _started(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro, name="pgqueue-commit")
+
+
+async def _readable(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Until the server's next answer is here: the event loop's reader alone, no statement
+    driven (an answer psycopg read already, into libpq's buffer, is waited for no more)."""
+    if not conn.pgconn.is_busy():
+        return
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    fileno = conn.pgconn.socket
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fileno, readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fileno)
+
+
+def _settle(later: asyncio.Future[list[Row]], commit: asyncio.Task[None]) -> None:
+    """The commit's task ended before ``then``'s rows came: whoever awaits them gets its
+    error (or a cancellation)."""
+    if later.done():
+        return
+    error = None if commit.cancelled() else commit.exception()
+    if error is None:
+        later.cancel()
+    else:
+        later.set_exception(error)
 
 
 class WorkerStore(Protocol):
@@ -265,54 +348,48 @@ class WorkerDB:
         generic: bool = False,
         timeout: float = 30.0,
     ) -> tuple[list[Row], asyncio.Future[list[Row]], asyncio.Task[None]]:
-        """Run the queries ``name`` and then ``then`` (both with ``params``) in a transaction
-        of their own, pipelined on one connection: ``BEGIN`` and ``name``; once its rows are
-        here, ``then`` and the ``COMMIT`` are sent, and only then are the rows returned, with a
-        future of ``then``'s rows (they come with the ``COMMIT``'s reply) and a task that ends
-        when the ``COMMIT`` (and its WAL flush) did, raising what it raised. The server commits
-        whatever the caller does meanwhile (a handler blocking the event loop cannot hold the
-        transaction open). The rows the statements locked stay locked until then, so a write
-        of another connection about them waits and sees what the ``COMMIT`` decided.
-        ``generic``: the statements run their generic plan (see the ``generic_plans`` query).
-        One round trip to ``name``'s rows."""
+        """Run the query ``name`` (with ``params``) in a transaction of its own, and return
+        its rows before that transaction's commit is confirmed: with a task that ends when the
+        commit (and its WAL flush) did, raising what it raised, and a future of the rows of
+        ``then`` (with the same ``params``, run just after the commit on the same connection).
+        The commit is sent before the rows are returned, so the server commits whatever the
+        caller does meanwhile (a handler blocking the event loop cannot hold the transaction
+        open). The rows the statement locked stay locked until then, so a write of another
+        connection about them waits and sees what the commit decided. ``generic``: the
+        statement runs its generic plan (see the ``generic_plans`` query).
+
+        On the wire: ``name`` (after ``generic_plans``) and a Flush, one round trip to its
+        rows; then the pipeline's Sync, which commits (the statements of a pipeline up to its
+        Sync are one implicit transaction), and ``then``. No ``BEGIN``, no ``COMMIT``, and
+        ``then`` sent after the rows are returned: each was a statement more, sent on its own,
+        on the way to the rows."""
         if name in ARRAYS_AS_LITERALS and then in ARRAYS_AS_LITERALS:
             params = with_array_literals(params)
-        loop = asyncio.get_running_loop()
-        rows: asyncio.Future[list[Row]] = loop.create_future()
-        later: asyncio.Future[list[Row]] = loop.create_future()
-
-        async def transaction(name: str, then: str) -> None:
-            async with self.pool.connection(timeout=timeout) as conn:
+        # Two stacks: the commit's task leaves the pipeline, then runs ``then`` outside it.
+        async with contextlib.AsyncExitStack() as connection:
+            conn = await connection.enter_async_context(self.pool.connection(timeout=timeout))
+            async with contextlib.AsyncExitStack() as piping:
+                committing = False
                 try:
-                    async with conn.pipeline():
-                        await conn.execute(query("begin"))
-                        if generic:
-                            await conn.execute(query("generic_plans"))
-                        first = conn.cursor(row_factory=ROWS_BY_NAME.get(name, tuple_row))
-                        await first.execute(query(name), params)
-                        got = await first.fetchall()
-                        second = conn.cursor()
-                        await second.execute(query(then), params)
-                        await conn.execute(query("commit"))  # sent, not waited for
-                        rows.set_result(got)
-                        later.set_result(await second.fetchall())
+                    pipeline = await piping.enter_async_context(conn.pipeline())
+                    if generic:
+                        await conn.execute(query("generic_plans"))
+                    first = conn.cursor(row_factory=ROWS_BY_NAME.get(name, tuple_row))
+                    await first.execute(query(name), params)
+                    rows = await first.fetchall()  # a Flush: the rows come before the Sync
+                    committing = True
+                    await _send_sync(conn, pipeline)
                 except BaseException:
-                    if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
-                        with contextlib.suppress(psycopg.Error):
-                            await conn.execute(query("rollback"))
+                    if not committing and not conn.closed:
+                        # Leaving the pipeline sends its Sync, which would commit what the
+                        # statement did (a claim whose rows nobody reads): closed, it rolls
+                        # back.
+                        await conn.close()
                     raise
-
-        def failed(commit: asyncio.Task[None]) -> None:
-            """The transaction ended before all its rows came: the caller gets its error."""
-            error = None if commit.cancelled() else commit.exception()
-            waiting = later if rows.done() else rows
-            if not waiting.done():
-                if error is None:
-                    waiting.cancel()
-                else:
-                    waiting.set_exception(error)
-            later.cancel()  # nobody reads it when rows failed (a no-op once it is done)
-
-        commit = asyncio.create_task(transaction(name, then), name="pgqueue-commit")
-        commit.add_done_callback(failed)
-        return await rows, later, commit
+                # The connection and its pipeline are the commit's task's from here.
+                pipelined = piping.pop_all()
+            held = connection.pop_all()
+        later: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
+        commit = _started(_after_commit(conn, held, pipelined, then, params, later))
+        commit.add_done_callback(lambda task: _settle(later, task))
+        return rows, later, commit

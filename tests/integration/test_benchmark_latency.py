@@ -1,12 +1,14 @@
-"""The latency, single-enqueue, sleeping-jobs and steady-load benchmarks run end to end (tiny
-sizes, the suite's server, whose fsync is off: the figures mean nothing). Figures are never
-asserted, only that every step produced one."""
+"""The latency, idle-claim, single-enqueue, sleeping-jobs and steady-load benchmarks run end to
+end (tiny sizes, the suite's server, whose fsync is off: the figures mean nothing). Figures are
+never asserted, only that every step produced one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from benchmarks import enqueue_single, latency, sleep_jobs, steady
+from benchmarks import enqueue_single, idle_claim, latency, sleep_jobs, steady
 
 pytestmark = pytest.mark.slow
 
@@ -19,6 +21,12 @@ def test_latency_measures_every_stage(pg_server):
     assert run["staged"] > 0
     assert set(run["stages"]) == set(latency.STAGES)
     assert results["raw"][0]["p50"] > 0
+
+
+def test_idle_claim_times_both_checkouts(pg_server):
+    here = Path(__file__).resolve().parents[2]  # this checkout, loaded a second time
+    times = idle_claim.main(["--dsn", pg_server.admin_dsn, "--tree", str(here), "--claims", "4"])
+    assert [len(rows) for rows, _ in times.values()] == [4, 4]
 
 
 def test_sleep_jobs_and_single_enqueue_produce_figures(pg_server):

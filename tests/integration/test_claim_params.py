@@ -104,7 +104,7 @@ def test_claim_parameters_go_as_array_literals(dsn, pgq, monkeypatch):
         await commit
 
     _run(dsn, both)
-    assert len(sent) == 3  # claim_jobs, then claim_jobs and next_due in one transaction
+    assert len(sent) == 3  # claim_jobs, then claim_jobs and (after its commit) next_due
     for each in sent:
         assert each["queues"] == '{"a,b","c"}'
         assert each["tasks"] == '{"t"}'
