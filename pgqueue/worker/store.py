@@ -131,10 +131,23 @@ async def _send_sync(conn: psycopg.AsyncConnection[Any], pipeline: psycopg.Async
     """Send the pipeline's Sync (which ends its implicit transaction) without waiting for the
     results before it, as an ``execute`` in a pipeline sends its statement. psycopg's
     ``AsyncPipeline.sync()`` also waits for every result up to the Sync: here, for the COMMIT's
-    WAL flush. Queued through the pipeline, so that psycopg matches the Sync's reply to it."""
+    WAL flush. Queued through the pipeline, so that psycopg matches the Sync's reply to it.
+
+    Those are the two methods ``sync()`` calls, not psycopg's public API: a psycopg without
+    them gets ``sync()`` itself (correct, but the claimed jobs then start after the commit's
+    flush, as they did when the claim sent its own ``COMMIT``)."""
+    if not _SYNC_UNWAITED:
+        await pipeline.sync()
+        return
     async with conn.lock:
         pipeline._enqueue_sync()
         await conn.wait(pipeline._communicate_gen())
+
+
+#: Whether this psycopg's pipeline has the two methods :func:`_send_sync` calls.
+_SYNC_UNWAITED = all(
+    hasattr(psycopg.AsyncPipeline, name) for name in ("_enqueue_sync", "_communicate_gen")
+)
 
 
 async def _after_commit(

@@ -168,3 +168,17 @@ def test_the_commits_task_is_waiting_on_the_socket_when_the_rows_are_returned(ds
 
     expected = inspect.CORO_SUSPENDED if sys.version_info >= (3, 12) else inspect.CORO_CREATED
     assert asyncio.run(go()) == expected
+
+
+def test_a_psycopg_without_the_pipelines_private_methods_still_claims(dsn, pgq, monkeypatch):
+    """The Sync is sent through two methods of psycopg's pipeline that are not its public API;
+    without them the claim commits through the public ``sync()``, which waits for the commit."""
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    job = pgq.enqueue("t", {}, queue=queue)
+    assert store._SYNC_UNWAITED  # this psycopg has them
+    monkeypatch.setattr(store, "_SYNC_UNWAITED", False)
+    rows, due = _traced_claim(dsn, queue, Path("/dev/null"))
+    assert [row[0] for row in rows] == [job] and due == [(None, False)]
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT state FROM pgqueue.jobs WHERE id = %s", (job,)).fetchone()
+    assert row == ("running",)
