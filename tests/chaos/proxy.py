@@ -19,12 +19,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 #: The COMMIT of a handler's ``ctx.transaction()`` as it travels: a simple-protocol Query
 #: message (psycopg ends a transaction outside a pipeline that way, and so do the ORMs through
-#: it). The worker's own COMMITs (an idle claim's) go in a pipeline, as a Parse message, so a
-#: trap on this pattern never catches them.
+#: it). The worker's own commits go in pipelines, so a trap on this pattern never catches them.
 TRANSACTION_COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
-#: The COMMIT of an idle worker's claim: in a pipeline, a Parse message (the statement's name,
-#: empty or not, ends with a zero byte just before the text).
-PIPELINED_COMMIT = b"\x00COMMIT\x00"
+#: The commit of an idle worker's claim: no COMMIT statement, but the pipeline's Sync (the
+#: statements before it are one implicit transaction), sent on its own once the claim's rows
+#: are here. Trapped as a whole message (``trap(..., whole=True)``): every other statement's
+#: Sync travels with the statement.
+CLAIM_SYNC = b"S\x00\x00\x00\x04"
 
 
 class Proxy:
@@ -37,6 +38,7 @@ class Proxy:
         self.refusing = False
         self.trapped = 0  # ambiguous commits produced
         self._trap: bytes | None = None
+        self._trap_whole = False
         self._lose = "reply"
         self._loop = asyncio.new_event_loop()
         self._flowing: asyncio.Event | None = None
@@ -66,12 +68,13 @@ class Proxy:
     def heal(self) -> None:
         self._call(self._heal)
 
-    def trap(self, pattern: bytes, lose: str = "reply") -> None:
-        """The next client message containing ``pattern`` reaches the server; its reply never
-        comes back and the connection is reset (did it commit? the client cannot know).
-        ``lose="request"``: the message never reaches the server, the client's side of the
-        connection is reset and the server's is left open."""
-        self._call(self._set_trap, pattern, lose)
+    def trap(self, pattern: bytes, lose: str = "reply", *, whole: bool = False) -> None:
+        """The next client message containing ``pattern`` (``whole``: that is ``pattern`` and
+        nothing more) reaches the server; its reply never comes back and the connection is
+        reset (did it commit? the client cannot know). ``lose="request"``: the message never
+        reaches the server, the client's side of the connection is reset and the server's is
+        left open."""
+        self._call(self._set_trap, pattern, lose, whole)
 
     def close(self) -> None:
         self._call(self._close)
@@ -120,8 +123,9 @@ class Proxy:
         self.refusing = False
         self._flowing.set()
 
-    def _set_trap(self, pattern: bytes, lose: str) -> None:
+    def _set_trap(self, pattern: bytes, lose: str, whole: bool) -> None:
         self._trap = pattern
+        self._trap_whole = whole
         self._lose = lose
 
     def _close(self) -> None:
@@ -170,7 +174,11 @@ class Proxy:
                     break
                 if not upstream and state["reply_lost"]:
                     continue  # the reply to the trapped message (and anything after) is lost
-                trapped = upstream and self._trap is not None and self._trap in data
+                trapped = (
+                    upstream
+                    and self._trap is not None
+                    and (data == self._trap if self._trap_whole else self._trap in data)
+                )
                 if trapped and self._lose == "request":
                     self._trap = None
                     self.trapped += 1

@@ -28,7 +28,7 @@ from pgqueue.db import plan as plans
 from pgqueue.db.queries import query as named
 from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.handler.job_transaction import complete
-from tests.chaos.proxy import PIPELINED_COMMIT, TRANSACTION_COMMIT, Proxy
+from tests.chaos.proxy import CLAIM_SYNC, TRANSACTION_COMMIT, Proxy
 from tests.helpers import ThreadWorker, scalar, spawn_worker, stop_workers, wait_for
 from tests.integration import tx_app
 from tests.integration.test_caller_transactions import _django
@@ -461,7 +461,7 @@ def test_a_claim_whose_commit_reply_was_lost_is_proven_by_the_jobs_transaction(p
     caplog.set_level(logging.WARNING, logger="pgqueue.worker")
     # No polling: the only claim after the trap is the one the enqueue's notification wakes.
     with proxied(tx_dsn, poll_interval=600) as (worker, proxy):
-        proxy.trap(PIPELINED_COMMIT)
+        proxy.trap(CLAIM_SYNC, whole=True)
         job = enqueue(pgq, "tx.sync", queue="tx_proxied")
         finished(tx_dsn, job)
         wait_for(lambda: worker.worker.stats.succeeded, message="the worker to report the job")
