@@ -2,7 +2,8 @@
 
     python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
                                         [--producers 1,8] [--tree PATH ...]
-                                        [--kinds sync,async,keyed,group,lone] [--commit-flush off]
+                                        [--kinds sync,async,task,keyed,group,lone]
+                                        [--commit-flush off]
 
 One job per transaction (autocommit), P producer threads with a connection each. Every round
 measures, each in a fresh process, one after the other:
@@ -13,8 +14,9 @@ measures, each in a fresh process, one after the other:
 * ``PgQueue.enqueue``: the library call, of this checkout and of each ``--tree`` (a checkout
   whose pgqueue the process imports instead, on a database its own revisions migrated), so a
   change is measured against its base in the same rounds; ``--kinds async`` adds
-  ``enqueue_async`` (P tasks on one event loop), ``keyed`` a new idempotency key per job (the
-  SQL function's path);
+  ``enqueue_async`` (P tasks on one event loop), ``task`` a registered task's own
+  ``job.enqueue()`` (the call an application writes), ``keyed`` a new idempotency key per job
+  (the SQL function's path);
 * ``--kinds group``: P producers sharing one client (this checkout's), as an application's
   threads or tasks do, with group commit on and off (``PgQueue(group_commit=...)``):
   ``group threads on|off`` (P threads, ``enqueue``), ``group tasks on|off`` (P tasks on one
@@ -98,6 +100,17 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> tuple[float, 
 
         def make() -> Callable[[], object]:
             return lambda: shared.enqueue("bench.job", {})
+
+    elif variant.startswith("task.enqueue"):
+        from pgqueue import PgQueue
+
+        def make() -> Callable[[], object]:
+            app = PgQueue(dsn, pool_size=1)
+
+            @app.task(name="bench.job")
+            def job() -> None: ...
+
+            return job.enqueue
 
     elif variant.startswith("PgQueue.enqueue keyed"):
         from pgqueue import PgQueue
@@ -218,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p.add_argument(
         "--kinds",
         default="sync",
-        help="library calls to measure: sync,async,keyed,group,lone (comma-separated)",
+        help="library calls to measure: sync,async,task,keyed,group,lone (comma-separated)",
     )
     p.add_argument(
         "--commit-flush",
@@ -246,7 +259,11 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
             variants += [(f"group {side} {state}", ROOT) for side in ("threads", "tasks")
                          for state in ("on", "off")]  # fmt: skip
             continue
-        label = {"sync": "PgQueue.enqueue", "async": "PgQueue.enqueue_async"}.get(kind)
+        label = {
+            "sync": "PgQueue.enqueue",
+            "async": "PgQueue.enqueue_async",
+            "task": "task.enqueue",
+        }.get(kind)
         label = label or "PgQueue.enqueue keyed"
         variants += [(f"{label} {name}", tree) for name, tree in trees.items()]
     producer_counts = [int(n) for n in args.producers.split(",")]

@@ -55,11 +55,12 @@ def test_sleep_jobs_and_single_enqueue_produce_figures(pg_server):
         *grouped,
     }
     assert all(values[0] > 0 for values in figures.values())
-    kinds = ["--kinds", "sync,async,keyed", "--commit-flush", "off", "--producers", "1"]
+    kinds = ["--kinds", "sync,async,task,keyed", "--commit-flush", "off", "--producers", "1"]
     figures = enqueue_single.main(
         ["--dsn", pg_server.admin_dsn, "--count", "20", "--rounds", "1", *kinds]
     )
-    assert len(figures) == 5 and all(values[0] > 0 for values in figures.values())
+    assert len(figures) == 6 and all(values[0] > 0 for values in figures.values())
+    assert ("task.enqueue this", 1) in figures
 
 
 def test_steady_load_produces_every_figure(pg_server):
