@@ -135,4 +135,10 @@ def set_paused(queue: str, paused: bool) -> Plan[bool]:
 
 
 def reap(max_jobs: int = 1000) -> Plan[int]:
+    # Checked here, not in the plan's body: refused before any connection (a negative LIMIT
+    # would be a database error).
+    return _reap(check_row_limit(max_jobs, "max_jobs"))
+
+
+def _reap(max_jobs: int) -> Plan[int]:
     return int((yield from fetch_value("reap", {"max_jobs": max_jobs})))
