@@ -14,6 +14,7 @@ from psycopg.rows import class_row, dict_row
 from pgqueue.db.plan import Plan, fetch_all, fetch_one, fetch_value, fetch_values
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.job_specs import check_row_limit
+from pgqueue.rules.options import check_job_id
 
 CancelResult = Literal["cancelled", "cancelling", "not_found"]
 
@@ -77,11 +78,20 @@ def where(filters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cancel(job_id: int) -> Plan[CancelResult]:
+    # Checked here, not in the plan's body: refused before any connection.
+    return _cancel(check_job_id(job_id))
+
+
+def _cancel(job_id: int) -> Plan[CancelResult]:
     result: CancelResult = yield from fetch_value("cancel_job", {"job_id": job_id})
     return result
 
 
 def job_progress(job_id: int) -> Plan[Any]:
+    return _job_progress(check_job_id(job_id))
+
+
+def _job_progress(job_id: int) -> Plan[Any]:
     return (yield from fetch_value("job_progress", {"job_id": job_id}))
 
 
