@@ -114,8 +114,7 @@ def replay_dead_letters(
     autocommit connection, each batch commits on its own); how many were (or, with
     ``dry_run``, would be) replayed."""
     params = where(filters)  # before any connection, as the batch size
-    if batch_size < 1:
-        raise InvalidJobError("batch_size must be at least 1")
+    batch_size = check_row_limit(batch_size, "batch_size")
     return _count(params) if dry_run else _replay(params, batch_size)
 
 

@@ -177,3 +177,10 @@ def test_cancel_and_progress_refuse_what_is_not_a_job_id(pgq: PgQueue, call: Cal
         call(pgq.cancel, bad)
     with pytest.raises(InvalidJobError, match=r"a job id must be an integer"):
         call(pgq.progress, bad)
+
+
+@pytest.mark.parametrize("bad", [0, "10", 2.5])
+def test_replay_dead_letters_refuses_a_bad_batch_size(pgq: PgQueue, call: Call, bad) -> None:
+    """A string or a float failed on a raw comparison or reached the database as a LIMIT."""
+    with pytest.raises(InvalidJobError, match=r"batch_size must be"):
+        call(pgq.admin.replay_dead_letters, batch_size=bad)
