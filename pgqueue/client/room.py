@@ -17,6 +17,7 @@ import time
 from types import TracebackType
 
 from pgqueue.errors import QueueFullError
+from pgqueue.rules.options import to_timedelta
 
 _LONGEST_PAUSE = 1.0
 
@@ -27,6 +28,10 @@ class Room:
     __slots__ = ("_deadline", "_pause", "_refused")
 
     def __init__(self, seconds: float | None) -> None:
+        if seconds is not None:
+            # A job's option was checked already; enqueue_many's argument is checked here, as
+            # the option is, before the first attempt (NaN would never run out).
+            seconds = to_timedelta(seconds, "wait_if_full").total_seconds()
         self._deadline = time.monotonic() + (seconds or 0.0)
         self._pause = 0.01  # doubled before each pause: 20 ms, 40 ms, ... up to 1 s
         self._refused: QueueFullError | None = None

@@ -14,6 +14,7 @@ from psycopg.rows import class_row, dict_row
 from pgqueue.db.plan import Plan, fetch_all, fetch_one, fetch_value, fetch_values
 from pgqueue.errors import InvalidJobError
 from pgqueue.rules.job_specs import check_row_limit
+from pgqueue.rules.options import check_job_id
 
 CancelResult = Literal["cancelled", "cancelling", "not_found"]
 
@@ -77,11 +78,20 @@ def where(filters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cancel(job_id: int) -> Plan[CancelResult]:
+    # Checked here, not in the plan's body: refused before any connection.
+    return _cancel(check_job_id(job_id))
+
+
+def _cancel(job_id: int) -> Plan[CancelResult]:
     result: CancelResult = yield from fetch_value("cancel_job", {"job_id": job_id})
     return result
 
 
 def job_progress(job_id: int) -> Plan[Any]:
+    return _job_progress(check_job_id(job_id))
+
+
+def _job_progress(job_id: int) -> Plan[Any]:
     return (yield from fetch_value("job_progress", {"job_id": job_id}))
 
 
@@ -104,8 +114,7 @@ def replay_dead_letters(
     autocommit connection, each batch commits on its own); how many were (or, with
     ``dry_run``, would be) replayed."""
     params = where(filters)  # before any connection, as the batch size
-    if batch_size < 1:
-        raise InvalidJobError("batch_size must be at least 1")
+    batch_size = check_row_limit(batch_size, "batch_size")
     return _count(params) if dry_run else _replay(params, batch_size)
 
 
@@ -135,4 +144,10 @@ def set_paused(queue: str, paused: bool) -> Plan[bool]:
 
 
 def reap(max_jobs: int = 1000) -> Plan[int]:
+    # Checked here, not in the plan's body: refused before any connection (a negative LIMIT
+    # would be a database error).
+    return _reap(check_row_limit(max_jobs, "max_jobs"))
+
+
+def _reap(max_jobs: int) -> Plan[int]:
     return int((yield from fetch_value("reap", {"max_jobs": max_jobs})))

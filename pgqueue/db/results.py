@@ -41,6 +41,7 @@ from pgqueue.errors import (
     ResultTimeoutError,
     ResultUnavailableError,
 )
+from pgqueue.rules.durations import check_timeout
 from pgqueue.rules.vocabulary import JobState, Place
 
 #: Re-read the job this often even without a notification (insurance, not the mechanism).
@@ -93,8 +94,7 @@ class Deadline:
     """How long a waiter for ``job_id`` may sleep before it looks again."""
 
     def __init__(self, job_id: int, timeout: float | None) -> None:
-        if timeout is not None and timeout < 0:
-            raise ValueError("timeout must not be negative")
+        timeout = check_timeout(timeout)  # before any read: a bad one is refused at once
         self.job_id = job_id
         self.timeout = timeout
         self.at = None if timeout is None else time.monotonic() + timeout

@@ -31,3 +31,15 @@ def format_duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}m".replace(".0m", "m")
     return f"{seconds / 3600:.1f}h".replace(".0h", "h")
+
+
+def check_timeout(timeout: object) -> float | None:
+    """A waiter's ``timeout``: None (wait for ever) or a number of seconds, not negative.
+    NaN is refused too: it compares false with every time, so a wait would never end."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or math.isnan(timeout):
+        raise ValueError(f"timeout must be a number of seconds or None, got {timeout!r:.40}")
+    if timeout < 0:
+        raise ValueError(f"timeout must not be negative, got {timeout!r}")
+    return float(timeout)

@@ -114,6 +114,21 @@ def to_timedelta(value: object, what: str) -> timedelta:
     return delta
 
 
+def check_job_id(value: object) -> int:
+    """One job id as an operation takes it (``pgq.cancel``, ``pgq.progress``): an integer, or
+    its decimal string (as a URL or a form carries it), within a bigint. Any other value would
+    reach the database as a cast error, or find no function to call."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not -MAX_JOB_ID <= value <= MAX_JOB_ID
+    ):
+        raise InvalidJobError(f"a job id must be an integer (a bigint), got {value!r:.40}")
+    return int(value)
+
+
 def check_job_ids(value: object, what: str) -> tuple[int, ...]:
     """A list of job ids (ints), without repeats, in the order given."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):

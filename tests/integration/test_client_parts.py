@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pgqueue import CircuitBreaker, PgQueue, RateLimit, chain
+from pgqueue import CircuitBreaker, InvalidJobError, PgQueue, RateLimit, chain
 
 Call = Callable[..., Any]
 
@@ -167,3 +167,20 @@ def test_migrate_and_declarations(pgq: PgQueue, call: Call) -> None:
     call(pgq.sync_declarations)
     row = by_name(pgq.flow.task_limits(), "task", "parts.limited")
     assert (row["concurrency_limit"], row["from_code"]) == (3, True)
+
+
+@pytest.mark.parametrize("bad", [1.5, 2**70, "x", True])
+def test_cancel_and_progress_refuse_what_is_not_a_job_id(pgq: PgQueue, call: Call, bad) -> None:
+    """A float or a number past bigint found no pgqueue.cancel() to call and was reported as
+    "pgqueue's schema is not installed"; a word reached the database as a raw cast error."""
+    with pytest.raises(InvalidJobError, match=r"a job id must be an integer"):
+        call(pgq.cancel, bad)
+    with pytest.raises(InvalidJobError, match=r"a job id must be an integer"):
+        call(pgq.progress, bad)
+
+
+@pytest.mark.parametrize("bad", [0, "10", 2.5])
+def test_replay_dead_letters_refuses_a_bad_batch_size(pgq: PgQueue, call: Call, bad) -> None:
+    """A string or a float failed on a raw comparison or reached the database as a LIMIT."""
+    with pytest.raises(InvalidJobError, match=r"batch_size must be"):
+        call(pgq.admin.replay_dead_letters, batch_size=bad)

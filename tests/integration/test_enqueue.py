@@ -403,3 +403,23 @@ def test_bulk_enqueue_gives_the_garbage_collector_back_on(dsn):
         with pytest.raises(InvalidJobError):
             app.enqueue_many([app.spec("t", {"n": float("nan")}, {})])
         assert gc.isenabled()
+
+
+@pytest.mark.parametrize("wait", [-1, float("nan"), "5s"])
+def test_enqueue_many_refuses_a_bad_wait_if_full_sync_and_async(pgq, conn, send_email, wait):
+    """enqueue(wait_if_full=...) checks it as an option; enqueue_many's argument was taken as
+    it came: a negative or NaN wait wrote the jobs, a string failed on a raw TypeError."""
+    with pytest.raises(InvalidJobError, match="wait_if_full must be"):
+        pgq.enqueue_many([send_email.s(to="a@x.org")], wait_if_full=wait)
+
+    async def main() -> None:
+        try:
+            with pytest.raises(InvalidJobError, match="wait_if_full must be"):
+                await asyncio.wait_for(
+                    pgq.enqueue_many_async([send_email.s(to="a@x.org")], wait_if_full=wait), 10
+                )
+        finally:
+            await pgq.aclose()
+
+    asyncio.run(main())
+    assert count(conn) == 0

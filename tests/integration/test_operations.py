@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 
+import pytest
 from typer.testing import CliRunner
 
+from pgqueue import InvalidJobError
 from pgqueue.cli import app
 from tests.helpers import scalar, thread_worker, wait_for
 from tests.integration import worker_app
@@ -219,3 +222,19 @@ def test_dead_workers_show_as_lost_then_are_pruned_by_the_reaper(dsn, pgq, conn)
         ("a",),
         ("b",),
     ]
+
+
+def test_reap_refuses_a_bad_max_jobs_before_any_query_sync_and_async(pgq):
+    """A negative one reached the database as a raw "LIMIT must not be negative" error."""
+    with pytest.raises(InvalidJobError, match="max_jobs must be between 1 and"):
+        pgq.admin.reap(-1)
+
+    async def main() -> None:
+        try:
+            with pytest.raises(InvalidJobError, match="max_jobs must be an integer"):
+                await asyncio.wait_for(pgq.admin.reap_async("10"), 10)
+        finally:
+            await pgq.aclose()
+
+    asyncio.run(main())
+    assert pgq.admin.reap(5) == 0

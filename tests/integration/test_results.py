@@ -311,3 +311,38 @@ def test_result_of_a_finished_job_is_one_read_on_a_pooled_connection(app_dsn, pg
     assert opened == ["connect"]
     with pytest.raises(ValueError, match="must not be negative"):
         pgq.result(job, timeout=-1)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), "5", True])
+def test_a_timeout_that_is_not_a_number_of_seconds_is_refused_sync_and_async(pgq, timeout):
+    """NaN compares false with everything: it passed the negative check and both forms waited
+    for ever; a string failed on a raw comparison error."""
+    job = pgq.enqueue(add, {"x": 1})
+    with pytest.raises(ValueError, match=r"timeout must be a number of seconds .*, got"):
+        pgq.result(job, timeout=timeout)
+
+    async def main() -> None:
+        try:
+            with pytest.raises(ValueError, match=r"timeout must be a number of seconds .*, got"):
+                await asyncio.wait_for(pgq.result_async(job, timeout=timeout), 10)
+        finally:
+            await pgq.aclose()
+
+    asyncio.run(main())
+
+
+def test_result_of_an_id_below_the_first_is_not_found_sync_and_async(pgq):
+    """An id under 1 is no job's (the sequence starts at 1), yet once some job was enqueued it
+    was below the sequence's last value, so "no longer in the queue": a wrong answer."""
+    pgq.enqueue(add, {"x": 1})
+    with pytest.raises(JobNotFoundError, match="never handed out"):
+        pgq.result(0, timeout=1)
+
+    async def main() -> None:
+        try:
+            with pytest.raises(JobNotFoundError, match="never handed out"):
+                await asyncio.wait_for(pgq.result_async(-5, timeout=1), 10)
+        finally:
+            await pgq.aclose()
+
+    asyncio.run(main())

@@ -355,3 +355,21 @@ def test_workflow_jobs_keep_their_concurrency_keys(app_dsn, pgq):
     assert keys == {first: None, second: "customer-7"}
     # The task is marked keyed, so its claims check the key limit.
     assert scalar(app_dsn, "SELECT keyed FROM pgqueue.task_limits WHERE task = %s", (add.name,))
+
+
+@pytest.mark.parametrize("timeout", [-1, float("nan")])
+def test_workflow_result_refuses_a_bad_timeout_as_pgq_result_does(pgq, timeout):
+    """It turned a negative or NaN timeout into 0: a ResultTimeoutError for a workflow still
+    running (the result of one that finished), where pgq.result() refuses it."""
+    run = pgq.enqueue_workflow(chain(add.s(1, 2), add.s(y=10)))
+    with pytest.raises(ValueError, match="timeout must"):
+        run.result(timeout=timeout)
+
+    async def main() -> None:
+        try:
+            with pytest.raises(ValueError, match="timeout must"):
+                await asyncio.wait_for(run.result_async(timeout=timeout), 10)
+        finally:
+            await pgq.aclose()
+
+    asyncio.run(main())

@@ -173,7 +173,8 @@ LISTEN pgqueue_results
 -- live, recorded in job_history, or dead; else 'gone'
 -- when the id sequence has handed it out (a job that finished and left no record: it kept no
 -- result, or its record was pruned; or an enqueue that rolled back), and no row for an id never
--- handed out. pg_sequence_last_value is NULL before the first nextval and needs only USAGE.
+-- handed out. pg_sequence_last_value is NULL before the first nextval and needs only USAGE; the
+-- sequence starts at 1, so an id under it was never handed out either.
 SELECT 'live' AS place, j.state, j.result_ttl IS NOT NULL AS keeps, NULL::jsonb AS result,
        j.errors -> -1 ->> 'message' AS error, false AS expired, 1 AS rank, j.task
   FROM pgqueue.jobs AS j
@@ -189,6 +190,6 @@ SELECT 'dead', 'dead', true, NULL, d.last_error, false, 1, d.task
  WHERE d.id = %(job_id)s
 UNION ALL
 SELECT 'gone', NULL, false, NULL, NULL, false, 2, NULL
- WHERE %(job_id)s <= pg_catalog.pg_sequence_last_value('pgqueue.jobs_id_seq'::regclass)
+ WHERE %(job_id)s BETWEEN 1 AND pg_catalog.pg_sequence_last_value('pgqueue.jobs_id_seq'::regclass)
  ORDER BY rank
  LIMIT 1

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pgqueue.rules.durations import check_timeout
 from pgqueue.rules.workflow.builders import Compiled, Node
 
 if TYPE_CHECKING:
@@ -51,18 +52,25 @@ class WorkflowRun:
         """Wait for the workflow's result: the last step's (chain, chord), the list of every
         member's (group), or the list of the DAG's final nodes' results. Raises like
         ``pgq.result()`` if one of them ended dead or cancelled."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         values = [self.app.result(job_id, timeout=_left(deadline)) for job_id in self.output_ids]
         return values if self.list_output else values[0]
 
     async def result_async(self, timeout: float | None = None) -> Any:
         """The async twin of :meth:`result`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         values = [
             await self.app.result_async(job_id, timeout=_left(deadline))
             for job_id in self.output_ids
         ]
         return values if self.list_output else values[0]
+
+
+def _deadline(timeout: float | None) -> float | None:
+    # Checked as pgq.result() checks it, before the first wait: _left() would turn a
+    # negative or NaN timeout into 0.
+    timeout = check_timeout(timeout)
+    return None if timeout is None else time.monotonic() + timeout
 
 
 def _left(deadline: float | None) -> float | None:
