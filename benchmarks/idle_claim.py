@@ -18,14 +18,13 @@ import asyncio
 import importlib.util
 import statistics
 import time
-import uuid
-from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import psycopg
 
+from benchmarks.claim_plans import claim_params
 from benchmarks.common import fresh_database, server
 from pgqueue.worker import store
 
@@ -38,20 +37,6 @@ def other_store(tree: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def claim_params() -> dict[str, Any]:
-    return {
-        "queues": ["default"],
-        "tasks": ["t"],
-        "limit": 1,
-        "worker_id": str(uuid.uuid4()),
-        "lease": timedelta(seconds=30),
-        "running": [0],
-        "after_priority": [None],
-        "after_run_at": [None],
-        "after_id": [None],
-    }
 
 
 async def measure(dsn: str, stores: dict[str, Any], claims: int) -> dict[str, list[list[float]]]:
@@ -71,7 +56,7 @@ async def measure(dsn: str, stores: dict[str, Any], claims: int) -> dict[str, li
                     await asyncio.sleep(0.002)  # idle, as a worker waiting for a NOTIFY is
                     started = time.perf_counter()
                     rows, due, commit = await dbs[name].before_commit(
-                        "claim_jobs", "next_due", claim_params(), generic=True
+                        "claim_jobs", "next_due", claim_params("default", 1), generic=True
                     )
                     arrived = time.perf_counter()
                     await commit

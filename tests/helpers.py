@@ -10,12 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgqueue import PgQueue
 from pgqueue.worker import Worker, WorkerSettings
@@ -61,6 +62,61 @@ def ledger(dsn: str, event: str | None = None) -> list[tuple[Any, ...]]:
             " WHERE %(event)s::text IS NULL OR event = %(event)s ORDER BY seq",
             {"event": event},
         ).fetchall()
+
+
+def terminate_clients(dsn: str) -> int:
+    """End every other client backend of the database (the server closing them): how many."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND backend_type = 'client backend'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@contextmanager
+def counting(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> Iterator[list[int]]:
+    """Count the calls of ``owner.name`` (a method) inside the block."""
+    calls = [0]
+    original = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    yield calls
+    monkeypatch.setattr(owner, name, original)
+
+
+def run_closing(pgq: PgQueue, work: Callable[[], Awaitable[Any]]) -> Any:
+    """``asyncio.run`` of ``work()``, the client's async side closed after it."""
+
+    async def main() -> Any:
+        try:
+            return await work()
+        finally:
+            await pgq.aclose()
+
+    return asyncio.run(main())
+
+
+def stray_watches() -> dict[int, Any]:
+    """Registrations with the running loop of the client's connections that are closed or
+    broken, or whose socket is not the descriptor watched (pgqueue.db.async_wait)."""
+    from pgqueue.db.async_wait import LeanWaits
+
+    selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
+    found = {}
+    for fd, key in selector.get_map().items():
+        owner = getattr(getattr(key.data[0], "_callback", None), "__self__", None)
+        if isinstance(owner, LeanWaits) and (
+            owner.closed or owner.broken or owner.pgconn.socket != fd
+        ):
+            found[fd] = owner
+    return found
 
 
 def scalar(dsn: str, sql: str, params: Any = None) -> Any:

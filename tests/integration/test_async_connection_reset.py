@@ -30,6 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue import PgQueue
 from pgqueue.db.async_wait import LeanWaits
+from tests.helpers import stray_watches
 
 PROMPT = 10.0
 
@@ -117,18 +118,6 @@ def proxied_dsn(dsn: str) -> Iterator[tuple[str, _ResettingProxy]]:
         proxy.close()
 
 
-def _stray() -> dict[int, Any]:
-    selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
-    found = {}
-    for fd, key in selector.get_map().items():
-        owner = getattr(getattr(key.data[0], "_callback", None), "__self__", None)
-        if isinstance(owner, LeanWaits) and (
-            owner.closed or owner.broken or owner.pgconn.socket != fd
-        ):
-            found[fd] = owner
-    return found
-
-
 def test_a_statement_on_a_reset_connection_leaves_no_registration(
     proxied_dsn: tuple[str, _ResettingProxy],
 ) -> None:
@@ -144,7 +133,7 @@ def test_a_statement_on_a_reset_connection_leaves_no_registration(
             time.sleep(0.1)  # noqa: ASYNC251 (the loop must not see the reset first)
             with pytest.raises(psycopg.OperationalError) as failed:
                 await conn.execute("SELECT 1")
-            return failed.type, _stray()
+            return failed.type, stray_watches()
         finally:
             await conn.close()
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import psycopg
 import pytest
 
 from pgqueue import PgQueue
+from tests.helpers import run_closing, terminate_clients
 
 # An enqueue that takes longer than this waits for a connection nobody gives back.
 PROMPT = 3.0
@@ -28,27 +27,6 @@ PROMPT = 3.0
 def _register(pgq: PgQueue) -> None:
     @pgq.task(name="t")
     def t() -> None: ...
-
-
-def _run(pgq: PgQueue, work: Callable[[], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        try:
-            return await work()
-        finally:
-            await pgq.aclose()
-
-    return asyncio.run(main())
-
-
-def _terminate_clients(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            " AND backend_type = 'client backend'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @pytest.mark.parametrize("group_commit", [True, False], ids=["group-commit", "one-by-one"])
@@ -76,7 +54,7 @@ def test_a_call_cancelled_while_the_kept_connection_is_checked_gives_it_back(
         return jobs
 
     try:
-        jobs = _run(pgq, work)
+        jobs = run_closing(pgq, work)
     finally:
         pgq.close()
     assert len(jobs) == 3
@@ -93,7 +71,7 @@ def test_a_kept_connection_the_server_ended_is_replaced_for_the_next_call(
     async def work() -> list[int]:
         jobs = [int(await pgq.enqueue_async("t", {}))]
         for _ in range(3):
-            assert _terminate_clients(dsn) >= 1
+            assert terminate_clients(dsn) >= 1
             if loop_turns:
                 await asyncio.sleep(0.1)
             else:
@@ -101,7 +79,7 @@ def test_a_kept_connection_the_server_ended_is_replaced_for_the_next_call(
             jobs.append(int(await asyncio.wait_for(pgq.enqueue_async("t", {}), PROMPT)))
         return jobs
 
-    assert len(_run(pgq, work)) == 4
+    assert len(run_closing(pgq, work)) == 4
 
 
 def test_a_notification_on_the_idle_kept_connection_is_read_by_the_next_call(
@@ -122,4 +100,4 @@ def test_a_notification_on_the_idle_kept_connection_is_read_by_the_next_call(
             jobs.append(int(await asyncio.wait_for(pgq.enqueue_async("t", {}), PROMPT)))
         return jobs
 
-    assert len(_run(pgq, work)) == 5
+    assert len(run_closing(pgq, work)) == 5

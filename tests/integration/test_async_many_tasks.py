@@ -16,14 +16,13 @@ import asyncio
 import functools
 import random
 import threading
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 import pytest
 
 from pgqueue import PgQueue
-from pgqueue.db.async_wait import LeanWaits
+from tests.helpers import run_closing, stray_watches, terminate_clients
 
 # Longer than any of these tests takes when nothing hangs.
 PROMPT = 30.0
@@ -32,30 +31,6 @@ PROMPT = 30.0
 def _register(pgq: PgQueue) -> None:
     @pgq.task(name="t")
     def t(n: int = 0, blob: str = "") -> None: ...
-
-
-def _stray() -> dict[int, Any]:
-    """Registrations with the running loop of the client's connections that are closed or
-    broken, or whose socket is not the descriptor watched."""
-    selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
-    found = {}
-    for fd, key in selector.get_map().items():
-        owner = getattr(getattr(key.data[0], "_callback", None), "__self__", None)
-        if isinstance(owner, LeanWaits) and (
-            owner.closed or owner.broken or owner.pgconn.socket != fd
-        ):
-            found[fd] = owner
-    return found
-
-
-def _run(pgq: PgQueue, work: Callable[[], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        try:
-            return await asyncio.wait_for(work(), PROMPT)
-        finally:
-            await pgq.aclose()
-
-    return asyncio.run(main())
 
 
 def _job_ids(dsn: str) -> list[int]:
@@ -78,17 +53,6 @@ def _set(event: threading.Event, _: object) -> None:
     event.set()
 
 
-def _terminate_clients(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            " AND backend_type = 'client backend'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 @pytest.mark.parametrize("group_commit", [True, False], ids=["group-commit", "one-by-one"])
 def test_many_tasks_enqueueing_on_one_client_each_get_their_own_job(
     dsn: str, group_commit: bool
@@ -103,10 +67,10 @@ def test_many_tasks_enqueueing_on_one_client_each_get_their_own_job(
     async def work() -> tuple[list[int], dict[int, Any], int]:
         made = await asyncio.gather(*(producer(i) for i in range(tasks)))
         ids = [job for some in made for job in some]
-        return ids, _stray(), int(await pgq.enqueue_async("t", {}))
+        return ids, stray_watches(), int(await pgq.enqueue_async("t", {}))
 
     try:
-        ids, stray, last = _run(pgq, work)
+        ids, stray, last = run_closing(pgq, work)
     finally:
         pgq.close()
     assert len(ids) == len(set(ids)) == tasks * calls
@@ -135,9 +99,9 @@ def test_tasks_cancelled_at_random_points_leave_the_client_working(dsn: str, pgq
             results = await asyncio.gather(*running, return_exceptions=True)
             assert all(isinstance(r, asyncio.CancelledError) for r in results), results
         after = [int(await pgq.enqueue_async("t", {})) for _ in range(20)]
-        return _stray(), after
+        return stray_watches(), after
 
-    stray, after = _run(pgq, work)
+    stray, after = run_closing(pgq, work)
     assert stray == {}
     in_table = _job_ids(dsn)
     assert len(in_table) == len(set(in_table))
@@ -168,16 +132,16 @@ def test_the_server_ending_the_pooled_connections_while_tasks_enqueue(dsn: str) 
         killed = 0
         for _ in range(4):
             await asyncio.sleep(0.15)
-            killed += await asyncio.to_thread(_terminate_clients, dsn)
+            killed += await asyncio.to_thread(terminate_clients, dsn)
         await asyncio.sleep(0.15)
         stop.set()
         await asyncio.gather(*running)
         # A connection ended while idle in the pool is found when handed out: no error now.
         after = [int(await pgq.enqueue_async("t", {})) for _ in range(20)]
-        return killed, _stray(), after
+        return killed, stray_watches(), after
 
     try:
-        killed, stray, after = _run(pgq, work)
+        killed, stray, after = run_closing(pgq, work)
     finally:
         pgq.close()
     assert killed >= 4 and ok and len(after) == 20
@@ -225,7 +189,7 @@ def test_a_connection_ended_while_it_sends_a_large_statement(dsn: str, kind: str
             if kind == "statement":  # ended while it is being written (once: ended again and
                 # again, the pool's replacements would be too, and the call wait for one)
                 await asyncio.sleep(0.005)
-                await asyncio.to_thread(_terminate_clients, dsn)
+                await asyncio.to_thread(terminate_clients, dsn)
             else:
                 done = threading.Event()
                 big.add_done_callback(functools.partial(_set, done))
@@ -235,10 +199,10 @@ def test_a_connection_ended_while_it_sends_a_large_statement(dsn: str, kind: str
             except psycopg.OperationalError as exc:
                 outcomes.append(exc)
         job = int(await pgq.enqueue_async("t", {}))
-        return outcomes, _stray(), job
+        return outcomes, stray_watches(), job
 
     try:
-        outcomes, stray, job = _run(pgq, work)
+        outcomes, stray, job = run_closing(pgq, work)
     finally:
         pgq.close()
     assert len(outcomes) == 3 and job > 0 and stray == {}
@@ -263,10 +227,10 @@ def test_two_loops_in_two_threads_share_a_client_with_a_pool_each(dsn: str, pgq:
 
             made = await asyncio.gather(*(producer() for _ in range(20)))
             ids[name] = [job for some in made for job in some]
-            assert _stray() == {}
+            assert stray_watches() == {}
 
         try:
-            _run(pgq, work)
+            run_closing(pgq, work)
         except BaseException as exc:  # the test reads it
             errors.append(exc)
 
@@ -307,10 +271,10 @@ def test_an_applications_transaction_between_pooled_calls(dsn: str, pgq: PgQueue
                     dropped.append(int(await pgq.enqueue_async("t", {}, conn=app)))
                     await asyncio.sleep(0)
             await others
-        assert _stray() == {}
+        assert stray_watches() == {}
         return pooled, kept, dropped
 
-    pooled, kept, dropped = _run(pgq, work)
+    pooled, kept, dropped = run_closing(pgq, work)
     in_table = set(_job_ids(dsn))
     assert set(pooled) | set(kept) <= in_table
     assert in_table.isdisjoint(dropped)
@@ -328,9 +292,13 @@ def test_closing_the_client_while_calls_are_in_flight(dsn: str, pgq: PgQueue) ->
         await pgq.aclose()
         outcomes = await asyncio.gather(*running, return_exceptions=True)
         job = int(await pgq.enqueue_async("t", {}))
-        return [o if isinstance(o, BaseException) else int(o) for o in outcomes], _stray(), job
+        return (
+            [o if isinstance(o, BaseException) else int(o) for o in outcomes],
+            stray_watches(),
+            job,
+        )
 
-    outcomes, stray, job = _run(pgq, work)
+    outcomes, stray, job = run_closing(pgq, work)
     assert len(outcomes) == 50 and job > 0 and stray == {}
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     assert all(isinstance(e, psycopg.Error) for e in errors), errors
@@ -358,9 +326,9 @@ def test_notices_raised_by_an_applications_trigger_during_enqueues(dsn: str, pgq
         async with pgq.connection_async() as conn:  # the connection kept for the next call
             conn.add_notice_handler(lambda diag: heard.append(str(diag.message_primary)))
         made = await asyncio.gather(*(producer() for _ in range(20)))
-        return [job for some in made for job in some], _stray()
+        return [job for some in made for job in some], stray_watches()
 
-    ids, stray = _run(pgq, work)
+    ids, stray = run_closing(pgq, work)
     assert len(set(ids)) == 400 and stray == {}
     assert heard and all(h.startswith("job ") for h in heard)
     assert set(ids) == set(_job_ids(dsn))

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -22,6 +20,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgqueue import PgQueue
+from tests.helpers import counting, run_closing
 
 CALLS = 20
 
@@ -29,31 +28,6 @@ CALLS = 20
 def _register(pgq: PgQueue) -> None:
     @pgq.task(name="t")
     def t(blob: str = "") -> None: ...
-
-
-@contextmanager
-def _counting(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> Iterator[list[int]]:
-    """Count the calls of ``owner.name`` (a method) inside the block."""
-    calls = [0]
-    original = getattr(owner, name)
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, counted)
-    yield calls
-    monkeypatch.setattr(owner, name, original)
-
-
-def _run_async(pgq: PgQueue, work: Callable[[], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        try:
-            return await work()
-        finally:
-            await pgq.aclose()
-
-    return asyncio.run(main())
 
 
 def test_an_async_enqueue_arms_no_timer_while_it_waits(
@@ -64,12 +38,12 @@ def test_an_async_enqueue_arms_no_timer_while_it_waits(
     async def work() -> int:
         await pgq.enqueue_async("t", {})  # the pool opened, the statement prepared
         loop = asyncio.get_running_loop()
-        with _counting(monkeypatch, loop, "call_at") as timers:
+        with counting(monkeypatch, loop, "call_at") as timers:
             for _ in range(CALLS):
                 await pgq.enqueue_async("t", {})
         return timers[0]
 
-    assert _run_async(pgq, work) == 0
+    assert run_closing(pgq, work) == 0
 
 
 def test_a_single_enqueue_makes_no_cursor_and_sends_no_commit(
@@ -78,8 +52,8 @@ def test_a_single_enqueue_makes_no_cursor_and_sends_no_commit(
     _register(pgq)
     pgq.enqueue("t", {})
     with (
-        _counting(monkeypatch, psycopg.Connection, "cursor") as cursors,
-        _counting(monkeypatch, psycopg.Connection, "commit") as commits,
+        counting(monkeypatch, psycopg.Connection, "cursor") as cursors,
+        counting(monkeypatch, psycopg.Connection, "commit") as commits,
     ):
         for _ in range(CALLS):
             pgq.enqueue("t", {})
@@ -88,14 +62,14 @@ def test_a_single_enqueue_makes_no_cursor_and_sends_no_commit(
     async def work() -> tuple[int, int]:
         await pgq.enqueue_async("t", {})
         with (
-            _counting(monkeypatch, psycopg.AsyncConnection, "cursor") as cursors,
-            _counting(monkeypatch, psycopg.AsyncConnection, "commit") as commits,
+            counting(monkeypatch, psycopg.AsyncConnection, "cursor") as cursors,
+            counting(monkeypatch, psycopg.AsyncConnection, "commit") as commits,
         ):
             for _ in range(CALLS):
                 await pgq.enqueue_async("t", {})
         return cursors[0], commits[0]
 
-    assert _run_async(pgq, work) == (0, 0)
+    assert run_closing(pgq, work) == (0, 0)
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone() == (2 + 2 * CALLS,)
 
@@ -134,7 +108,7 @@ def test_a_cancelled_async_enqueue_cancels_its_statement_and_the_connection_goes
             await pgq.enqueue_async("t", {"blob": "after"})
             return left, len(pgq._pools._async_pools)
 
-        left, pools = _run_async(pgq, work)
+        left, pools = run_closing(pgq, work)
     assert (left, pools) == (0, 1)
     with psycopg.connect(dsn) as conn:
         blobs = [r[0] for r in conn.execute("SELECT args->>'blob' FROM pgqueue.jobs ORDER BY id")]
@@ -149,7 +123,7 @@ def test_an_async_enqueue_larger_than_the_socket_buffer_is_written_whole(dsn: st
     async def work() -> int:
         return await pgq.enqueue_async("t", {"blob": blob})
 
-    job_id = _run_async(pgq, work)
+    job_id = run_closing(pgq, work)
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT length(args->>'blob') FROM pgqueue.jobs WHERE id = %s", (job_id,)
@@ -213,14 +187,14 @@ def test_an_async_single_enqueue_takes_no_connection_from_the_pool(
     async def work() -> tuple[int, int]:
         await pgq.enqueue_async("t", {})
         with (
-            _counting(monkeypatch, AsyncConnectionPool, "getconn") as taken,
-            _counting(monkeypatch, AsyncConnectionPool, "putconn") as given,
+            counting(monkeypatch, AsyncConnectionPool, "getconn") as taken,
+            counting(monkeypatch, AsyncConnectionPool, "putconn") as given,
         ):
             for _ in range(CALLS):
                 await pgq.enqueue_async("t", {})
         return taken[0], given[0]
 
-    assert _run_async(pgq, work) == (0, 0)
+    assert run_closing(pgq, work) == (0, 0)
 
 
 def test_a_kept_connection_goes_back_to_the_pool_for_a_waiting_call(dsn: str) -> None:
@@ -247,7 +221,7 @@ def test_a_kept_connection_goes_back_to_the_pool_for_a_waiting_call(dsn: str) ->
         await asyncio.wait_for(pgq.enqueue_async("t", {}), 10)
         return time.monotonic() - started
 
-    assert _run_async(pgq, work) < 5
+    assert run_closing(pgq, work) < 5
 
 
 def test_a_kept_connection_goes_back_to_the_pool_after_a_while(
@@ -261,9 +235,9 @@ def test_a_kept_connection_goes_back_to_the_pool_after_a_while(
 
     async def work() -> int:
         await pgq.enqueue_async("t", {})
-        with _counting(monkeypatch, AsyncConnectionPool, "putconn") as given:
+        with counting(monkeypatch, AsyncConnectionPool, "putconn") as given:
             for _ in range(CALLS):
                 await pgq.enqueue_async("t", {})
         return given[0]
 
-    assert _run_async(pgq, work) == CALLS
+    assert run_closing(pgq, work) == CALLS

@@ -13,8 +13,7 @@ loops, the loop watches exactly the client's open connections, and the next enqu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -23,6 +22,7 @@ from psycopg.waiting import Wait
 
 from pgqueue import PgQueue
 from pgqueue.db.async_wait import LeanWaits
+from tests.helpers import counting, run_closing, terminate_clients
 
 CALLS = 20
 # An enqueue that waits longer than this for its answer waits on a socket nobody watches.
@@ -85,41 +85,6 @@ async def _enqueue(pgq: PgQueue) -> int:
     return await asyncio.wait_for(pgq.enqueue_async("t", {}), PROMPT)
 
 
-def _run(pgq: PgQueue, work: Callable[[], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        try:
-            return await work()
-        finally:
-            await pgq.aclose()
-
-    return asyncio.run(main())
-
-
-@contextmanager
-def _counting(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> Iterator[list[int]]:
-    calls = [0]
-    original = getattr(owner, name)
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, counted)
-    yield calls
-    monkeypatch.setattr(owner, name, original)
-
-
-def _terminate_clients(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            " AND backend_type = 'client backend'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def test_a_single_enqueue_adds_and_removes_no_reader(pgq: PgQueue, monkeypatch) -> None:
     _register(pgq)
 
@@ -127,14 +92,14 @@ def test_a_single_enqueue_adds_and_removes_no_reader(pgq: PgQueue, monkeypatch) 
         await _enqueue(pgq)  # the pool opened, the socket watched
         loop = asyncio.get_running_loop()
         with (
-            _counting(monkeypatch, loop, "add_reader") as added,
-            _counting(monkeypatch, loop, "remove_reader") as removed,
+            counting(monkeypatch, loop, "add_reader") as added,
+            counting(monkeypatch, loop, "remove_reader") as removed,
         ):
             for _ in range(CALLS):
                 await _enqueue(pgq)
         return added[0], removed[0]
 
-    assert _run(pgq, work) == (0, 0)
+    assert run_closing(pgq, work) == (0, 0)
 
 
 def test_closing_the_client_leaves_no_reader(pgq: PgQueue) -> None:
@@ -147,7 +112,7 @@ def test_closing_the_client_leaves_no_reader(pgq: PgQueue) -> None:
         await pgq.aclose()
         return before, _watched()
 
-    before, after = _run(pgq, work)
+    before, after = run_closing(pgq, work)
     assert after == before
 
 
@@ -176,7 +141,7 @@ def test_connections_the_pool_closes_leave_no_reader_and_new_ones_are_watched(
         assert _watchers()  # the connection that wrote it
         return used, _stray(), job
 
-    old, stray, job = _run(pgq, work)
+    old, stray, job = run_closing(pgq, work)
     assert old and stray == {} and job > 0
 
 
@@ -187,14 +152,14 @@ def test_connections_the_server_closed_leave_no_reader_and_are_replaced(
 
     async def work() -> tuple[int, dict[int, Any], int]:
         assert await _use_connections(pgq, 3) <= _watched()
-        killed = _terminate_clients(dsn)
+        killed = terminate_clients(dsn)
         await asyncio.sleep(0.2)  # the loop sees the sockets close while nothing waits on them
         for _ in range(4):
             await _enqueue(pgq)  # found dead when handed out, replaced
         job = await _enqueue(pgq)
         return killed, _stray(), job
 
-    killed, stray, job = _run(pgq, work)
+    killed, stray, job = run_closing(pgq, work)
     assert killed >= 1 and stray == {} and job > 0
 
 
@@ -221,7 +186,7 @@ def test_a_connection_broken_in_the_middle_of_a_statement_leaves_no_reader(
             assert isinstance(failed[0], BaseException)
             return type(failed[0]), _stray(), job
 
-        failure, stray, job = _run(pgq, work)
+        failure, stray, job = run_closing(pgq, work)
     assert issubclass(failure, psycopg.OperationalError)
     assert stray == {} and job > 0
 
@@ -242,7 +207,7 @@ def test_a_cancelled_statement_leaves_the_connection_watched_once(dsn: str, pgq:
             job = await _enqueue(pgq)
             return _stray(), job
 
-        stray, job = _run(pgq, work)
+        stray, job = run_closing(pgq, work)
     assert stray == {} and job > 0
 
 
@@ -261,7 +226,7 @@ def test_a_client_used_on_one_loop_after_another(pgq: PgQueue) -> None:
         job = await _enqueue(pgq)
         return _stray(), job
 
-    stray, job = _run(pgq, second)
+    stray, job = run_closing(pgq, second)
     assert stray == {} and job > 0
 
 

@@ -11,7 +11,6 @@ import inspect
 import re
 import sys
 import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +18,9 @@ import psycopg
 import pytest
 from psycopg import pq
 
+from benchmarks.claim_plans import claim_params
 from pgqueue.worker import store
 from pgqueue.worker.store import WorkerDB
-
-
-def _params(queue: str) -> dict[str, Any]:
-    return {
-        "queues": [queue],
-        "tasks": ["t"],
-        "limit": 10,
-        "worker_id": str(uuid.uuid4()),
-        "lease": timedelta(seconds=30),
-        "running": [0],
-        "after_priority": [None],
-        "after_run_at": [None],
-        "after_id": [None],
-    }
 
 
 def _traced_claim(dsn: str, queue: str, trace: Path) -> tuple[list[Any], list[Any]]:
@@ -52,7 +38,7 @@ def _traced_claim(dsn: str, queue: str, trace: Path) -> tuple[list[Any], list[An
                         pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE
                     )
                 rows, due, commit = await db.before_commit(
-                    "claim_jobs", "next_due", _params(queue), generic=True
+                    "claim_jobs", "next_due", claim_params(queue, 10), generic=True
                 )
                 await commit
                 return rows, await due
@@ -128,11 +114,13 @@ def test_a_claim_whose_rows_cannot_be_read_is_not_committed(dsn, pgq, monkeypatc
         await db.open()
         try:
             with pytest.raises(RuntimeError, match="cannot be decoded"):
-                await db.before_commit("claim_jobs", "next_due", _params(queue), generic=True)
+                await db.before_commit(
+                    "claim_jobs", "next_due", claim_params(queue, 10), generic=True
+                )
             # The pool works on (the connection that held the claim was replaced).
             monkeypatch.undo()
             rows, due, commit = await db.before_commit(
-                "claim_jobs", "next_due", _params(queue), generic=True
+                "claim_jobs", "next_due", claim_params(queue, 10), generic=True
             )
             await commit
             await due
@@ -157,7 +145,7 @@ def test_the_commits_task_is_waiting_on_the_socket_when_the_rows_are_returned(ds
         await db.open()
         try:
             _, due, commit = await db.before_commit(
-                "claim_jobs", "next_due", _params(queue), generic=True
+                "claim_jobs", "next_due", claim_params(queue, 10), generic=True
             )
             state = inspect.getcoroutinestate(commit.get_coro())  # type: ignore[arg-type]
             await commit
