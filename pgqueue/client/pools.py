@@ -211,9 +211,10 @@ class Pools:
             await self._close_loop(loop, ending=True)
             raise
         finally:
-            # (The task holds its loop: kept in the map, it would keep the loop alive.)
-            if self._closers.get(loop) is asyncio.current_task():
-                del self._closers[loop]
+            # (The task holds its loop: kept in the map, it would keep the loop alive. No new
+            # one is made for the loop while this one runs. Also reached, with no loop
+            # running, when a loop closed without cancelling its tasks drops this one.)
+            self._closers.pop(loop, None)
 
     # psycopg_pool's connection() is getconn() and putconn() around two more context
     # managers, one of them the connection's own (a commit, empty on an autocommit
@@ -460,7 +461,14 @@ class Pools:
     async def aclose(self) -> None:
         """Close the pools and this loop's results listener."""
         self.close()
-        await self._close_loop(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        await self._close_loop(loop)
+        # Nothing is left for the loop's end to close: its closer ends now (a loop closed
+        # without cancelling its tasks would drop it pending, and say so).
+        closer = self._closers.pop(loop, None)
+        if closer is not None and closer is not asyncio.current_task():
+            closer.cancel()
+            await asyncio.gather(closer, return_exceptions=True)
 
     async def _close_loop(self, loop: asyncio.AbstractEventLoop, *, ending: bool = False) -> None:
         """Close ``loop``'s async pool (unless it is the application's) and listener.

@@ -57,3 +57,27 @@ def test_each_asyncio_run_leaves_no_connection_open(dsn: str) -> None:
         row = conn.execute("SELECT count(*) FROM pgqueue.jobs WHERE task = 'loop_end.t'").fetchone()
     assert row == (7,)
     assert _client_backends(dsn, before) == before
+
+
+def test_aclose_leaves_no_task_on_a_loop_closed_without_cancelling_its_tasks(dsn: str) -> None:
+    """Some runners close their loop without cancelling what is left (an application's own
+    loop, a test client's portal, after the app's lifespan ran ``aclose()``): the client
+    leaves no task of its own there to be dropped pending."""
+    pgq = PgQueue(dsn)
+
+    @pgq.task(name="loop_end.u")
+    def u() -> None: ...
+
+    loop = asyncio.new_event_loop()
+
+    async def go() -> None:
+        await u.enqueue_async()
+        await pgq.aclose()
+
+    try:
+        loop.run_until_complete(go())
+        left = [task.get_name() for task in asyncio.all_tasks(loop)]
+    finally:
+        loop.close()
+    assert not [name for name in left if name.startswith("pgqueue")], left
+    pgq.close()
