@@ -1,17 +1,24 @@
-"""The claim's list parameters sent as PostgreSQL array literals.
+"""The worker's list parameters sent as PostgreSQL array literals.
 
 psycopg dumps a Python list element by element in Python, working out the array's type from
 its elements first: the claim's five lists (queues, tasks and the cursor's three ``after_*``
 keys) cost 0.1-0.15 ms of the event loop's time per claim, on the path from a NOTIFY to the
-handler. Their text form, built here with one ``join``, is bound as an ordinary parameter (never
-spliced into SQL) and the statement casts it (``%(queues)s::text[]``), as it casts the lists.
+handler, and an ack's ids and tokens about 1 us a job. Their text form, built here with one
+``join``, is bound as an ordinary parameter (never spliced into SQL) and the statement casts it
+(``%(queues)s::text[]``), as it casts the lists. :func:`int_array` is the batches' form (ints
+only: nothing to quote or check), :func:`array_literal` the claim's (mixed types).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
+
+
+def int_array(values: Iterable[int]) -> str:
+    """A batch of ids or tokens as an array literal (``{1,2,3}``), cast by the query."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _element(value: object) -> str | None:

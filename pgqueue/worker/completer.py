@@ -27,6 +27,7 @@ import psycopg
 from pgqueue.handler.steps import SLEEP
 from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker import written_log
+from pgqueue.worker.array_params import int_array
 from pgqueue.worker.bad_rows import BreakerCounts, RowIsolation
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.leases import LeaseClock
@@ -44,7 +45,7 @@ from pgqueue.worker.outcome import (
     parked,
 )
 from pgqueue.worker.service import Service
-from pgqueue.worker.store import WorkerStore, int_array
+from pgqueue.worker.store import WorkerStore
 
 MAX_BATCH = 1000
 

@@ -16,12 +16,13 @@ import time
 from datetime import timedelta
 
 from pgqueue.rules.log_actions import Action, fields
+from pgqueue.worker.array_params import int_array
 from pgqueue.worker.counts import JobCounts
 from pgqueue.worker.holdings import Holdings
 from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
-from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore, int_array
+from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore
 
 
 class Heartbeater(Service):

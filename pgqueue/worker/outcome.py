@@ -20,7 +20,8 @@ from pgqueue.rules.log_actions import Action, fields
 from pgqueue.rules.options import MAX_DURATION
 from pgqueue.rules.payload import dumps
 from pgqueue.rules.vocabulary import OutcomeKind
-from pgqueue.worker.store import Row, int_array
+from pgqueue.worker.array_params import int_array
+from pgqueue.worker.store import Row
 
 if TYPE_CHECKING:
     from pgqueue.rules.tasks import Task

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Protocol, TypeVar, cast
 
@@ -68,13 +68,6 @@ ROWS_BY_NAME: dict[str, BaseRowFactory[Row]] = {
 #: The claim path's statements: their list parameters go as array literals (array_params.py;
 #: each statement casts every list it takes).
 ARRAYS_AS_LITERALS = frozenset({"claim_jobs", "claim_flow", "next_due"})
-
-
-def int_array(values: Iterable[int]) -> str:
-    """A batch of ids or tokens as a PostgreSQL array literal (``{1,2,3}``), cast by the query.
-    psycopg dumps a Python list element by element in Python (about 1 us a job for an ack's
-    ids and tokens); this is one ``join`` in C. Only ints go in, so nothing needs quoting."""
-    return "{" + ",".join(map(str, values)) + "}"
 
 
 #: Errors that mean "the database is unreachable or went away": wait and try again.
