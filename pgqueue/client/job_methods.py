@@ -15,6 +15,7 @@ from pgqueue.db import plan as plans
 from pgqueue.db.connections import AsyncConnectionArg, ConnectionArg
 from pgqueue.db.results import Deadline, read_outcome, wait_for_result
 from pgqueue.rules.job_specs import JobId
+from pgqueue.rules.options import check_job_id
 from pgqueue.rules.progress import Progress
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class JobMethods(plans.Runner):
         For a type checker, the result of a ``JobId[R]`` (what ``task.enqueue(...)`` returns) is
         an ``R`` (what the coroutine returns, for an ``async def`` task); of a bare id, ``Any``.
         """
-        job_id = int(job_id)
+        job_id = check_job_id(job_id)  # 1.5 is refused, not read as job 1
         deadline = Deadline(job_id, timeout)  # a bad timeout is refused before any read
         # A job that has ended needs no listening connection: one read through the pool.
         finished, value = self.run(read_outcome(job_id, self._decode_result))
@@ -90,7 +91,7 @@ class JobMethods(plans.Runner):
         """The async twin of :meth:`result`. The calls on one event loop share one LISTEN
         connection (:mod:`pgqueue.db.results_listener`) and read through the client's pool, so
         awaiting results in many requests at once does not open a connection each."""
-        job_id = int(job_id)
+        job_id = check_job_id(job_id)  # 1.5 is refused, not read as job 1
         deadline = Deadline(job_id, timeout)
         listener = await self._pools.results_listener()
         with listener.watch(job_id) as woken:

@@ -292,21 +292,22 @@ class JobContext(_TransactionFields):
         )
 
     def sleep(self, seconds: float | timedelta, *, name: str | None = None) -> None:
-        """Coming: sleep durably (the job leaves the worker and resumes ``seconds`` later by the
-        database's clock; earlier steps replay). Needs a worker that parks jobs: this version's
-        raises :class:`~pgqueue.StepError`."""
+        """Sleep durably: the job leaves the worker and resumes ``seconds`` later by the
+        database's clock, its earlier steps replayed from their checkpoints. A negative or
+        non-finite duration raises :class:`~pgqueue.InvalidJobError` before anything is read
+        or recorded."""
         parking.check_parking(self, "ctx.sleep()")
-        run = steps.load_run(self)
-        parking.sleep_step(self, run, parking.sleep_call(seconds, None, name))
+        call = parking.sleep_call(seconds, None, name)
+        parking.sleep_step(self, steps.load_run(self), call)
 
     def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
-        """Coming: :meth:`sleep` until ``when`` (timezone-aware)."""
+        """:meth:`sleep` until ``when`` (timezone-aware)."""
         parking.check_parking(self, "ctx.sleep_until()")
-        run = steps.load_run(self)
-        parking.sleep_step(self, run, parking.sleep_call(None, when, name))
+        call = parking.sleep_call(None, when, name)
+        parking.sleep_step(self, steps.load_run(self), call)
 
     def wait_for_event(self, name: str, *, timeout: float | timedelta | None = None) -> Any:
-        """Coming: wait until the event ``name`` is emitted (``pgq.emit_event``; one emitted
+        """Wait until the event ``name`` is emitted (``pgq.emit_event``; one emitted
         before is delivered too) and return its payload; :class:`~pgqueue.EventTimeout` after
         ``timeout``. The job leaves the worker while it waits."""
         parking.check_parking(self, "ctx.wait_for_event()")
@@ -316,14 +317,14 @@ class JobContext(_TransactionFields):
     async def sleep_async(self, seconds: float | timedelta, *, name: str | None = None) -> None:
         """The async form of :meth:`sleep`."""
         parking.check_parking(self, "ctx.sleep_async()")
-        run = await steps.load_run_async(self)
-        parking.sleep_step(self, run, parking.sleep_call(seconds, None, name))
+        call = parking.sleep_call(seconds, None, name)
+        parking.sleep_step(self, await steps.load_run_async(self), call)
 
     async def sleep_until_async(self, when: datetime, *, name: str | None = None) -> None:
         """The async form of :meth:`sleep_until`."""
         parking.check_parking(self, "ctx.sleep_until_async()")
-        run = await steps.load_run_async(self)
-        parking.sleep_step(self, run, parking.sleep_call(None, when, name))
+        call = parking.sleep_call(None, when, name)
+        parking.sleep_step(self, await steps.load_run_async(self), call)
 
     async def wait_for_event_async(
         self, name: str, *, timeout: float | timedelta | None = None

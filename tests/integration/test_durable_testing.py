@@ -4,6 +4,8 @@ worker will catch); retention of checkpoints and events."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -211,12 +213,17 @@ def test_a_wait_returns_the_payload_or_raises_event_timeout_on_replay(pgq, dsn):
         (lambda ctx: ctx.sleep("5"), "a number of seconds or a timedelta"),
         (lambda ctx: ctx.sleep_until(datetime(2030, 1, 1)), "timezone-aware"),
         (lambda ctx: ctx.wait_for_event(""), "must not be empty"),
+        (lambda ctx: asyncio.run(ctx.sleep_async(-1)), "between 0 and 100 years"),
+        (lambda ctx: asyncio.run(ctx.sleep_async(math.nan)), "a number of seconds"),
+        (lambda ctx: asyncio.run(ctx.sleep_until_async(datetime(2030, 1, 1))), "timezone-aware"),
+        (lambda ctx: asyncio.run(ctx.wait_for_event_async("", timeout=-1)), "must not be empty"),
     ],
 )
-def test_bad_sleeps_and_waits_are_refused(pgq, dsn, call, message):
+def test_bad_sleeps_and_waits_are_refused_before_the_checkpoints_are_read(pgq, dsn, call, message):
     ctx = _context(pgq, dsn, Parking(dsn))
     with pytest.raises(InvalidJobError, match=message):
         call(ctx)
+    assert ctx.step_run is None  # refused before the run's checkpoints were read
 
 
 # -- retention -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from pgqueue import (
+    InvalidJobError,
     JobCancelledError,
     JobDeadError,
     JobNotFoundError,
@@ -346,3 +347,37 @@ def test_result_of_an_id_below_the_first_is_not_found_sync_and_async(pgq):
             await pgq.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("job_id", [1.5, 2.0, "1.5", True, None, 2**70])
+def test_result_of_what_is_not_a_job_id_is_refused_sync_and_async(pgq, job_id):
+    """``int()`` read 1.5 as job 1 (and 2.0 as job 2): the result of another job, or a wait
+    for one that may never come; 2**70 reached the database as an out-of-range error."""
+    pgq.enqueue(add, {"x": 1})
+    with pytest.raises(InvalidJobError, match="a job id must be an integer"):
+        pgq.result(job_id, timeout=1)
+
+    async def main() -> None:
+        try:
+            with pytest.raises(InvalidJobError, match="a job id must be an integer"):
+                await asyncio.wait_for(pgq.result_async(job_id, timeout=1), 10)
+        finally:
+            await pgq.aclose()
+
+    asyncio.run(main())
+
+
+def test_result_takes_an_id_as_its_decimal_string_sync_and_async(app_dsn, pgq):
+    """An id read from a URL or a form, as ``cancel`` and ``progress`` take it."""
+    job = pgq.enqueue(add, {"x": 1, "y": 2})
+    with thread_worker(APP, app_dsn, burst=True) as w:
+        w.join()
+    assert pgq.result(str(int(job)), timeout=5) == 3
+
+    async def main() -> int:
+        try:
+            return int(await asyncio.wait_for(pgq.result_async(f" {int(job)} ", timeout=5), 10))
+        finally:
+            await pgq.aclose()
+
+    assert asyncio.run(main()) == 3
