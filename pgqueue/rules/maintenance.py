@@ -13,6 +13,13 @@ relation the service already brought down is judged against the size it reached 
 for it. A floor holds while the live data stays about what it was then: brought down while a
 backlog filled the table (whose last pages a VACUUM then cannot cut off), a relation is tried
 again once that backlog has drained.
+
+A VACUUM that gave nothing back says nothing about the estimate: the rows it found at the
+table's end were still visible to a transaction that began before they were deleted (a
+draining worker's, a young snapshot), and a moment later they are not. Its floor holds for a
+few passes only (:func:`floor_after`): 1, then 2, 4, ... up to :data:`MAX_SKIPPED_PASSES`
+while such VACUUMs follow one another. Without that, a table emptied meanwhile kept the size it
+had then for good (the live rows were ~0 before and after, so the floor never gave way).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from dataclasses import dataclass
 #: Defaults of :class:`Thresholds` (and of ``pgq maintain``).
 BLOAT_FACTOR = 2.0
 MIN_BYTES = 256 * 1024  # 32 pages: below this, a rebuild wins too little to be worth it
+#: The most passes a VACUUM that gave nothing back keeps its table from being tried again.
+MAX_SKIPPED_PASSES = 64
 
 
 @dataclass(frozen=True)
@@ -64,10 +73,31 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Floor:
-    """A relation as the service last left it: its size, and its estimate then."""
+    """A relation as the service last left it: its size, and its estimate then. ``until``:
+    for a VACUUM that gave nothing back, the pass from which it no longer holds (None: it
+    holds while the live data stays about the same); ``misses``: how many such VACUUMs in a
+    row."""
 
     bytes: int
     estimated_bytes: int
+    until: int | None = None
+    misses: int = 0
+
+
+def floor_after(
+    previous: Floor | None, vacuum: bool, before: int, after: int, estimated: int, at_pass: int
+) -> Floor:
+    """The floor a step leaves (``vacuum``: a VACUUM, else a REINDEX), done in pass
+    ``at_pass``, that took the relation from ``before`` to ``after`` bytes."""
+    if not vacuum or after < before:
+        return Floor(after, estimated)
+    misses = previous.misses + 1 if previous is not None and previous.until is not None else 1
+    return Floor(after, estimated, at_pass + min(2 ** (misses - 1), MAX_SKIPPED_PASSES), misses)
+
+
+def standing(floors: Mapping[str, Floor], at_pass: int) -> dict[str, Floor]:
+    """The floors that still hold in pass ``at_pass``."""
+    return {name: f for name, f in floors.items() if f.until is None or at_pass < f.until}
 
 
 def to_vacuum(

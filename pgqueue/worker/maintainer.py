@@ -122,6 +122,7 @@ class Maintainer(Service):
         self.application_name = application_name
         #: What each relation was brought down to (see pgqueue.rules.maintenance: floors).
         self.floors: dict[str, Floor] = {}
+        self.passes = 0  # passes that read the relations (the floors' clock)
         self._said: set[str] = set()  # what was logged once (a held horizon, missing rights)
 
     def interval(self) -> float:
@@ -157,7 +158,13 @@ class Maintainer(Service):
 
     async def _pass(self, conn: db.Connection) -> Report:
         from pgqueue.db import maintenance as db
-        from pgqueue.rules.maintenance import Thresholds, not_ours, to_rebuild, to_vacuum
+        from pgqueue.rules.maintenance import (
+            Thresholds,
+            not_ours,
+            standing,
+            to_rebuild,
+            to_vacuum,
+        )
 
         thresholds = Thresholds() if self.thresholds is None else self.thresholds
         held = (await db.horizon(conn)).warning(self.held_after)
@@ -186,10 +193,12 @@ class Maintainer(Service):
                 "pgqueue's tables",
                 extra=fields(Action.MAINTENANCE_NOT_OURS, relations=",".join(report.not_ours)),
             )
-        for table in to_vacuum(relations, thresholds, self.floors):
+        self.passes += 1
+        floors = standing(self.floors, self.passes)
+        for table in to_vacuum(relations, thresholds, floors):
             await self._reclaim(conn, report, "vacuum", table, db.vacuum, report.vacuumed)
         relations = await db.relations(conn)  # the VACUUM refreshed the counts
-        for index in to_rebuild(relations, thresholds, self.floors):
+        for index in to_rebuild(relations, thresholds, floors):
             await self._reclaim(conn, report, "reindex", index, db.reindex, report.rebuilt)
         return report
 
@@ -203,14 +212,21 @@ class Maintainer(Service):
         done: dict[str, tuple[int, int]],
     ) -> None:
         from pgqueue.db import maintenance as db
-        from pgqueue.rules.maintenance import Floor
+        from pgqueue.rules.maintenance import floor_after
 
         name = relation.name
         before = await db.size(conn, name)
         if not await self._step(conn, report, action, name, run):
             return
         after = await db.size(conn, name)
-        self.floors[name] = Floor(after, relation.estimated_bytes or 0)
+        self.floors[name] = floor_after(
+            self.floors.get(name),
+            action == "vacuum",
+            before,
+            after,
+            relation.estimated_bytes or 0,
+            self.passes,
+        )
         done[name] = (before, after)
         self.observer.maintained(action, name, before - after)
         self.log.info(

@@ -310,3 +310,26 @@ def test_pgq_status_shows_the_bloat_and_says_what_reclaims_it(dsn, conn):
     maintain(Maintainer(dsn))
     output = CliRunner().invoke(app, ["status", "--dsn", dsn], catch_exceptions=False).output
     assert "rebuilt about" in output and "warning: pgqueue's tables take" not in output, output
+
+
+def test_a_vacuum_that_could_not_shrink_the_table_is_tried_again(dsn, conn):
+    """A transaction with an id and no snapshot (idle in a READ COMMITTED transaction that
+    wrote) keeps VACUUM from removing the rows deleted after it began, yet is no held
+    snapshot, and REINDEX CONCURRENTLY does not wait for it: a pass then rebuilt the indexes
+    but its VACUUM freed nothing at the table's end. That size became the table's floor for
+    good (the live rows were ~0 then and after, so the floor never gave way) and the table
+    stayed bloated, no later pass touching it: seen in the held-snapshot chaos scenario, whose
+    draining workers' transactions did the same."""
+    with psycopg.connect(dsn, application_name="a writer") as writer:
+        writer.execute("SELECT txid_current()")  # an id, kept until it ends; no snapshot
+        before_table, _ = bloat(dsn, conn)
+        conn.execute("VACUUM pgqueue.jobs")  # as autovacuum would: the live rows are 0 now
+        # Young, as the draining workers' transactions were: not yet a holder to wait for.
+        maintainer = Maintainer(dsn, held_after=600)
+        first = maintain(maintainer)
+        assert first.waiting is None and "jobs" in first.vacuumed and first.rebuilt, first
+        assert first.vacuumed["jobs"][1] > 2 * before_table, first  # nothing removable yet
+    # The transaction has ended: the next pass vacuums again and the table comes back.
+    again = maintain(maintainer)
+    table, _ = sizes(conn)
+    assert "jobs" in again.vacuumed and table <= 2 * before_table, (before_table, table, again)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from pgqueue.rules.maintenance import Floor, Relation, Thresholds, not_ours, to_rebuild, to_vacuum
+from pgqueue.rules.maintenance import (
+    MAX_SKIPPED_PASSES,
+    Floor,
+    Relation,
+    Thresholds,
+    floor_after,
+    not_ours,
+    standing,
+    to_rebuild,
+    to_vacuum,
+)
 
 KB = 1024
 LIMITS = Thresholds(factor=2.0, min_bytes=256 * KB)
@@ -65,3 +75,29 @@ def test_largest_waste_first_and_only_what_this_role_may_touch():
     assert [r.name for r in to_rebuild(relations, LIMITS, {})] == ["large", "small"]
     assert not_ours(relations, LIMITS) == ["theirs"]
     assert "other" not in {r.table for r in to_vacuum(relations, LIMITS, {})}
+
+
+def test_a_vacuum_that_gave_nothing_back_holds_its_table_for_a_few_passes_only():
+    """Its rows were still visible to someone a moment ago, not too many for the estimate: a
+    table left as big as it was is tried again next pass, then after 2, 4, ... passes."""
+    emptied = table("jobs", 4096 * KB, 0)
+    floors: dict[str, Floor] = {}
+    tried = []
+    for at_pass in range(1, 40):
+        if to_vacuum([emptied], LIMITS, standing(floors, at_pass)):
+            tried.append(at_pass)
+            floors["jobs"] = floor_after(floors.get("jobs"), True, 4096 * KB, 4096 * KB, 0, at_pass)
+    assert tried == [1, 2, 4, 8, 16, 32]
+    assert floors["jobs"].misses == 6
+    # Never more than MAX_SKIPPED_PASSES apart.
+    late = Floor(4096 * KB, 0, 1000, 30)
+    assert floor_after(late, True, 1, 1, 0, 1000).until == 1000 + MAX_SKIPPED_PASSES
+
+
+def test_a_step_that_gave_room_back_sets_a_floor_that_holds():
+    vacuumed = floor_after(Floor(4096 * KB, 0, 9, 3), True, 4096 * KB, 900 * KB, 100 * KB, 9)
+    assert vacuumed == Floor(900 * KB, 100 * KB)  # the misses start again
+    assert standing({"jobs": vacuumed}, 10_000) == {"jobs": vacuumed}
+    # A REINDEX that gained nothing: the estimate is too small for the index; it holds.
+    rebuilt = floor_after(None, False, 900 * KB, 900 * KB, 100 * KB, 3)
+    assert rebuilt == Floor(900 * KB, 100 * KB)
