@@ -686,8 +686,15 @@ class Run:
         )
         return [row[0] for row in rows]
 
-    def fault(self, kind: str, held: list[int], healed_at: datetime | None = None) -> Fault:
-        record = Fault(kind, now(), held, healed_at)
+    def fault(
+        self,
+        kind: str,
+        held: list[int],
+        healed_at: datetime | None = None,
+        at: datetime | None = None,
+    ) -> Fault:
+        """A fault injected ``at`` (default: now), the jobs it interrupted ``held``."""
+        record = Fault(kind, now() if at is None else at, held, healed_at)
         self.faults.append(record)
         return record
 

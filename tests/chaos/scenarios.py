@@ -311,10 +311,14 @@ def network_cuts(env: Env, size: str) -> Report:
                 cut_ids.update(ids)
                 # Cut while the far side holds jobs (it gets fewer: the proxy is slower).
                 chaos.wait(_holding(chaos, ids), 30, "the cut workers to hold jobs")
+                # The cut's own instant, not the sample's after it: claims_cut looks from a
+                # second before it (on a loaded machine the sleep and the sample below took
+                # more than that, and a claim cut just before the cut was missed).
+                cut_at = now()
                 proxy.drop() if mode == "drop" else proxy.pause()
                 time.sleep(0.2)  # statements already delivered still commit: count them
                 kind = "reset 5 s" if mode == "drop" else "blackhole 2x lease"
-                fault = chaos.fault(kind, chaos.held(ids))
+                fault = chaos.fault(kind, chaos.held(ids), at=cut_at)
                 time.sleep(5.0 if mode == "drop" else settings.lease * 2.5)
                 proxy.heal()
                 fault.healed_at = now()
