@@ -75,6 +75,12 @@ def test_the_upgrade_keeps_the_jobs_and_the_views_rights_and_the_downgrade_too(f
             )
         )
         conn.execute("GRANT SELECT ON pgqueue.queue_depth TO PUBLIC")
+        # A producer's column rights on the table (pgq roles): the columns keep them.
+        conn.execute(
+            sql.SQL("GRANT INSERT (queue, task, state) ON pgqueue.jobs TO {}").format(
+                sql.Identifier(reader)
+            )
+        )
         conn.execute(
             "INSERT INTO pgqueue.jobs (queue, task, state, concurrency_key, max_attempts,"
             " attempts, lease_expires_at)"
@@ -105,6 +111,12 @@ def test_the_upgrade_keeps_the_jobs_and_the_views_rights_and_the_downgrade_too(f
             ("q", "u")
         ]
         conn.execute("RESET ROLE")
+        column_rights = conn.execute(
+            "SELECT has_column_privilege(%s, 'pgqueue.jobs', c, 'INSERT')"
+            " FROM unnest(ARRAY['queue', 'task', 'state', 'attempts']) AS c",
+            (reader,),
+        ).fetchall()
+        assert column_rights == [(True,), (True,), (True,), (False,)]
 
     migrate.downgrade(fresh_db, "0026")
     with psycopg.connect(fresh_db, autocommit=True) as conn:
