@@ -1,12 +1,14 @@
 """The server's time for one single-job INSERT (``insert_job``), by schema and piece of the table.
 
-    python -m benchmarks.insert_cost [--dsn DSN] [--count 1000] [--rounds 12] [--before 0024]
+    python -m benchmarks.insert_cost [--dsn DSN] [--count 1000] [--rounds 12] [--before 0026]
                                      [--pieces]
 
 Two databases on one server: one migrated to ``--before``, one to the newest revision. In each,
 a connection of the owner and one of the producer role (``pgq roles``; the id check runs only
 for the latter) sends pgqueue's own one-job statement, prepared, ``synchronous_commit = off``,
-and the raw single INSERT of ``benchmarks.compare``. Every figure is the backend's CPU time per
+and the raw single INSERT of ``benchmarks.compare``; the owner also an UPDATE of one job's
+column that no index reads (what a heartbeat or a progress report costs beside its row: every
+CHECK of the table is planned for it too). Every figure is the backend's CPU time per
 statement (``/proc/<pid>/schedstat``: nanoseconds, the server process alone, so the client and
 the network are left out), ``--count`` statements after 100 unmeasured, the variants shuffled
 in each of ``--rounds`` rounds; printed: median and lower quartile (the machine's other work
@@ -40,6 +42,8 @@ RAW_DDL = (
     " GRANT INSERT ON raw_jobs TO pgqueue_producer"
 )
 RAW_INSERT = "INSERT INTO raw_jobs (args) VALUES (%s::jsonb)"
+# One job's row rewritten in place (HOT: no index reads progress_at), by the owner only.
+UPDATE_JOB = "UPDATE pgqueue.jobs SET progress_at = now() WHERE id = %s"
 ROLES = ("owner", "producer")
 
 # A piece taken away: the statements that remove it, and those that put it back.
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dsn", help="server to measure (default: a new embedded one)")
     parser.add_argument("--count", type=int, default=1000, help="statements per figure")
     parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--before", default="0024", help="the revision to compare with")
+    parser.add_argument("--before", default="0026", help="the revision to compare with")
     parser.add_argument("--pieces", action="store_true", help="also the newest without each piece")
     args = parser.parse_args(argv)
 
@@ -96,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     statements: dict[str, tuple[str, Sequence[object] | Mapping[str, object]]] = {
         "insert_job": (query("insert_job"), job),
         "raw INSERT": (RAW_INSERT, ("{}",)),
+        "UPDATE of a job": (UPDATE_JOB, ()),
     }
     with server(args.dsn) as admin:
         print(f"machine: {machine(admin)}")
@@ -125,6 +130,10 @@ def main(argv: list[str] | None = None) -> None:
             row = conn.execute("SELECT pg_backend_pid()").fetchone()
             assert row is not None
             pid = int(str(row[0]))
+            if statement == "UPDATE of a job":
+                row = conn.execute(query("insert_job"), job).fetchone()
+                assert row is not None
+                params = (row[0],)
             for _ in range(100):
                 conn.execute(text, params, prepare=True)
             start = _backend_cpu_ns(pid)
@@ -149,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         for role in ROLES:
             for label in dsns:
                 for statement in statements:
+                    if role != "owner" and statement == "UPDATE of a job":
+                        continue  # the producer role may not update jobs
                     variants[f"{role:8s} {label:6s} {statement}"] = partial(
                         measure, label, role, statement
                     )

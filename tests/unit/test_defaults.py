@@ -36,7 +36,7 @@ def column_defaults(table: str) -> dict[str, Any]:
     body = SCHEMA.split(f"CREATE TABLE pgqueue.{table} (\n", 1)[1].split("\n);", 1)[0]
     found = {}
     for line in body.splitlines():
-        match = re.match(r"\s+(\w+) [\w ]+? DEFAULT (.+?)( NOT NULL)?,?$", line)
+        match = re.match(r"\s+(\w+) [\w. ]+? DEFAULT (.+?)( NOT NULL)?,?$", line)
         if match and "(" not in match.group(2):  # now(), nextval(...): not a declared value
             found[match.group(1)] = _value(match.group(2))
     return found

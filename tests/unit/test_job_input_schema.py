@@ -20,11 +20,16 @@ def _attributes(statement: str) -> list[tuple[str, str]]:
     found = []
     for line in statement.splitlines():
         match = re.match(
-            r"\s+(\w+) ([a-z][a-z ]*(?:\[\])?)(?: DEFAULT .*?)?(?: NOT NULL)?,?$", line
+            r"\s+(\w+) ((?:pgqueue\.)?[a-z][a-z_ ]*(?:\[\])?)(?: DEFAULT .*?)?(?: NOT NULL)?,?$",
+            line,
         )
         if match and match.group(1) != "CONSTRAINT":
             found.append((match.group(1), match.group(2)))
     return found
+
+
+# domain -> its base type: the columns of jobs that hold a rule are typed as its domain (0027).
+DOMAINS = dict(re.findall(r"^CREATE DOMAIN (pgqueue\.\w+) AS (.+)$", SCHEMA, re.MULTILINE))
 
 
 def _block(start: str, end: str = ";\n") -> str:
@@ -38,7 +43,11 @@ def test_the_composite_is_the_table_in_order():
 
 
 def test_every_stored_attribute_is_a_jobs_column_of_the_same_type():
-    columns = dict(_attributes(_block("CREATE TABLE pgqueue.jobs (")))
+    columns = {
+        name: DOMAINS.get(kind, kind)
+        for name, kind in _attributes(_block("CREATE TABLE pgqueue.jobs ("))
+    }
+    assert "pgqueue.jobs_state" in DOMAINS
     for column in JOB_INPUT:
         if column.stored:
             assert columns.get(column.name) == column.sql_type, column.name
