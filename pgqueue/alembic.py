@@ -17,7 +17,7 @@ In a revision, install or upgrade pgqueue's schema inside that revision's transa
     import pgqueue.alembic
 
     def upgrade():
-        pgqueue.alembic.upgrade(op, "0026")
+        pgqueue.alembic.upgrade(op, "0027")
 
     def downgrade():
         pgqueue.alembic.downgrade(op, "base")
