@@ -370,16 +370,11 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
 
     def close(self) -> None:
         """Close the client's connection pools (sync; async pools need :meth:`aclose`). A pool
-        the application passed in (``pool=``) is left open: it is the application's.
-
-        A closed client is idle, not finished: its next call opens its pools again, so a
-        module-level client can be closed at the end of a test or a worker's fork and used
-        after it. Close it again when done."""
+        passed in (``pool=``) is left open. A closed client's next call opens them again."""
         self._pools.close()
 
     async def aclose(self) -> None:
-        """Close the client's pools and this loop's results listener (``async with pgq:``).
-        As with :meth:`close`, a later call opens them again."""
+        """Close the client's pools and this loop's results listener (``async with pgq:``)."""
         await self._pools.aclose()
 
     def __enter__(self) -> PgQueue:
