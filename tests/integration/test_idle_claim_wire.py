@@ -147,15 +147,21 @@ def test_the_commits_task_is_waiting_on_the_socket_when_the_rows_are_returned(ds
             _, due, commit = await db.before_commit(
                 "claim_jobs", "next_due", claim_params(queue, 10), generic=True
             )
-            state = inspect.getcoroutinestate(commit.get_coro())  # type: ignore[arg-type]
+            # Done already (the commit's reply was there in its eager step): it ran, and its
+            # coroutine is gone (get_coro() is None, and crashes early CPython 3.12 releases).
+            state = (
+                inspect.CORO_CLOSED
+                if commit.done()
+                else inspect.getcoroutinestate(commit.get_coro())  # type: ignore[arg-type]
+            )
             await commit
             await due
             return state
         finally:
             await db.close()
 
-    expected = inspect.CORO_SUSPENDED if sys.version_info >= (3, 12) else inspect.CORO_CREATED
-    assert asyncio.run(go()) == expected
+    ran = {inspect.CORO_SUSPENDED, inspect.CORO_CLOSED}
+    assert asyncio.run(go()) in (ran if sys.version_info >= (3, 12) else {inspect.CORO_CREATED})
 
 
 def test_a_psycopg_without_the_pipelines_private_methods_still_claims(dsn, pgq, monkeypatch):
