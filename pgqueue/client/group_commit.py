@@ -147,24 +147,37 @@ class _ThreadCall(_Call):
 
 
 class _TaskCall(_Call):
-    __slots__ = ("future",)
+    __slots__ = ("future", "loop")
 
-    def __init__(self, spec: JobSpec, future: asyncio.Future[JobId]) -> None:
+    def __init__(self, spec: JobSpec, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(spec)
-        self.future = future
+        self.loop = loop
+        #: What its task awaits, made only when it waits for a writer (a call that commits
+        #: at once never does: a future per lone call was a few microseconds of each).
+        self.future: asyncio.Future[JobId] | None = None
 
     @property
     def abandoned(self) -> bool:
-        return self.future.done()
+        return self.future is not None and self.future.done()
+
+    def queued(self) -> None:
+        self.waits()
+
+    def waits(self) -> asyncio.Future[JobId]:
+        """Its future (made on first use): settled by the writer of its batch."""
+        if self.future is None:
+            self.future = self.loop.create_future()
+        return self.future
 
     def settle(self, outcome: Outcome) -> None:
         self.outcome = outcome
-        if self.future.done():
+        future = self.future
+        if future is None or future.done():
             return
         if isinstance(outcome, Exception):
-            self.future.set_exception(outcome)
+            future.set_exception(outcome)
         else:
-            self.future.set_result(outcome)
+            future.set_result(outcome)
 
 
 class _Group:
@@ -502,7 +515,7 @@ class GroupCommit:
         group = self._loops.get(loop)
         if group is None:
             group = self._loops[loop] = _Group(nullcontext(), asyncio.Event())
-        call = _TaskCall(spec, loop.create_future())
+        call = _TaskCall(spec, loop)
         return group, call, group.join(call)
 
     async def _gather_async(self, group: _Group, call: _TaskCall) -> list[_Call]:
@@ -521,13 +534,14 @@ class GroupCommit:
     async def _lead_async(self, group: _Group, batch: list[_Call]) -> JobId:
         # A task of the client's writes the batch, so a cancelled leader cancels nobody
         # else's write.
-        self._start_writer(group, batch)
         leader = batch[0]
         assert isinstance(leader, _TaskCall)
-        return await leader.future
+        settled = leader.waits()
+        self._start_writer(group, batch)
+        return await settled
 
     async def _outcome_async(self, group: _Group, call: _TaskCall) -> JobId:
-        return await call.future
+        return await call.waits()
 
     def _after_async(self, group: _Group) -> None:
         if group.next() is not None:

@@ -9,7 +9,7 @@ readiness poll before it and their bookkeeping in the loop were about 30 us of a
 a sixth of the async call's whole cost and what made it slower than the sync one.
 
 :class:`LeanWaits` waits for a readable socket with the reader alone (one future, one
-``add_reader`` and ``remove_reader``). Everything else goes to psycopg's own wait, resumed
+``add_reader``). Everything else goes to psycopg's own wait, resumed
 where the lean one stopped (:class:`_Resumed`): a wait with a timeout, a socket that must
 become writable (a large statement or COPY filling the socket's buffer), and an interruption
 (a cancelled task, Ctrl-C), for which psycopg cancels the statement on the server before the
@@ -30,6 +30,12 @@ on it (a notice, or the server closing an idle connection: the loop would otherw
 back at every turn). While watched, the loop holds the connection (the reader's callback is
 one of its methods), so it is never closed by garbage collection with its descriptor still
 registered; a loop that closes takes its registrations with it.
+
+The reader's callback reads the answer in the loop's turn that saw it, and wakes the waiting
+task in that same turn (:class:`~pgqueue.db.same_turn.SameTurnFuture`): through an
+``asyncio.Future`` the task ran one turn later, a second ``epoll_wait`` and round of the
+loop's bookkeeping per statement (a statement answered now costs the loop one turn, as the
+blocking driver one ``poll``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.waiting import Ready, Wait
+
+from pgqueue.db.same_turn import SameTurnFuture
 
 RV = TypeVar("RV")
 
@@ -58,7 +66,7 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
     _watched: int = -1
     _gen: Generator[Wait, Any, Any] | None = None
     _waits: Wait = Wait.R
-    _waiter: asyncio.Future[tuple[Wait | None, Any]] | None = None
+    _waiter: SameTurnFuture[tuple[Wait | None, Any]] | None = None
 
     async def wait(
         self,
@@ -80,9 +88,10 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
         if self._watcher is not loop:
             self._watch(loop)
         self._gen, self._waits = gen, Wait.R
-        self._waiter = waiter = loop.create_future()
+        waiter: SameTurnFuture[tuple[Wait | None, Any]] = SameTurnFuture(loop)
+        self._waiter = waiter
         try:
-            state, value = await waiter
+            answered, value = await waiter
         except (asyncio.CancelledError, KeyboardInterrupt) as interrupted:
             waits = self._waits if self._gen is gen else _unfinished(waiter)
             if waits is None:  # the statement ended first: nothing to cancel
@@ -100,10 +109,10 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
             self._waiter = None
             if self._gen is gen:
                 self._gen = None
-        if state is None:
+        if answered is None:
             return value  # type: ignore[no-any-return]
         self._unwatch()
-        return await super().wait(_Resumed(gen, state), interval)
+        return await super().wait(_Resumed(gen, answered), interval)
 
     async def close(self) -> None:
         self._unwatch()
@@ -134,31 +143,31 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
                 self._unwatch()
             return
         # (The generator's own code may cancel the waiting task, and with it ``waiter``.)
+        error: BaseException | None = None
         try:
             state = gen.send(Ready.R)
         except StopIteration as done:
-            self._gen = None
-            if not waiter.done():
-                waiter.set_result((None, done.value))
+            outcome: tuple[Wait | None, Any] = (None, done.value)
         except OSError as exc:  # as psycopg says it
-            self._gen = None
-            error = psycopg.OperationalError("connection socket closed")
+            outcome, error = (None, None), psycopg.OperationalError("connection socket closed")
             error.__cause__ = exc
-            if not waiter.done():
-                waiter.set_exception(error)
         except Exception as exc:
-            self._gen = None
-            if not waiter.done():
-                waiter.set_exception(exc)
+            outcome, error = (None, None), exc
         else:
-            if state != Wait.R:
-                self._waits = state  # for the task, if it was cancelled meanwhile
-                if not waiter.done():
-                    self._gen = None
-                    waiter.set_result((state, None))
+            if state == Wait.R:
+                return
+            self._waits = state  # for the task, if it was cancelled meanwhile
+            if waiter.done():
+                return
+            outcome = (state, None)
+        self._gen = None
+        if not waiter.done():
+            # The task's next step runs now, in this turn of the loop (out of the handlers
+            # above: it must not see their exception as the one being handled).
+            waiter.wake(outcome, error)
 
 
-def _unfinished(waiter: asyncio.Future[tuple[Wait | None, Any]]) -> Wait | None:
+def _unfinished(waiter: SameTurnFuture[tuple[Wait | None, Any]]) -> Wait | None:
     """What a statement the reader drove but did not finish waits for (its task interrupted
     before it took it over), or None: it ended (answered, failed or never woken)."""
     if not waiter.done() or waiter.cancelled() or waiter.exception() is not None:
