@@ -88,7 +88,7 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
         if self._watcher is not loop:
             self._watch(loop)
         self._gen, self._waits = gen, Wait.R
-        waiter: SameTurnFuture[tuple[Wait | None, Any]] = SameTurnFuture(loop)
+        waiter: SameTurnFuture[tuple[Wait | None, Any]] = SameTurnFuture(loop=loop)
         self._waiter = waiter
         try:
             answered, value = await waiter

@@ -64,7 +64,9 @@ def test_an_async_single_enqueue_costs_the_loop_one_turn(pgq: PgQueue, call: str
     assert run_closing(pgq, work) <= CALLS + 2
 
 
-def test_an_async_single_enqueue_makes_no_future(pgq: PgQueue, monkeypatch) -> None:
+def test_a_lone_async_call_through_the_group_commit_makes_no_future(
+    pgq: PgQueue, monkeypatch
+) -> None:
     @pgq.task(name="t")
     def t() -> None: ...
 
@@ -75,7 +77,8 @@ def test_an_async_single_enqueue_makes_no_future(pgq: PgQueue, monkeypatch) -> N
                 await pgq.enqueue_async("t", {})
         return made[0]
 
-    # (Two per call before: the statement's wait, and the group commit's call.)
+    # (Two per call before: the group commit's call, and the statement's wait, whose future
+    # is a SameTurnFuture now.)
     assert run_closing(pgq, work) == 0
 
 

@@ -19,7 +19,7 @@ def test_a_task_woken_by_a_loop_callback_runs_in_that_callback() -> None:
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
         steps: list[str] = []
-        future: SameTurnFuture[int] = SameTurnFuture(loop)
+        future: SameTurnFuture[int] = SameTurnFuture(loop=loop)
 
         async def waiter() -> None:
             where.set("the task")
@@ -75,7 +75,7 @@ def test_an_asyncio_future_wakes_its_task_one_turn_later() -> None:
 def test_a_failure_is_raised_where_the_task_awaits() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        future: SameTurnFuture[int] = SameTurnFuture(loop)
+        future: SameTurnFuture[int] = SameTurnFuture(loop=loop)
         loop.call_soon(lambda: future.wake(exc=LookupError("gone")))
         await future
 
@@ -89,7 +89,7 @@ def test_woken_from_inside_a_task_the_waiter_runs_later() -> None:
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
         steps: list[str] = []
-        future: SameTurnFuture[int] = SameTurnFuture(loop)
+        future: SameTurnFuture[int] = SameTurnFuture(loop=loop)
 
         async def waiter() -> None:
             steps.append(f"woken with {await future}")
@@ -107,7 +107,7 @@ def test_woken_from_inside_a_task_the_waiter_runs_later() -> None:
 def test_a_cancelled_task_cancels_its_future() -> None:
     async def main() -> tuple[bool, bool]:
         loop = asyncio.get_running_loop()
-        future: SameTurnFuture[int] = SameTurnFuture(loop)
+        future: SameTurnFuture[int] = SameTurnFuture(loop=loop)
         waiting = asyncio.create_task(_await(future))
         await asyncio.sleep(0)
         waiting.cancel("stop")
@@ -124,7 +124,7 @@ async def _await(future: SameTurnFuture[int]) -> int:
 
 def test_a_done_future_refuses_another_outcome() -> None:
     async def main() -> int:
-        future: SameTurnFuture[int] = SameTurnFuture(asyncio.get_running_loop())
+        future: SameTurnFuture[int] = SameTurnFuture(loop=asyncio.get_running_loop())
         future.set_result(1)
         assert not future.cancel()
         with pytest.raises(asyncio.InvalidStateError):
