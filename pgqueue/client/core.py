@@ -467,7 +467,7 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         """Write one validated job (:meth:`spec`), waiting for room in a bounded queue up to its
         ``wait_if_full``; returns its id. Inside a trace, the job's metadata records it
         (:mod:`pgqueue.rules.tracing`). Its task name is checked as :meth:`enqueue` says."""
-        if not allow_unknown:
+        if not allow_unknown and spec.task not in self._names.registered:  # (a dict lookup)
             self.require_tasks((spec.task,))
         sending = tracing.sending((spec,))
         if sending is not None:
@@ -486,7 +486,7 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         self, spec: JobSpec, conn: object | None = None, *, allow_unknown: bool = False
     ) -> JobId:
         """The async twin of :meth:`enqueue_spec`."""
-        if not allow_unknown:
+        if not allow_unknown and spec.task not in self._names.registered:  # (a dict lookup)
             await self.require_tasks_async((spec.task,))
         sending = tracing.sending((spec,))
         if sending is not None:

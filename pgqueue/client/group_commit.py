@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 import psycopg
@@ -327,7 +327,7 @@ class GroupCommit:
             return await self._outcome_async(group, call)
         # Nothing in flight: this call leads (after waiting for those that came with it last
         # time, if several did).
-        batch = await self._gather_async(group, call)
+        batch = await self._gather_async(group, call) if group.gather() else group.gathered(call)
         if len(batch) > 1:
             return await self._lead_async(group, batch)
         try:  # alone: commit at once, as a single enqueue does
@@ -405,7 +405,7 @@ class GroupCommit:
             return self._outcome(group, call)
         # Nothing in flight: this call leads (after waiting for those that came with it last
         # time, if several did).
-        batch = self._gather(group, call)
+        batch = self._gather(group, call) if group.gather() else group.gathered(call)
         if len(batch) > 1:
             return self._lead(group, batch)
         try:  # alone: commit at once, as a single enqueue does
@@ -474,14 +474,14 @@ class GroupCommit:
         return self._threads, call, self._threads.join(call)
 
     def _gather(self, group: _Group, call: _ThreadCall) -> list[_Call]:
-        if group.gather():
-            assert isinstance(group.signal, threading.Event)
-            try:
-                group.signal.wait(GATHER_WINDOW)
-            except BaseException:  # interrupted while gathering: the queue goes on
-                group.ungather()
-                self._after(group)
-                raise
+        """Wait for the callers that came with the last batch (``group.gather()`` said so)."""
+        assert isinstance(group.signal, threading.Event)
+        try:
+            group.signal.wait(GATHER_WINDOW)
+        except BaseException:  # interrupted while gathering: the queue goes on
+            group.ungather()
+            self._after(group)
+            raise
         return group.gathered(call)
 
     def _lead(self, group: _Group, batch: list[_Call]) -> JobId:
@@ -514,21 +514,23 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         group = self._loops.get(loop)
         if group is None:
-            group = self._loops[loop] = _Group(nullcontext(), asyncio.Event())
+            # (A loop's tasks never wait for its lock: nothing awaits while holding it. A
+            # thread lock, whose enter and exit are C, costs less than nullcontext's.)
+            group = self._loops[loop] = _Group(threading.Lock(), asyncio.Event())
         call = _TaskCall(spec, loop)
         return group, call, group.join(call)
 
     async def _gather_async(self, group: _Group, call: _TaskCall) -> list[_Call]:
-        if group.gather():
-            assert isinstance(group.signal, asyncio.Event)
-            try:
-                await asyncio.wait_for(group.signal.wait(), GATHER_WINDOW)
-            except TimeoutError:
-                pass
-            except BaseException:  # cancelled while gathering: the queue goes on
-                group.ungather()
-                self._after_async(group)
-                raise
+        """Wait for the callers that came with the last batch (``group.gather()`` said so)."""
+        assert isinstance(group.signal, asyncio.Event)
+        try:
+            await asyncio.wait_for(group.signal.wait(), GATHER_WINDOW)
+        except TimeoutError:
+            pass
+        except BaseException:  # cancelled while gathering: the queue goes on
+            group.ungather()
+            self._after_async(group)
+            raise
         return group.gathered(call)
 
     async def _lead_async(self, group: _Group, batch: list[_Call]) -> JobId:

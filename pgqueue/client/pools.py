@@ -95,10 +95,6 @@ class Pools:
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, AsyncConnectionPool
         ] = weakref.WeakKeyDictionary()
-        # The connection each of the client's own async pools last gave back (see _Kept).
-        self._kept: weakref.WeakKeyDictionary[AsyncConnectionPool, _Kept] = (
-            weakref.WeakKeyDictionary()
-        )
         self._opening: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Task[AsyncConnectionPool]
         ] = weakref.WeakKeyDictionary()
@@ -150,13 +146,17 @@ class Pools:
                     self._pool = pool
         return self._pool
 
-    async def _open_pool_async(self) -> AsyncConnectionPool:
+    def _loop_pool(self) -> AsyncConnectionPool | None:
+        """The running loop's async pool if it is open (or the application's), else None."""
         if self._shared_async_pool is not None:
             return self._shared_async_pool
-        loop = asyncio.get_running_loop()
-        pool = self._async_pools.get(loop)
+        return self._async_pools.get(asyncio.get_running_loop())
+
+    async def _open_pool_async(self) -> AsyncConnectionPool:
+        pool = self._loop_pool()
         if pool is not None:
             return pool
+        loop = asyncio.get_running_loop()
         # Calls made while the first one opens the pool wait for the same one (each made a
         # pool of its own before, all but one left open and unused).
         opening = self._opening.get(loop)
@@ -187,7 +187,7 @@ class Pools:
             check=pool_check.check_async,  # as for the sync pool
         )
         await pool.open(wait=True)
-        self._kept[pool] = _Kept()
+        setattr(pool, _KEPT, _Kept())
         self._async_pools[loop] = pool
         self._close_with(loop)
         return pool
@@ -253,8 +253,14 @@ class Pools:
                     async with connections.atomic_async(c):
                         return await plans.run_async(plan, c, foreign=True, guard=False)
                 return await plans.run_async(plan, c, foreign=True)
-            pool = await self._open_pool_async()
-            pooled = await self._checkout_async(pool)
+            if True:  # ASYNC
+                # The common call (the loop's pool open, its kept connection quiet and kept
+                # again afterwards) makes no coroutine for any of it: a few microseconds.
+                pool = self._loop_pool() or await self._open_pool_async()
+                pooled = self._quiet_kept(pool) or await self._checkout_async(pool)
+            else:
+                pool = self._open_pool()
+                pooled = self._checkout(pool)
             failed = True
             try:
                 if atomic and pooled.autocommit:
@@ -264,7 +270,11 @@ class Pools:
                     result = await plans.run_async(plan, pooled, held=True)
                 failed = False
             finally:
-                await self._checkin_async(pool, pooled, failed=failed)
+                if True:  # ASYNC
+                    if failed or not self._keep(pool, pooled):
+                        await self._checkin_async(pool, pooled, failed=failed)
+                else:
+                    self._checkin(pool, pooled, failed=failed)
             return result
 
     async def _checkout_async(self, pool: AsyncConnectionPool) -> AsyncConnection:
@@ -385,9 +395,18 @@ class Pools:
     # the loop instead (psycopg_pool's getconn and putconn take an asyncio.Lock each and do
     # their bookkeeping: about a tenth of an async single enqueue's client CPU).
 
+    def _quiet_kept(self, pool: AsyncConnectionPool) -> AsyncConnection | None:
+        """The connection kept for this pool's next call, taken, if nothing arrived on it
+        since its last statement (the common call); else None: :meth:`_kept_or_pooled`."""
+        kept: _Kept | None = getattr(pool, _KEPT, None)
+        if kept is None or kept.conn is None or not pool_check.quiet(kept.conn):
+            return None
+        pooled, kept.conn = kept.conn, None
+        return pooled
+
     async def _kept_or_pooled(self, pool: AsyncConnectionPool) -> AsyncConnection:
         """The connection kept for this pool's next call if it still works, else the pool's."""
-        kept = self._kept.get(pool)
+        kept: _Kept | None = getattr(pool, _KEPT, None)
         if kept is None:  # an application's pool
             return await pool.getconn()
         pooled = kept.conn
@@ -411,11 +430,12 @@ class Pools:
         setattr(pooled, _TAKEN, time.monotonic())
         return pooled
 
-    async def _keep_or_give_back(self, pool: AsyncConnectionPool, pooled: AsyncConnection) -> None:
-        """Keep ``pooled`` for the next call, unless a call waits for the pool (it gets it
-        now), one is kept already, the pool is closed, the connection is not idle and
-        working, or it was taken from the pool KEEP_SECONDS ago (the pool sees it again)."""
-        kept = self._kept.get(pool)
+    def _keep(self, pool: AsyncConnectionPool, pooled: AsyncConnection) -> bool:
+        """Keep ``pooled`` for the next call (True), unless a call waits for the pool (it
+        gets it now), one is kept already, the pool is closed or an application's, the
+        connection is not idle and working, or it was taken from the pool KEEP_SECONDS ago
+        (the pool sees it again)."""
+        kept: _Kept | None = getattr(pool, _KEPT, None)
         if (
             kept is not None
             and kept.conn is None
@@ -427,8 +447,13 @@ class Pools:
             and time.monotonic() - getattr(pooled, _TAKEN, 0.0) < KEEP_SECONDS
         ):
             kept.conn = pooled
-            return
-        await pool.putconn(pooled)
+            return True
+        return False
+
+    async def _keep_or_give_back(self, pool: AsyncConnectionPool, pooled: AsyncConnection) -> None:
+        """Keep ``pooled`` for the next call (:meth:`_keep`), or give it back to the pool."""
+        if not self._keep(pool, pooled):
+            await pool.putconn(pooled)
 
     async def results_listener(self) -> ResultListener:
         """The LISTEN connection shared by this loop's ``result_async`` calls (the first call
@@ -481,17 +506,20 @@ class Pools:
         pool = self._async_pools.pop(loop, None)
         if pool is None:
             return
-        kept = self._kept.pop(pool, None)
+        kept: _Kept | None = getattr(pool, _KEPT, None)
+        last = kept.conn if kept is not None else None
+        if kept is not None:
+            kept.conn = None
         if not ending:
-            if kept is not None and kept.conn is not None:
-                await pool.putconn(kept.conn)
+            if last is not None:
+                await pool.putconn(last)
             await pool.close()
             return
         # psycopg_pool's close() waits for its worker tasks, which the ending loop cancelled
         # too: it raises their cancellation before closing its idle connections. So they are
         # taken first (its deque of idle connections: if a later psycopg_pool keeps them
         # elsewhere, they are left to the process's end, as before) and closed here.
-        idle = [kept.conn] if kept is not None and kept.conn is not None else []
+        idle = [last] if last is not None else []
         idle.extend(getattr(pool, "_pool", ()))
         with contextlib.suppress(asyncio.CancelledError):
             await pool.close(timeout=0)
@@ -512,8 +540,11 @@ class _Kept:
 
 
 # When a connection was taken from the pool (an attribute of the connection, so that it goes
-# with it); its transaction status when it can be kept.
+# with it); the _Kept of one of the client's own async pools (an attribute of the pool: read
+# twice per call, where a weak mapping's lookup is a Python call each); the transaction status
+# of a connection that can be kept.
 _TAKEN = "_pgqueue_taken"
+_KEPT = "_pgqueue_kept"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 

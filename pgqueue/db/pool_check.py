@@ -18,7 +18,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 
-def _quiet(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+def quiet(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Nothing has arrived on the connection's socket since its last statement."""
     if conn.closed or conn.broken:
         return False
@@ -36,11 +36,11 @@ def _quiet(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool
 
 def check(conn: psycopg.Connection[Any]) -> None:
     """The sync pools' ``check``: raises when the connection no longer works."""
-    if not _quiet(conn):
+    if not quiet(conn):
         ConnectionPool.check_connection(conn)
 
 
 async def check_async(conn: psycopg.AsyncConnection[Any]) -> None:
     """The async pools' ``check``."""
-    if not _quiet(conn):
+    if not quiet(conn):
         await AsyncConnectionPool.check_connection(conn)
