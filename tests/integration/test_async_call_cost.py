@@ -1,20 +1,24 @@
-"""An async single enqueue costs the event loop one turn, as the sync call costs one ``poll``.
+"""An async single enqueue costs the event loop one turn, as the sync call costs one ``poll``,
+and awaits nothing but its statement.
 
 The answer is read in the loop's turn that sees it, and the waiting task runs its next step in
 that same turn (:class:`~pgqueue.db.same_turn.SameTurnFuture`): through an ``asyncio.Future``
 it ran one turn later (a second ``epoll_wait`` and round of the loop per statement). A lone
 call through the group commit makes no future either (one is made only for a call that waits
 behind a commit in flight). The task woken in the reader's turn runs in its own context, with
-no exception of the reader's being handled, and a failed statement still fails its call.
+no exception of the reader's being handled, and a failed statement still fails its call. The
+common call (a registered task, the loop's pool open, its kept connection quiet) makes no
+coroutine for the name's check, the pool, the kept connection or the group's gathering.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -98,3 +102,63 @@ def test_the_task_woken_in_the_readers_turn_runs_as_itself(pgq: PgQueue) -> None
         return *seen, failed.type
 
     assert run_closing(pgq, work) == ("the enqueuing task", None, psycopg.errors.DivisionByZero)
+
+
+def test_the_common_async_call_makes_no_coroutine_beside_its_statements_path(
+    pgq: PgQueue, monkeypatch
+) -> None:
+    @pgq.task(name="t")
+    def t() -> None: ...
+
+    def watched() -> list[tuple[object, str]]:
+        pools, group = pgq._pools, pgq._group_commit
+        return [
+            (pgq, "require_tasks_async"),
+            (pools, "_open_pool_async"),
+            (pools, "_checkout_async"),
+            (pools, "_checkin_async"),
+            (group, "_gather_async"),
+        ]
+
+    async def work() -> dict[str, int]:
+        await t.enqueue_async()
+        counts: dict[str, list[int]] = {}
+        with ExitStack() as stack:
+            for owner, name in watched():
+                counts[name] = stack.enter_context(counting(monkeypatch, owner, name))
+            for _ in range(CALLS):
+                await t.enqueue_async()
+        return {name: made[0] for name, made in counts.items()}
+
+    # (One of each per call before.)
+    assert run_closing(pgq, work) == dict.fromkeys(
+        ["require_tasks_async", "_open_pool_async", "_checkout_async", "_checkin_async",
+         "_gather_async"], 0
+    )  # fmt: skip
+
+
+def test_a_loops_group_takes_its_lock_without_python_code(pgq: PgQueue) -> None:
+    """The lock a loop's tasks share their group under is never waited for (nothing awaits
+    while holding it): a C-level lock, where ``nullcontext`` ran two Python methods per use,
+    four uses per call."""
+
+    @pgq.task(name="t")
+    def t() -> None: ...
+
+    async def work() -> int:
+        await t.enqueue_async()
+        ran: list[str] = []
+
+        def profile(frame: Any, event: str, _: Any) -> None:
+            if event == "call" and frame.f_code.co_filename == contextlib.__file__:
+                ran.append(frame.f_code.co_name)
+
+        sys.setprofile(profile)
+        try:
+            for _ in range(CALLS):
+                await t.enqueue_async()
+        finally:
+            sys.setprofile(None)
+        return len(ran)
+
+    assert run_closing(pgq, work) == 0  # (160 before: eight per call)
