@@ -32,10 +32,10 @@ one of its methods), so it is never closed by garbage collection with its descri
 registered; a loop that closes takes its registrations with it.
 
 The reader's callback reads the answer in the loop's turn that saw it, and wakes the waiting
-task in that same turn (:class:`~pgqueue.db.same_turn.SameTurnFuture`): through an
-``asyncio.Future`` the task ran one turn later, a second ``epoll_wait`` and round of the
-loop's bookkeeping per statement (a statement answered now costs the loop one turn, as the
-blocking driver one ``poll``).
+task in that same turn (:func:`pgqueue.db.same_turn.wake`): a future completed the ordinary way
+ran the task one turn later, a second ``epoll_wait`` and round of the loop's bookkeeping per
+statement (a statement answered now costs the loop one turn, as the blocking driver one
+``poll``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.waiting import Ready, Wait
 
-from pgqueue.db.same_turn import SameTurnFuture
+from pgqueue.db import same_turn
 
 RV = TypeVar("RV")
 
@@ -66,7 +66,7 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
     _watched: int = -1
     _gen: Generator[Wait, Any, Any] | None = None
     _waits: Wait = Wait.R
-    _waiter: SameTurnFuture[tuple[Wait | None, Any]] | None = None
+    _waiter: asyncio.Future[tuple[Wait | None, Any]] | None = None
 
     async def wait(
         self,
@@ -88,8 +88,7 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
         if self._watcher is not loop:
             self._watch(loop)
         self._gen, self._waits = gen, Wait.R
-        waiter: SameTurnFuture[tuple[Wait | None, Any]] = SameTurnFuture(loop=loop)
-        self._waiter = waiter
+        self._waiter = waiter = loop.create_future()
         try:
             answered, value = await waiter
         except (asyncio.CancelledError, KeyboardInterrupt) as interrupted:
@@ -164,10 +163,10 @@ class LeanWaits(psycopg.AsyncConnection[Any]):
         if not waiter.done():
             # The task's next step runs now, in this turn of the loop (out of the handlers
             # above: it must not see their exception as the one being handled).
-            waiter.wake(outcome, error)
+            same_turn.wake(waiter, outcome, error)
 
 
-def _unfinished(waiter: SameTurnFuture[tuple[Wait | None, Any]]) -> Wait | None:
+def _unfinished(waiter: asyncio.Future[tuple[Wait | None, Any]]) -> Wait | None:
     """What a statement the reader drove but did not finish waits for (its task interrupted
     before it took it over), or None: it ended (answered, failed or never woken)."""
     if not waiter.done() or waiter.cancelled() or waiter.exception() is not None:

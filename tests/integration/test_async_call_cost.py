@@ -2,8 +2,8 @@
 and awaits nothing but its statement.
 
 The answer is read in the loop's turn that sees it, and the waiting task runs its next step in
-that same turn (:class:`~pgqueue.db.same_turn.SameTurnFuture`): through an ``asyncio.Future``
-it ran one turn later (a second ``epoll_wait`` and round of the loop per statement). A lone
+that same turn (:func:`pgqueue.db.same_turn.wake`): completed the ordinary way, its future
+ran it one turn later (a second ``epoll_wait`` and round of the loop per statement). A lone
 call through the group commit makes no future either (one is made only for a call that waits
 behind a commit in flight). The task woken in the reader's turn runs in its own context, with
 no exception of the reader's being handled, and a failed statement still fails its call. The
@@ -68,7 +68,7 @@ def test_an_async_single_enqueue_costs_the_loop_one_turn(pgq: PgQueue, call: str
     assert run_closing(pgq, work) <= CALLS + 2
 
 
-def test_a_lone_async_call_through_the_group_commit_makes_no_future(
+def test_a_lone_async_call_through_the_group_commit_makes_no_future_of_its_own(
     pgq: PgQueue, monkeypatch
 ) -> None:
     @pgq.task(name="t")
@@ -81,9 +81,8 @@ def test_a_lone_async_call_through_the_group_commit_makes_no_future(
                 await pgq.enqueue_async("t", {})
         return made[0]
 
-    # (Two per call before: the group commit's call, and the statement's wait, whose future
-    # is a SameTurnFuture now.)
-    assert run_closing(pgq, work) == 0
+    # One per call: the statement's wait (two before: the group commit's call's too).
+    assert run_closing(pgq, work) == CALLS
 
 
 def test_the_task_woken_in_the_readers_turn_runs_as_itself(pgq: PgQueue) -> None:

@@ -1,6 +1,6 @@
-"""A task awaiting a :class:`SameTurnFuture` runs its next step inside the loop's callback that
-wakes it (an ``asyncio.Future`` runs it one turn later), in its own context and with no
-exception being handled; completed from inside a task, or cancelled, it behaves as a future."""
+"""A task awaiting a future that :func:`same_turn.wake` completes runs its next step inside the
+loop's callback that wakes it (completed the ordinary way, it runs one turn later), in its own
+context and with no exception being handled; woken from inside a task, it runs later, as usual."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ import sys
 
 import pytest
 
-from pgqueue.db.same_turn import SameTurnFuture
+from pgqueue.db import same_turn
 
 where: contextvars.ContextVar[str] = contextvars.ContextVar("where", default="outside")
 
 
-def test_a_task_woken_by_a_loop_callback_runs_in_that_callback() -> None:
+def _steps(complete: str) -> list[str]:
+    """What happens when a loop callback completes the future a task awaits."""
+
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
         steps: list[str] = []
-        future: SameTurnFuture[int] = SameTurnFuture(loop=loop)
+        future: asyncio.Future[int] = loop.create_future()
 
         async def waiter() -> None:
             where.set("the task")
@@ -32,7 +34,10 @@ def test_a_task_woken_by_a_loop_callback_runs_in_that_callback() -> None:
                 raise LookupError("handled before the wake")
             except LookupError:
                 pass
-            future.wake(7)
+            if complete == "wake":
+                same_turn.wake(future, 7)
+            else:
+                future.set_result(7)
             steps.append("callback returns")
 
         task = asyncio.create_task(waiter())
@@ -41,42 +46,27 @@ def test_a_task_woken_by_a_loop_callback_runs_in_that_callback() -> None:
         await task
         return steps
 
-    assert asyncio.run(main()) == [
+    return asyncio.run(main())
+
+
+def test_a_task_woken_by_a_loop_callback_runs_in_that_callback() -> None:
+    assert _steps("wake") == ["woken with 7 in the task", "handling None", "callback returns"]
+
+
+def test_a_future_completed_the_ordinary_way_wakes_its_task_one_turn_later() -> None:
+    """What the test above tells apart."""
+    assert _steps("set_result") == [
+        "callback returns",
         "woken with 7 in the task",
         "handling None",
-        "callback returns",
     ]
-
-
-def test_an_asyncio_future_wakes_its_task_one_turn_later() -> None:
-    """What the test above tells apart: the same callback with a future of asyncio's."""
-
-    async def main() -> list[str]:
-        loop = asyncio.get_running_loop()
-        steps: list[str] = []
-        future: asyncio.Future[int] = loop.create_future()
-
-        async def waiter() -> None:
-            steps.append(f"woken with {await future}")
-
-        def callback() -> None:
-            future.set_result(7)
-            steps.append("callback returns")
-
-        task = asyncio.create_task(waiter())
-        await asyncio.sleep(0)
-        loop.call_soon(callback)
-        await task
-        return steps
-
-    assert asyncio.run(main()) == ["callback returns", "woken with 7"]
 
 
 def test_a_failure_is_raised_where_the_task_awaits() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        future: SameTurnFuture[int] = SameTurnFuture(loop=loop)
-        loop.call_soon(lambda: future.wake(exc=LookupError("gone")))
+        future: asyncio.Future[int] = loop.create_future()
+        loop.call_soon(lambda: same_turn.wake(future, exc=LookupError("gone")))
         await future
 
     with pytest.raises(LookupError, match="gone"):
@@ -89,14 +79,14 @@ def test_woken_from_inside_a_task_the_waiter_runs_later() -> None:
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
         steps: list[str] = []
-        future: SameTurnFuture[int] = SameTurnFuture(loop=loop)
+        future: asyncio.Future[int] = loop.create_future()
 
         async def waiter() -> None:
             steps.append(f"woken with {await future}")
 
         task = asyncio.create_task(waiter())
         await asyncio.sleep(0)
-        future.wake(3)
+        same_turn.wake(future, 3)
         steps.append("waker goes on")
         await task
         return steps
@@ -104,31 +94,12 @@ def test_woken_from_inside_a_task_the_waiter_runs_later() -> None:
     assert asyncio.run(main()) == ["waker goes on", "woken with 3"]
 
 
-def test_a_cancelled_task_cancels_its_future() -> None:
-    async def main() -> tuple[bool, bool]:
-        loop = asyncio.get_running_loop()
-        future: SameTurnFuture[int] = SameTurnFuture(loop=loop)
-        waiting = asyncio.create_task(_await(future))
-        await asyncio.sleep(0)
-        waiting.cancel("stop")
-        with pytest.raises(asyncio.CancelledError, match="stop"):
-            await waiting
-        return future.cancelled(), asyncio.isfuture(future)
-
-    assert asyncio.run(main()) == (True, True)
-
-
-async def _await(future: SameTurnFuture[int]) -> int:
-    return await future
-
-
 def test_a_done_future_refuses_another_outcome() -> None:
     async def main() -> int:
-        future: SameTurnFuture[int] = SameTurnFuture(loop=asyncio.get_running_loop())
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         future.set_result(1)
-        assert not future.cancel()
         with pytest.raises(asyncio.InvalidStateError):
-            future.wake(2)
+            same_turn.wake(future, 2)
         return await future
 
     assert asyncio.run(main()) == 1
