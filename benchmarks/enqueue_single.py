@@ -2,7 +2,7 @@
 
     python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
                                         [--producers 1,8] [--tree PATH ...]
-                                        [--kinds sync,async,task,keyed,group,lone]
+                                        [--kinds sync,async,task,task_async,keyed,group,lone,side]
                                         [--commit-flush off]
 
 One job per transaction (autocommit), P producer threads with a connection each. Every round
@@ -15,7 +15,8 @@ measures, each in a fresh process, one after the other:
   whose pgqueue the process imports instead, on a database its own revisions migrated), so a
   change is measured against its base in the same rounds; ``--kinds async`` adds
   ``enqueue_async`` (P tasks on one event loop), ``task`` a registered task's own
-  ``job.enqueue()`` (the call an application writes), ``keyed`` a new idempotency key per job
+  ``job.enqueue()`` (the call an application writes), ``task_async`` its
+  ``job.enqueue_async()`` (P tasks on one event loop), ``keyed`` a new idempotency key per job
   (the SQL function's path);
 * ``--kinds group``: P producers sharing one client (this checkout's), as an application's
   threads or tasks do, with group commit on and off (``PgQueue(group_commit=...)``):
@@ -23,7 +24,12 @@ measures, each in a fresh process, one after the other:
   event loop, ``enqueue_async``);
 * ``--kinds lone``: one producer alternating, call by call, a client with group commit on and
   one with it off (so the load drifts under both alike): the median call of each and their
-  ratio, and what the group's bookkeeping costs a lone call (CPU, no database).
+  ratio, and what the group's bookkeeping costs a lone call (CPU, no database);
+* ``--kinds side``: per tree, in one process on one client, the sync and the async call
+  interleaved (``pgq.enqueue("bench.job", {})`` and ``enqueue_async``, ``job.enqueue()`` and
+  ``job.enqueue_async()``; blocks of :data:`SIDE_BLOCK` calls, one producer, every round):
+  the client's CPU per call (``time.process_time``) of each, median of the blocks, and the
+  async/sync ratio (the machine's load moves both sides of a block alike).
 
 Prints, per variant and producer count, the median jobs/s, the median of the rounds' ratios
 to ``raw`` with as many producers, and to ``raw`` with one (a single INSERT loop) when
@@ -90,6 +96,9 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> tuple[float, 
     elif variant.startswith("PgQueue.enqueue_async"):
         return _async_rate(dsn, producers, count)
 
+    elif variant.startswith("task.enqueue_async"):
+        return _async_rate(dsn, producers, count, task=True)
+
     elif variant.startswith("group tasks"):
         return _async_rate(dsn, producers, count, group_commit=variant.endswith(" on"))
 
@@ -153,12 +162,17 @@ def measure(variant: str, dsn: str, producers: int, count: int) -> tuple[float, 
     return rate, sum(spent) / ((count // producers) * producers) * 1e6
 
 
+def _bench_job() -> None:
+    """The benchmark's task (never run here)."""
+
+
 def _async_rate(
-    dsn: str, producers: int, count: int, group_commit: bool | None = None
+    dsn: str, producers: int, count: int, group_commit: bool | None = None, task: bool = False
 ) -> tuple[float, float]:
     """Jobs/s of ``producers`` tasks on one event loop, each awaiting ``enqueue_async`` in turn
     (a pool as large as the tasks), timed after a warm-up call each. ``group_commit``: the
-    client's option (None: its default, for a checkout that may not have it)."""
+    client's option (None: its default, for a checkout that may not have it); ``task``: a
+    registered task's own ``job.enqueue_async()`` instead of the call by name."""
     import asyncio
 
     from pgqueue import PgQueue
@@ -166,11 +180,15 @@ def _async_rate(
     async def run() -> tuple[float, float]:
         options: dict[str, Any] = {} if group_commit is None else {"group_commit": group_commit}
         app = PgQueue(dsn, pool_size=producers, **options)
-        await asyncio.gather(*(app.enqueue_async("bench.job", {}) for _ in range(producers)))
+        enqueue: Callable[[], Any] = lambda: app.enqueue_async("bench.job", {})  # noqa: E731
+        if task:  # (registered only then: the call by name is measured as it was)
+            enqueue = app.task(name="bench.job")(_bench_job).enqueue_async
+
+        await asyncio.gather(*(enqueue() for _ in range(producers)))
 
         async def producer() -> None:
             for _ in range(count // producers):
-                await app.enqueue_async("bench.job", {})
+                await enqueue()
 
         started, cpu = time.perf_counter(), time.thread_time()
         await asyncio.gather(*(producer() for _ in range(producers)))
@@ -181,6 +199,53 @@ def _async_rate(
         return rate, cpu_us
 
     return asyncio.run(run())
+
+
+#: Calls per block of ``--kinds side`` (each side's CPU is read around a block).
+SIDE_BLOCK = 200
+
+
+def side_by_side(dsn: str, count: int) -> dict[str, float]:
+    """One client, the sync and async calls interleaved in blocks of :data:`SIDE_BLOCK`
+    (``count`` calls of each in all): each one's median CPU µs per call (``process_time``:
+    the process's, so a pool's threads count too)."""
+    import asyncio
+
+    from pgqueue import PgQueue
+
+    app = PgQueue(dsn, pool_size=1)
+
+    @app.task(name="bench.job")
+    def job() -> None: ...
+
+    sync: dict[str, Callable[[], object]] = {
+        "by name": lambda: app.enqueue("bench.job", {}),
+        "task": job.enqueue,
+    }
+    calls: dict[str, Callable[[], Any]] = {
+        "by name": lambda: app.enqueue_async("bench.job", {}),
+        "task": job.enqueue_async,
+    }
+    spent: dict[str, list[float]] = {}
+
+    async def run() -> None:
+        for name, call in sync.items():
+            call()  # warm up: pools open, statements prepared
+            await calls[name]()
+        for _ in range(max(1, count // SIDE_BLOCK)):
+            for name, call in sync.items():
+                started = time.process_time()
+                for _ in range(SIDE_BLOCK):
+                    call()
+                spent.setdefault(f"sync {name}", []).append(time.process_time() - started)
+                started = time.process_time()
+                for _ in range(SIDE_BLOCK):
+                    await calls[name]()
+                spent.setdefault(f"async {name}", []).append(time.process_time() - started)
+        await app.aclose()
+
+    asyncio.run(run())
+    return {key: statistics.median(v) / SIDE_BLOCK * 1e6 for key, v in spent.items()}
 
 
 def lone_call(dsn: str, count: int) -> None:
@@ -231,7 +296,8 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     p.add_argument(
         "--kinds",
         default="sync",
-        help="library calls to measure: sync,async,task,keyed,group,lone (comma-separated)",
+        help="library calls to measure: sync,async,task,task_async,keyed,group,lone,side"
+        " (comma-separated)",
     )
     p.add_argument(
         "--commit-flush",
@@ -245,7 +311,10 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
         dsn = args.dsn
         if args.commit_flush == "off":
             dsn = make_conninfo(dsn, options="-c synchronous_commit=off")
-        print(json.dumps(measure(args.measure, dsn, int(args.producers), args.count)))
+        if args.measure == "side":
+            print(json.dumps(side_by_side(dsn, args.count)))
+        else:
+            print(json.dumps(measure(args.measure, dsn, int(args.producers), args.count)))
         return {}
 
     from benchmarks.common import fresh_database, machine, server
@@ -253,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     variants = [("raw", ROOT), ("jobs INSERT", ROOT)]
     for kind in args.kinds.split(","):
-        if kind == "lone":  # measured apart (lone_call)
+        if kind in ("lone", "side"):  # measured apart (lone_call, side_by_side)
             continue
         if kind == "group":  # this checkout's option, on and off
             variants += [(f"group {side} {state}", ROOT) for side in ("threads", "tasks")
@@ -263,11 +332,14 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
             "sync": "PgQueue.enqueue",
             "async": "PgQueue.enqueue_async",
             "task": "task.enqueue",
+            "task_async": "task.enqueue_async",
         }.get(kind)
         label = label or "PgQueue.enqueue keyed"
         variants += [(f"{label} {name}", tree) for name, tree in trees.items()]
     producer_counts = [int(n) for n in args.producers.split(",")]
     lone = "lone" in args.kinds.split(",")
+    side = "side" in args.kinds.split(",")
+    sides: dict[str, list[dict[str, float]]] = {}
     with server(args.dsn) as admin:
         dsn = fresh_database(admin, "pgqueue_enqueue_single")
         # Another checkout gets a database of its own, migrated by its own revisions (a client
@@ -307,7 +379,12 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
                         conn.execute("TRUNCATE pgqueue.jobs")
                         if tree == ROOT:
                             conn.execute("TRUNCATE raw_jobs")
+            if side:
+                for name, tree in trees.items():
+                    sides.setdefault(name, []).append(_side_round(tree, dsns[tree], args))
             print(f"round {round_ + 1} done", flush=True)
+        if sides:
+            _print_sides(sides, args.count)
         if not args.rounds:
             return figures
         print(f"\n{args.count} jobs per figure, {args.rounds} rounds: median jobs/s (min-max),")
@@ -330,6 +407,38 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
                     f"  {statistics.median(cpu[variant, producers]):>5,.0f} us"
                 )
     return figures
+
+
+def _side_round(tree: Path, dsn: str, args: argparse.Namespace) -> dict[str, float]:
+    """One round of ``--kinds side`` in a fresh process with ``tree``'s pgqueue."""
+    command = [
+        sys.executable, str(Path(__file__).resolve()), "--measure", "side", "--dsn", dsn,
+        "--count", str(args.count), "--commit-flush", args.commit_flush,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(command, check=False, env=env, capture_output=True)
+    if out.returncode:
+        sys.exit(f"side: {out.stderr.decode().strip()}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE pgqueue.jobs")
+    figures: dict[str, float] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    return figures
+
+
+def _print_sides(sides: dict[str, list[dict[str, float]]], count: int) -> None:
+    print(
+        f"\nOne process, sync and async interleaved ({count} calls of each per round, blocks of"
+        f" {SIDE_BLOCK}): client CPU per call (us), median of the rounds, and async/sync"
+    )
+    for name, rounds in sides.items():
+        for call in ("by name", "task"):
+            sync = statistics.median(r[f"sync {call}"] for r in rounds)
+            async_ = statistics.median(r[f"async {call}"] for r in rounds)
+            ratios = sorted(r[f"async {call}"] / r[f"sync {call}"] for r in rounds)
+            print(
+                f"  {name:<28} {call:<8} sync {sync:6.1f}  async {async_:6.1f}"
+                f"  async/sync {statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+            )
 
 
 if __name__ == "__main__":
