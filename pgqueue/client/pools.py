@@ -254,10 +254,13 @@ class Pools:
                         return await plans.run_async(plan, c, foreign=True, guard=False)
                 return await plans.run_async(plan, c, foreign=True)
             if True:  # ASYNC
-                # The common call (the loop's pool open, its kept connection quiet and kept
-                # again afterwards) makes no coroutine for any of it: a few microseconds.
-                pool = self._loop_pool() or await self._open_pool_async()
-                pooled = self._quiet_kept(pool) or await self._checkout_async(pool)
+                # The common call (pool open, kept connection quiet) makes no coroutine here.
+                pool = self._loop_pool()
+                if pool is None:
+                    pool = await self._open_pool_async()
+                pooled = self._quiet_kept(pool)
+                if pooled is None:
+                    pooled = await self._checkout_async(pool)
             else:
                 pool = self._open_pool()
                 pooled = self._checkout(pool)
@@ -540,9 +543,7 @@ class _Kept:
 
 
 # When a connection was taken from the pool (an attribute of the connection, so that it goes
-# with it); the _Kept of one of the client's own async pools (an attribute of the pool: read
-# twice per call, where a weak mapping's lookup is a Python call each); the transaction status
-# of a connection that can be kept.
+# with it); an own async pool's _Kept (an attribute: no weak mapping's lookup per call).
 _TAKEN = "_pgqueue_taken"
 _KEPT = "_pgqueue_kept"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
