@@ -43,7 +43,7 @@ def _steps(complete: str) -> list[str]:
         task = asyncio.create_task(waiter())
         await asyncio.sleep(0)  # the task waits
         loop.call_soon(callback)
-        await task
+        await asyncio.wait_for(task, 10)  # a task never woken fails the test, not hangs it
         return steps
 
     return asyncio.run(main())
@@ -103,3 +103,31 @@ def test_a_done_future_refuses_another_outcome() -> None:
         return await future
 
     assert asyncio.run(main()) == 1
+
+
+def test_without_the_futures_callbacks_to_read_it_completes_the_future_as_usual(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Future._callbacks`` is not public API: a Python without it wakes the task a turn later,
+    as completing the future does, and nothing fails."""
+    real = getattr
+
+    def hidden(obj: object, name: str, *default: object) -> object:
+        if name == "_callbacks":
+            return default[0] if default else None
+        return real(obj, name, *default)
+
+    monkeypatch.setattr(same_turn, "getattr", hidden, raising=False)
+    assert _steps("wake") == ["callback returns", "woken with 7 in the task", "handling None"]
+
+
+def test_a_pure_python_future_is_woken_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """asyncio's Python Future (where its C one is missing) keeps its callbacks in its own list,
+    which taking them off empties: they are read first, and the task still wakes."""
+    import asyncio.futures
+
+    python_future = asyncio.futures._PyFuture  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        asyncio.BaseEventLoop, "create_future", lambda loop: python_future(loop=loop)
+    )
+    assert _steps("wake") == ["woken with 7 in the task", "handling None", "callback returns"]
