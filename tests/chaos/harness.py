@@ -524,12 +524,18 @@ class Run:
 
     def start_workers(self, timeout: float = 60.0) -> None:
         """Start the fleet and wait until every worker has registered (so pickup latency
-        measures the queue, not interpreter start-up)."""
+        measures the queue, not interpreter start-up) and has said it started: it writes its
+        task declarations in between, whose COMMIT a fault armed too early caught instead of
+        the one it was meant for (scenario 5b on a loaded machine)."""
         self.fleet.start()
         self.wait(
             lambda: (
                 scalar(self.dsn, "SELECT count(*) FROM pgqueue.workers WHERE stopped_at IS NULL")
                 >= self.settings.workers
+                and (
+                    self.fleet.unread_pipe  # (its logs are read at the end)
+                    or self.fleet.log_text().count("worker started") >= self.settings.workers
+                )
             ),
             timeout,
             "the workers to start",
