@@ -242,7 +242,7 @@ class Pools:
 
         A pooled connection is taken and given back here, not through :meth:`connection_async`
         (a generator made and driven per call: a few microseconds of every single enqueue)."""
-        with self._translated:
+        try:  # (what ``with self._translated`` does, without its two calls per statement)
             if conn is not None:
                 c = await connections.async_driver(conn)
                 if atomic:
@@ -274,6 +274,9 @@ class Pools:
                 if failed or not kept.keep(pool, pooled):
                     await self._checkin_async(pool, pooled, failed=failed)
             return result
+        except psycopg.Error as exc:
+            self._translated.raise_for(exc)
+            raise
 
     async def _checkout_async(self, pool: AsyncConnectionPool) -> AsyncConnection:
         """A pooled connection; the schema's revision checked on the first one."""
@@ -330,7 +333,7 @@ class Pools:
 
         A pooled connection is taken and given back here, not through :meth:`connection`
         (a generator made and driven per call: a few microseconds of every single enqueue)."""
-        with self._translated:
+        try:  # (what ``with self._translated`` does, without its two calls per statement)
             if conn is not None:
                 c = connections.sync_driver(conn)
                 if atomic:
@@ -357,6 +360,9 @@ class Pools:
                 if failed or not kept.keep(pool, pooled):
                     self._checkin(pool, pooled, failed=failed)
             return result
+        except psycopg.Error as exc:
+            self._translated.raise_for(exc)
+            raise
 
     def _checkout(self, pool: ConnectionPool) -> Connection:
         """A pooled connection; the schema's revision checked on the first one."""
@@ -485,8 +491,11 @@ class _Translated:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, _: TracebackType | None
     ) -> None:
-        if exc is None or not isinstance(exc, psycopg.Error):  # (PoolTimeout is one)
-            return
+        if exc is not None and isinstance(exc, psycopg.Error):  # (PoolTimeout is one)
+            self.raise_for(exc)
+
+    def raise_for(self, exc: psycopg.Error) -> None:
+        """Raise what ``exc`` becomes, if it becomes something else."""
         if isinstance(exc, PoolTimeout):
             explained = self._failures.explain(exc)
             if explained != str(exc):

@@ -88,9 +88,7 @@ def test_the_pools_max_lifetime_still_ends_a_kept_connection(
 
 
 @pytest.mark.parametrize("group_commit", [True, False], ids=["group-commit", "one-by-one"])
-def test_a_kept_sync_connection_the_server_ended_is_replaced(
-    dsn: str, group_commit: bool
-) -> None:
+def test_a_kept_sync_connection_the_server_ended_is_replaced(dsn: str, group_commit: bool) -> None:
     pgq = PgQueue(dsn, pool_size=1, group_commit=group_commit)
     _register(pgq)
     try:
