@@ -9,6 +9,7 @@ shares all of it but the wait.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from pgqueue import PgQueue
-from pgqueue.client import group_commit, pools
+from pgqueue.client import group_commit, names, pools
 from tests.helpers import counting, run_closing
 
 CALLS = 20
@@ -121,3 +122,28 @@ def test_a_full_queue_still_fails_a_lone_call_with_its_error(pgq: PgQueue) -> No
         t.enqueue()
     with pytest.raises(QueueFullError):
         t.options(wait_if_full=0.05).enqueue()
+
+
+def test_the_argument_check_of_a_call_by_name_runs_no_python_code_of_its_own(
+    pgq: PgQueue,
+) -> None:
+    """The names a task takes and needs are read from its signature once, not per call."""
+
+    @pgq.task(name="t")
+    def t(x: int, y: int = 0) -> None: ...
+
+    pgq.enqueue("t", {"x": 1})
+    ran: list[str] = []
+
+    def profile(frame: Any, event: str, _: Any) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_filename in (names.__file__, inspect.__file__):
+            ran.append(code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(CALLS):
+            pgq.enqueue("t", {"x": 1})
+    finally:
+        sys.setprofile(None)
+    assert ran == ["check_arguments"] * CALLS  # (with `parameters` and a generator before)
