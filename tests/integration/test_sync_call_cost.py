@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pgqueue import PgQueue
-from pgqueue.client import group_commit, names, pools
+from pgqueue.client import group_commit, names, pools, room
 from tests.helpers import counting, run_closing
 
 CALLS = 20
@@ -64,7 +64,7 @@ def test_a_lone_call_makes_nothing_of_the_groups_and_no_wait_for_room(
     def t() -> None: ...
 
     watched = {
-        "a wait for room": (group_commit.Room, "__init__"),
+        "a wait for room": (room.Room, "__init__"),
         "a call of the group's": (group_commit._Call, "__init__"),
         "a join": (group_commit._Group, "join"),
     }
