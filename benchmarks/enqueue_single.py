@@ -2,7 +2,8 @@
 
     python -m benchmarks.enqueue_single [--dsn DSN] [--count 2000] [--rounds 5]
                                         [--producers 1,8] [--tree PATH ...]
-                                        [--kinds sync,async,task,task_async,keyed,group,lone,side]
+                                        [--kinds sync,async,task,task_async,keyed,group,lone,side,
+                                                 calls]
                                         [--commit-flush off]
 
 One job per transaction (autocommit), P producer threads with a connection each. Every round
@@ -29,7 +30,11 @@ measures, each in a fresh process, one after the other:
   interleaved (``pgq.enqueue("bench.job", {})`` and ``enqueue_async``, ``job.enqueue()`` and
   ``job.enqueue_async()``; blocks of :data:`SIDE_BLOCK` calls, one producer, every round):
   the client's CPU per call (``time.process_time``) of each, median of the blocks, and the
-  async/sync ratio (the machine's load moves both sides of a block alike).
+  async/sync ratio (the machine's load moves both sides of a block alike);
+* ``--kinds calls``: per tree, once (a count, not a time: the machine's load moves nothing),
+  the Python function calls one single enqueue runs (``sys.setprofile``, the mean of
+  :data:`COUNTED_CALLS` calls after a warm-up), all of them and those of pgqueue's own code,
+  psycopg_pool's and logging's: the four calls of ``--kinds side``.
 
 Prints, per variant and producer count, the median jobs/s, the median of the rounds' ratios
 to ``raw`` with as many producers, and to ``raw`` with one (a single INSERT loop) when
@@ -248,6 +253,57 @@ def side_by_side(dsn: str, count: int) -> dict[str, float]:
     return {key: statistics.median(v) / SIDE_BLOCK * 1e6 for key, v in spent.items()}
 
 
+#: How many calls ``--kinds calls`` counts (after a warm-up).
+COUNTED_CALLS = 50
+
+
+def call_counts(dsn: str) -> dict[str, tuple[float, float]]:
+    """Per call of ``--kinds side``, the Python function calls of one single enqueue: all of
+    them, and those of pgqueue's own code, psycopg_pool's and logging's."""
+    import asyncio
+
+    from pgqueue import PgQueue
+
+    app = PgQueue(dsn, pool_size=1)
+
+    @app.task(name="bench.job")
+    def job() -> None: ...
+
+    calls: dict[str, Callable[[], Any]] = {
+        "sync by name": lambda: app.enqueue("bench.job", {}),
+        "sync task": job.enqueue,
+        "async by name": lambda: app.enqueue_async("bench.job", {}),
+        "async task": job.enqueue_async,
+    }
+    counted: dict[str, tuple[float, float]] = {}
+    ran = [0, 0]
+
+    def profile(frame: Any, event: str, _: Any) -> None:
+        if event == "call":
+            ran[0] += 1
+            where = frame.f_code.co_filename
+            if "pgqueue" in where or "psycopg_pool" in where or "logging" in where:
+                ran[1] += 1
+
+    async def run() -> None:
+        for name, call in calls.items():
+            is_async = name.startswith("async")
+            for _ in range(5):  # warm up: pools open, statements prepared
+                await call() if is_async else call()
+            ran[:] = [0, 0]
+            sys.setprofile(profile)
+            try:
+                for _ in range(COUNTED_CALLS):
+                    await call() if is_async else call()
+            finally:
+                sys.setprofile(None)
+            counted[name] = (ran[0] / COUNTED_CALLS, ran[1] / COUNTED_CALLS)
+        await app.aclose()
+
+    asyncio.run(run())
+    return counted
+
+
 def lone_call(dsn: str, count: int) -> None:
     """One producer, group commit on and off call by call: median call (ms) of each."""
     import timeit
@@ -313,6 +369,8 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
             dsn = make_conninfo(dsn, options="-c synchronous_commit=off")
         if args.measure == "side":
             print(json.dumps(side_by_side(dsn, args.count)))
+        elif args.measure == "calls":
+            print(json.dumps(call_counts(dsn)))
         else:
             print(json.dumps(measure(args.measure, dsn, int(args.producers), args.count)))
         return {}
@@ -322,7 +380,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
     trees = {"this": ROOT, **{str(t): t.resolve() for t in args.tree}}
     variants = [("raw", ROOT), ("jobs INSERT", ROOT)]
     for kind in args.kinds.split(","):
-        if kind in ("lone", "side"):  # measured apart (lone_call, side_by_side)
+        if kind in ("lone", "side", "calls"):  # measured apart
             continue
         if kind == "group":  # this checkout's option, on and off
             variants += [(f"group {side} {state}", ROOT) for side in ("threads", "tasks")
@@ -360,6 +418,8 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], list[float]]:
         cpu: dict[tuple[str, int], list[float]] = {}
         if lone:
             lone_call(dsn, args.count)
+        if "calls" in args.kinds.split(","):
+            _print_call_counts({name: _counted(tree, dsns[tree]) for name, tree in trees.items()})
         for round_ in range(args.rounds):
             for producers in producer_counts:
                 for variant, tree in variants:
@@ -423,6 +483,29 @@ def _side_round(tree: Path, dsn: str, args: argparse.Namespace) -> dict[str, flo
         conn.execute("TRUNCATE pgqueue.jobs")
     figures: dict[str, float] = json.loads(out.stdout.decode().strip().splitlines()[-1])
     return figures
+
+
+def _counted(tree: Path, dsn: str) -> dict[str, list[float]]:
+    """``--kinds calls`` in a fresh process with ``tree``'s pgqueue."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--measure", "calls", "--dsn", dsn]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(command, check=False, env=env, capture_output=True)
+    if out.returncode:
+        sys.exit(f"calls: {out.stderr.decode().strip()}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE pgqueue.jobs")
+    counts: dict[str, list[float]] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    return counts
+
+
+def _print_call_counts(trees: dict[str, dict[str, list[float]]]) -> None:
+    print(
+        "\nPython function calls per single enqueue (sys.setprofile): all of them / those of"
+        " pgqueue, psycopg_pool and logging"
+    )
+    for name, counts in trees.items():
+        cells = "  ".join(f"{call} {n:5.1f} / {own:4.1f}" for call, (n, own) in counts.items())
+        print(f"  {name:<28} {cells}")
 
 
 def _print_sides(sides: dict[str, list[dict[str, float]]], count: int) -> None:

@@ -104,7 +104,7 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
         # The names enqueue accepts (pgqueue.client.names): registered, or declared by workers.
         self._names = TaskNames(self.tasks, check=check_task_names)
         # Concurrent single enqueues without conn= written together (pgqueue.client.group_commit).
-        self._group_commit = GroupCommit(self, enabled=group_commit)
+        self._group_commit = GroupCommit(self._pools, enabled=group_commit)
 
     # -- the parts (each module is imported on first use: enqueueing needs none of them) ----
 
@@ -405,7 +405,7 @@ class PgQueue(EventMethods, WorkflowMethods, JobMethods):
             else (self.tasks.get(name) if isinstance(name, str) else None)
         )
         defaults = registered.defaults if registered is not None else {}
-        if registered is not None and isinstance(args, Mapping):
+        if registered is not None and (type(args) is dict or isinstance(args, Mapping)):
             check_arguments(registered, args)
         if registered is not None and args and registered.binder.codec.typed:
             args = registered.binder.codec.encode(args)  # typed values checked and encoded

@@ -34,10 +34,8 @@ import threading
 import time
 import weakref
 from collections import deque
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, Protocol, TypeVar
-
-import psycopg
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
@@ -45,6 +43,10 @@ from pgqueue.db.enqueue_plans import enqueue_one
 from pgqueue.db.group_plans import group_writes, groupable
 from pgqueue.errors import PgQueueError
 from pgqueue.rules.job_specs import JobId, JobSpec
+
+if TYPE_CHECKING:
+    # (its client's connections: plans driven on them, a pooled connection)
+    from pgqueue.client.pools import Pools
 
 T = TypeVar("T")
 
@@ -57,27 +59,6 @@ MOST_BYTES = 4 * 1024 * 1024
 GATHER_WINDOW = 0.001
 
 Outcome = JobId | Exception
-
-
-class Pooled(Protocol):
-    """What a group commit uses of its client (a :class:`~pgqueue.PgQueue`): plans driven on
-    its pooled connections, and a pooled connection."""
-
-    def run(
-        self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
-    ) -> T: ...
-
-    async def run_async(
-        self, plan: plans.Plan[T], conn: object | None = None, *, atomic: bool = False
-    ) -> T: ...
-
-    def connection(
-        self, conn: object | None = None
-    ) -> AbstractContextManager[psycopg.Connection[Any]]: ...
-
-    def connection_async(
-        self, conn: object | None = None
-    ) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
 
 
 class _Signal(Protocol):
@@ -197,6 +178,16 @@ class _Group:
         self.gathering = False
         self.signal = signal
 
+    def alone(self) -> bool:
+        """True when nothing is in flight and the group's last commit wrote one call (nobody
+        came with it to wait for): the caller commits at once, alone, and the group is busy
+        until :meth:`next` finds nothing queued. Otherwise the caller :meth:`join` s."""
+        with self.lock:
+            if self.busy or self.recent > 1:
+                return False
+            self.busy = True
+            return True
+
     def join(self, call: _Call) -> bool:
         """Queue ``call`` behind the commit in flight; True when there is none: the call
         leads (it commits at once, or gathers first: :meth:`gather`), and the group is busy
@@ -295,7 +286,7 @@ class GroupCommit:
     """The group commit of one client (see the module docstring). ``enabled=False``: every
     call writes alone, as without it."""
 
-    def __init__(self, client: Pooled, *, enabled: bool) -> None:
+    def __init__(self, client: Pools, *, enabled: bool) -> None:
         self._client = client
         self.enabled = enabled
         self._threads = _Group(threading.Lock(), threading.Event())
@@ -315,6 +306,8 @@ class GroupCommit:
         """Write ``spec`` with the calls that arrive meanwhile; its id once committed. A full
         queue is waited for as a single enqueue waits (``wait_if_full``: each attempt joins
         the group again)."""
+        if spec.wait_if_full is None:  # the common call: a full queue's refusal is its error
+            return await self._attempt_async(spec)
         room = Room(spec.wait_if_full)
         while True:
             with room.attempt():
@@ -322,7 +315,18 @@ class GroupCommit:
             await asyncio.sleep(room.pause())
 
     async def _attempt_async(self, spec: JobSpec) -> JobId:
-        group, call, leads = self._join_async(spec)
+        if True:  # ASYNC  # noqa: SIM108
+            group = self._loop_group()
+        else:
+            group = self._threads
+        if group.alone():
+            # Nothing in flight, and the last commit wrote one call (a lone producer): commit
+            # at once, as a single enqueue does, with no call of the group's made.
+            try:
+                return await self._client.run_async(enqueue_one(spec))
+            finally:
+                self._after_async(group)
+        call, leads = self._join_async(group, spec)
         if not leads:
             return await self._outcome_async(group, call)
         # Nothing in flight: this call leads (after waiting for those that came with it last
@@ -393,6 +397,8 @@ class GroupCommit:
         """Write ``spec`` with the calls that arrive meanwhile; its id once committed. A full
         queue is waited for as a single enqueue waits (``wait_if_full``: each attempt joins
         the group again)."""
+        if spec.wait_if_full is None:  # the common call: a full queue's refusal is its error
+            return self._attempt(spec)
         room = Room(spec.wait_if_full)
         while True:
             with room.attempt():
@@ -400,7 +406,15 @@ class GroupCommit:
             time.sleep(room.pause())
 
     def _attempt(self, spec: JobSpec) -> JobId:
-        group, call, leads = self._join(spec)
+        group = self._threads
+        if group.alone():
+            # Nothing in flight, and the last commit wrote one call (a lone producer): commit
+            # at once, as a single enqueue does, with no call of the group's made.
+            try:
+                return self._client.run(enqueue_one(spec))
+            finally:
+                self._after(group)
+        call, leads = self._join(group, spec)
         if not leads:
             return self._outcome(group, call)
         # Nothing in flight: this call leads (after waiting for those that came with it last
@@ -469,9 +483,9 @@ class GroupCommit:
 
     # -- how a call waits and who writes the next batch, per side -------------------------
 
-    def _join(self, spec: JobSpec) -> tuple[_Group, _ThreadCall, bool]:
+    def _join(self, group: _Group, spec: JobSpec) -> tuple[_ThreadCall, bool]:
         call = _ThreadCall(spec)
-        return self._threads, call, self._threads.join(call)
+        return call, group.join(call)
 
     def _gather(self, group: _Group, call: _ThreadCall) -> list[_Call]:
         """Wait for the callers that came with the last batch (``group.gather()`` said so)."""
@@ -510,15 +524,19 @@ class GroupCommit:
         if isinstance(following, _ThreadCall):
             following.wake()  # (marked to lead by next())
 
-    def _join_async(self, spec: JobSpec) -> tuple[_Group, _TaskCall, bool]:
+    def _loop_group(self) -> _Group:
+        """The running loop's group, made on first use."""
         loop = asyncio.get_running_loop()
         group = self._loops.get(loop)
         if group is None:
             # (A loop's tasks never wait for its lock: nothing awaits while holding it. A
             # thread lock, whose enter and exit are C, costs less than nullcontext's.)
             group = self._loops[loop] = _Group(threading.Lock(), asyncio.Event())
-        call = _TaskCall(spec, loop)
-        return group, call, group.join(call)
+        return group
+
+    def _join_async(self, group: _Group, spec: JobSpec) -> tuple[_TaskCall, bool]:
+        call = _TaskCall(spec, asyncio.get_running_loop())
+        return call, group.join(call)
 
     async def _gather_async(self, group: _Group, call: _TaskCall) -> list[_Call]:
         """Wait for the callers that came with the last batch (``group.gather()`` said so)."""

@@ -123,7 +123,14 @@ def unknown_task(name: str, close: tuple[str, ...], opt_out: str = "allow_unknow
 def check_arguments(task: Task[..., Any], args: Mapping[str, Any]) -> None:
     """An args object for ``task`` (an enqueue by name) names exactly its parameters: raise
     :class:`InvalidJobError` naming the unexpected and the missing ones."""
-    params = task.signature.parameters.values()
+    signature = task.signature
+    accepted = _ACCEPTED.get(id(signature))
+    if accepted is None or accepted[0] is not signature:
+        accepted = _accepted(signature)
+    _, names_taken, required_names = accepted
+    if (names_taken is None or names_taken.issuperset(args)) and args.keys() >= required_names:
+        return  # the common call: two set operations, no Python code
+    params = signature.parameters.values()
     any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     names = [p.name for p in params if p.kind in _NAMED]
     required = [p.name for p in params if p.kind in _NAMED and p.default is p.empty]
@@ -147,6 +154,24 @@ def check_arguments(task: Task[..., Any], args: Mapping[str, Any]) -> None:
     raise InvalidJobError(
         f"args do not match task {task.name!r}: {'; '.join(problems)}; it takes {takes}"
     )
+
+
+# Per signature (by id, the signature kept so that its id is not reused): the names an args
+# object may hold (None: any, the task takes ``**kwargs``) and those it must hold.
+_ACCEPTED: dict[int, tuple[inspect.Signature, frozenset[str] | None, frozenset[str]]] = {}
+
+
+def _accepted(
+    signature: inspect.Signature,
+) -> tuple[inspect.Signature, frozenset[str] | None, frozenset[str]]:
+    params = signature.parameters.values()
+    any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    names = frozenset(p.name for p in params if p.kind in _NAMED)
+    required = frozenset(p.name for p in params if p.kind in _NAMED and p.default is p.empty)
+    if len(_ACCEPTED) >= 1024:  # (tasks made per call must not grow it without bound)
+        _ACCEPTED.clear()
+    _ACCEPTED[id(signature)] = accepted = (signature, None if any_keyword else names, required)
+    return accepted
 
 
 def _names(names: list[str]) -> str:

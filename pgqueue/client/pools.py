@@ -1,10 +1,10 @@
 """The client's connections: its pools (or the application's), the DSN, plans driven on them.
 
 A sync pool, one async pool per event loop (an async pool belongs to the loop that opened it;
-the connection it last gave back kept for the next call on the loop, :class:`_Kept`), and one
-results listener per loop (:mod:`pgqueue.db.results_listener`). With ``conn=`` a plan runs
-on the caller's connection, in the caller's transaction, and never commits; without it, on a
-pooled autocommit connection.
+the connection each of the client's own pools last gave back kept for its next call,
+:mod:`pgqueue.client.kept`), and one results listener per loop
+(:mod:`pgqueue.db.results_listener`). With ``conn=`` a plan runs on the caller's connection, in
+the caller's transaction, and never commits; without it, on a pooled autocommit connection.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -23,6 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from pgqueue.client import kept
 from pgqueue.db import connections, pool_check, refusals, schema_check, startup
 from pgqueue.db import plan as plans
 from pgqueue.db.async_wait import LeanWaits
@@ -37,11 +37,6 @@ AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
 log = logging.getLogger("pgqueue.client")
 
-
-#: How long (seconds) the client keeps a connection of its async pool for the next call on the
-#: loop before giving it back to the pool, so that the pool's rules (``max_lifetime``, a drain,
-#: its statistics) still see it every so often.
-KEEP_SECONDS = 1.0
 
 #: How long an enqueue waits for a connection (psycopg_pool's default), also while PostgreSQL
 #: refuses new ones (max_connections or the role's CONNECT LIMIT reached, starting up).
@@ -143,6 +138,7 @@ class Pools:
                         check=pool_check.check,
                     )
                     pool.open(wait=True)
+                    kept.attach(pool)
                     self._pool = pool
         return self._pool
 
@@ -187,7 +183,7 @@ class Pools:
             check=pool_check.check_async,  # as for the sync pool
         )
         await pool.open(wait=True)
-        setattr(pool, _KEPT, _Kept())
+        kept.attach(pool)
         self._async_pools[loop] = pool
         self._close_with(loop)
         return pool
@@ -246,24 +242,26 @@ class Pools:
 
         A pooled connection is taken and given back here, not through :meth:`connection_async`
         (a generator made and driven per call: a few microseconds of every single enqueue)."""
-        with self._translated:
+        try:  # (what ``with self._translated`` does, without its two calls per statement)
             if conn is not None:
                 c = await connections.async_driver(conn)
                 if atomic:
                     async with connections.atomic_async(c):
                         return await plans.run_async(plan, c, foreign=True, guard=False)
                 return await plans.run_async(plan, c, foreign=True)
+            # The common call (pool open, kept connection quiet) makes no coroutine here, and
+            # goes through none of psycopg_pool's code.
             if True:  # ASYNC
-                # The common call (pool open, kept connection quiet) makes no coroutine here.
                 pool = self._loop_pool()
                 if pool is None:
                     pool = await self._open_pool_async()
-                pooled = self._quiet_kept(pool)
-                if pooled is None:
-                    pooled = await self._checkout_async(pool)
             else:
-                pool = self._open_pool()
-                pooled = self._checkout(pool)
+                pool = self._pool
+                if pool is None:
+                    pool = self._open_pool()
+            pooled = kept.quiet(pool)
+            if pooled is None:
+                pooled = await self._checkout_async(pool)
             failed = True
             try:
                 if atomic and pooled.autocommit:
@@ -273,19 +271,16 @@ class Pools:
                     result = await plans.run_async(plan, pooled, held=True)
                 failed = False
             finally:
-                if True:  # ASYNC
-                    if failed or not self._keep(pool, pooled):
-                        await self._checkin_async(pool, pooled, failed=failed)
-                else:
-                    self._checkin(pool, pooled, failed=failed)
+                if failed or not kept.keep(pool, pooled):
+                    await self._checkin_async(pool, pooled, failed=failed)
             return result
+        except psycopg.Error as exc:
+            self._translated.raise_for(exc)
+            raise
 
     async def _checkout_async(self, pool: AsyncConnectionPool) -> AsyncConnection:
         """A pooled connection; the schema's revision checked on the first one."""
-        if True:  # ASYNC
-            pooled = await self._kept_or_pooled(pool)
-        else:
-            pooled = await pool.getconn()
+        pooled = await kept.kept_or_pooled_async(pool)
         if not self._checked:
             try:
                 await plans.run_async(schema_check.check(), pooled)
@@ -313,10 +308,7 @@ class Pools:
                             extra=fields(Action.POOL_ROLLBACK_FAILED, error=str(exc)),
                         )
         finally:
-            if True:  # ASYNC
-                await self._keep_or_give_back(pool, pooled)
-            else:
-                await pool.putconn(pooled)
+            await kept.give_back_async(pool, pooled)
 
     # sync-twin: generated from the async source above by `make sync-twins`; do not edit
 
@@ -341,15 +333,21 @@ class Pools:
 
         A pooled connection is taken and given back here, not through :meth:`connection`
         (a generator made and driven per call: a few microseconds of every single enqueue)."""
-        with self._translated:
+        try:  # (what ``with self._translated`` does, without its two calls per statement)
             if conn is not None:
                 c = connections.sync_driver(conn)
                 if atomic:
                     with connections.atomic(c):
                         return plans.run(plan, c, foreign=True, guard=False)
                 return plans.run(plan, c, foreign=True)
-            pool = self._open_pool()
-            pooled = self._checkout(pool)
+            # The common call (pool open, kept connection quiet) makes no coroutine here, and
+            # goes through none of psycopg_pool's code.
+            pool = self._pool
+            if pool is None:
+                pool = self._open_pool()
+            pooled = kept.quiet(pool)
+            if pooled is None:
+                pooled = self._checkout(pool)
             failed = True
             try:
                 if atomic and pooled.autocommit:
@@ -359,12 +357,16 @@ class Pools:
                     result = plans.run(plan, pooled, held=True)
                 failed = False
             finally:
-                self._checkin(pool, pooled, failed=failed)
+                if failed or not kept.keep(pool, pooled):
+                    self._checkin(pool, pooled, failed=failed)
             return result
+        except psycopg.Error as exc:
+            self._translated.raise_for(exc)
+            raise
 
     def _checkout(self, pool: ConnectionPool) -> Connection:
         """A pooled connection; the schema's revision checked on the first one."""
-        pooled = pool.getconn()
+        pooled = kept.kept_or_pooled(pool)
         if not self._checked:
             try:
                 plans.run(schema_check.check(), pooled)
@@ -390,73 +392,9 @@ class Pools:
                             extra=fields(Action.POOL_ROLLBACK_FAILED, error=str(exc)),
                         )
         finally:
-            pool.putconn(pooled)
+            kept.give_back(pool, pooled)
 
     # sync-twin: end
-
-    # The client's own async pools: the connection last given back is kept for the next call on
-    # the loop instead (psycopg_pool's getconn and putconn take an asyncio.Lock each and do
-    # their bookkeeping: about a tenth of an async single enqueue's client CPU).
-
-    def _quiet_kept(self, pool: AsyncConnectionPool) -> AsyncConnection | None:
-        """The connection kept for this pool's next call, taken, if nothing arrived on it
-        since its last statement (the common call); else None: :meth:`_kept_or_pooled`."""
-        kept: _Kept | None = getattr(pool, _KEPT, None)
-        if kept is None or kept.conn is None or not pool_check.quiet(kept.conn):
-            return None
-        pooled, kept.conn = kept.conn, None
-        return pooled
-
-    async def _kept_or_pooled(self, pool: AsyncConnectionPool) -> AsyncConnection:
-        """The connection kept for this pool's next call if it still works, else the pool's."""
-        kept: _Kept | None = getattr(pool, _KEPT, None)
-        if kept is None:  # an application's pool
-            return await pool.getconn()
-        pooled = kept.conn
-        if pooled is not None:
-            kept.conn = None
-            try:
-                await pool_check.check_async(pooled)  # as the pool checks what it hands out
-                return pooled
-            except Exception:
-                await pool.putconn(pooled)  # the pool drops it (broken) or checks it again
-            except BaseException:
-                # A cancelled call gives it back too (as the pool's getconn does): kept by
-                # nobody, it would be a slot the pool never gets back.
-                await pool.putconn(pooled)
-                raise
-        kept.waiting += 1
-        try:
-            pooled = await pool.getconn()
-        finally:
-            kept.waiting -= 1
-        setattr(pooled, _TAKEN, time.monotonic())
-        return pooled
-
-    def _keep(self, pool: AsyncConnectionPool, pooled: AsyncConnection) -> bool:
-        """Keep ``pooled`` for the next call (True), unless a call waits for the pool (it
-        gets it now), one is kept already, the pool is closed or an application's, the
-        connection is not idle and working, or it was taken from the pool KEEP_SECONDS ago
-        (the pool sees it again)."""
-        kept: _Kept | None = getattr(pool, _KEPT, None)
-        if (
-            kept is not None
-            and kept.conn is None
-            and not kept.waiting
-            and not pool.closed
-            and not pooled.closed
-            and pooled.autocommit
-            and pooled.pgconn.transaction_status == _IDLE
-            and time.monotonic() - getattr(pooled, _TAKEN, 0.0) < KEEP_SECONDS
-        ):
-            kept.conn = pooled
-            return True
-        return False
-
-    async def _keep_or_give_back(self, pool: AsyncConnectionPool, pooled: AsyncConnection) -> None:
-        """Keep ``pooled`` for the next call (:meth:`_keep`), or give it back to the pool."""
-        if not self._keep(pool, pooled):
-            await pool.putconn(pooled)
 
     async def results_listener(self) -> ResultListener:
         """The LISTEN connection shared by this loop's ``result_async`` calls (the first call
@@ -485,6 +423,9 @@ class Pools:
         pool, self._pool = self._pool, self._shared_pool
         if pool is not None and pool is not self._shared_pool:
             pool.close()
+            last = kept.release(pool)  # (after the pool closed: nothing is kept for it again)
+            if last is not None:
+                pool.putconn(last)  # a closed pool closes what it gets back
 
     async def aclose(self) -> None:
         """Close the pools and this loop's results listener."""
@@ -509,10 +450,7 @@ class Pools:
         pool = self._async_pools.pop(loop, None)
         if pool is None:
             return
-        kept: _Kept | None = getattr(pool, _KEPT, None)
-        last = kept.conn if kept is not None else None
-        if kept is not None:
-            kept.conn = None
+        last = kept.release(pool)
         if not ending:
             if last is not None:
                 await pool.putconn(last)
@@ -529,24 +467,6 @@ class Pools:
         for conn in idle:
             if not conn.closed:
                 await conn.close()
-
-
-class _Kept:
-    """The connection an async pool of the client's last gave back, kept for the next call on
-    its loop (None: none), and how many calls wait for the pool meanwhile."""
-
-    __slots__ = ("conn", "waiting")
-
-    def __init__(self) -> None:
-        self.conn: AsyncConnection | None = None
-        self.waiting = 0
-
-
-# When a connection was taken from the pool (an attribute of the connection, so that it goes
-# with it); an own async pool's _Kept (an attribute: no weak mapping's lookup per call).
-_TAKEN = "_pgqueue_taken"
-_KEPT = "_pgqueue_kept"
-_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 class _Translated:
@@ -571,8 +491,11 @@ class _Translated:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, _: TracebackType | None
     ) -> None:
-        if exc is None or not isinstance(exc, psycopg.Error):  # (PoolTimeout is one)
-            return
+        if exc is not None and isinstance(exc, psycopg.Error):  # (PoolTimeout is one)
+            self.raise_for(exc)
+
+    def raise_for(self, exc: psycopg.Error) -> None:
+        """Raise what ``exc`` becomes, if it becomes something else."""
         if isinstance(exc, PoolTimeout):
             explained = self._failures.explain(exc)
             if explained != str(exc):

@@ -155,9 +155,15 @@ async def run_async(
                 step = plan.send([(note.payload,) async for note in notes])
                 continue
             if held and isinstance(step, Query) and step.row is None:
-                # The common statement (a single enqueue's): the connection's kept cursor.
-                rows = await _execute_async(_kept_cursor_async(conn), conn, step, guard)
-                step = plan.send(rows)
+                # The common statement (a single enqueue's): the connection's kept cursor
+                # (a cursor made and closed per statement was about a sixth of an async single
+                # enqueue's client CPU: its adapters' map copied, its close awaited), made on
+                # first use.
+                kept: psycopg.AsyncCursor[Any] | None = getattr(conn, _KEPT, None)
+                if kept is None or kept.closed:
+                    kept = conn.cursor()
+                    setattr(conn, _KEPT, kept)
+                step = plan.send(await _execute_async(kept, conn, step, guard))
                 continue
             async with _cursor_async(conn, step) as cur:
                 if foreign:
@@ -179,13 +185,17 @@ async def run_async(
 async def _execute_async(
     cur: psycopg.AsyncCursor[Any], conn: psycopg.AsyncConnection[Any], step: Query, guard: bool
 ) -> list[Any]:
-    """Run ``step`` on ``cur``; its rows (or [] for a statement that returns none)."""
+    """Run ``step`` on ``cur``; its rows (or [] for a statement that returns none: what
+    ``cur.description is None`` says, read from the result's status without building the
+    description's column objects, several microseconds per statement)."""
+    sql = _SQL.get(step.name) or _query_text(step.name)
     if guard and step.guarded and _in_transaction(conn):
         async with atomic_async(conn):
-            await cur.execute(query(step.name), step.params, prepare=step.prepare)
+            await cur.execute(sql, step.params, prepare=step.prepare)
     else:
-        await cur.execute(query(step.name), step.params, prepare=step.prepare)
-    return await cur.fetchall() if _has_rows(cur) else []
+        await cur.execute(sql, step.params, prepare=step.prepare)
+    result = cur.pgresult
+    return await cur.fetchall() if result is not None and result.status == _TUPLES_OK else []
 
 
 def _cursor_async(
@@ -194,17 +204,6 @@ def _cursor_async(
     if isinstance(step, Query) and step.row is not None:
         return conn.cursor(row_factory=step.row)
     return conn.cursor()
-
-
-def _kept_cursor_async(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
-    """The cursor pgqueue keeps on one of its own connections for statements whose rows are
-    tuples, made on first use: a cursor made and closed per statement was about a sixth of
-    an async single enqueue's client CPU (its adapters' map copied, its close awaited)."""
-    cur: psycopg.AsyncCursor[Any] | None = getattr(conn, _KEPT, None)
-    if cur is None or cur.closed:
-        cur = conn.cursor()
-        setattr(conn, _KEPT, cur)
-    return cur
 
 
 # sync-twin: generated from the async source above by `make sync-twins`; do not edit
@@ -235,9 +234,15 @@ def run(
                 step = plan.send([(note.payload,) for note in notes])
                 continue
             if held and isinstance(step, Query) and step.row is None:
-                # The common statement (a single enqueue's): the connection's kept cursor.
-                rows = _execute(_kept_cursor(conn), conn, step, guard)
-                step = plan.send(rows)
+                # The common statement (a single enqueue's): the connection's kept cursor
+                # (a cursor made and closed per statement was about a sixth of an async single
+                # enqueue's client CPU: its adapters' map copied, its close awaited), made on
+                # first use.
+                kept: psycopg.Cursor[Any] | None = getattr(conn, _KEPT, None)
+                if kept is None or kept.closed:
+                    kept = conn.cursor()
+                    setattr(conn, _KEPT, kept)
+                step = plan.send(_execute(kept, conn, step, guard))
                 continue
             with _cursor(conn, step) as cur:
                 if foreign:
@@ -259,13 +264,17 @@ def run(
 def _execute(
     cur: psycopg.Cursor[Any], conn: psycopg.Connection[Any], step: Query, guard: bool
 ) -> list[Any]:
-    """Run ``step`` on ``cur``; its rows (or [] for a statement that returns none)."""
+    """Run ``step`` on ``cur``; its rows (or [] for a statement that returns none: what
+    ``cur.description is None`` says, read from the result's status without building the
+    description's column objects, several microseconds per statement)."""
+    sql = _SQL.get(step.name) or _query_text(step.name)
     if guard and step.guarded and _in_transaction(conn):
         with atomic(conn):
-            cur.execute(query(step.name), step.params, prepare=step.prepare)
+            cur.execute(sql, step.params, prepare=step.prepare)
     else:
-        cur.execute(query(step.name), step.params, prepare=step.prepare)
-    return cur.fetchall() if _has_rows(cur) else []
+        cur.execute(sql, step.params, prepare=step.prepare)
+    result = cur.pgresult
+    return cur.fetchall() if result is not None and result.status == _TUPLES_OK else []
 
 
 def _cursor(conn: psycopg.Connection[Any], step: Query | CopyIn) -> psycopg.Cursor[Any]:
@@ -274,26 +283,17 @@ def _cursor(conn: psycopg.Connection[Any], step: Query | CopyIn) -> psycopg.Curs
     return conn.cursor()
 
 
-def _kept_cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    """The cursor pgqueue keeps on one of its own connections for statements whose rows are
-    tuples, made on first use: a cursor made and closed per statement was about a sixth of
-    an async single enqueue's client CPU (its adapters' map copied, its close awaited)."""
-    cur: psycopg.Cursor[Any] | None = getattr(conn, _KEPT, None)
-    if cur is None or cur.closed:
-        cur = conn.cursor()
-        setattr(conn, _KEPT, cur)
-    return cur
-
-
 # sync-twin: end
 
 
-def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
-    """The statement returned rows (zero or more), not a command status: what
-    ``cur.description is not None`` says, without building the description's column objects
-    (several microseconds per statement, on every single enqueue)."""
-    result = cur.pgresult
-    return result is not None and result.status == _TUPLES_OK
+# The SQL of the queries run so far, by name (the query files' text is read once; this saves
+# a call per statement).
+_SQL: dict[str, str] = {}
+
+
+def _query_text(name: str) -> str:
+    _SQL[name] = text = query(name)
+    return text
 
 
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK

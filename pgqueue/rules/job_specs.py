@@ -167,7 +167,7 @@ def make_spec(
 
 def with_args(template: JobSpec, args: Mapping[str, Any], payload_limit: int) -> JobSpec:
     """The job of ``template`` (validated task and options) with these arguments."""
-    if not isinstance(args, Mapping):
+    if type(args) is not dict and not isinstance(args, Mapping):  # (an ABC's check is Python)
         raise InvalidJobError(f"args must be a JSON object (a mapping), got {type(args).__name__}")
     plain = args if type(args) is dict else dict(args)
     try:

@@ -1,4 +1,4 @@
-"""The connection the client keeps for its next async call (:class:`pgqueue.client.pools._Kept`)
+"""The connection the client keeps for its next async call (:mod:`pgqueue.client.kept`)
 is checked as the pool checks what it hands out, and is never lost to the pool.
 
 Something arriving on the kept connection's socket while it is idle (a notification for a

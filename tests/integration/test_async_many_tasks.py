@@ -2,7 +2,7 @@
 
 The client's async connections keep their socket watched by the loop between statements and
 the connection last given back is kept for the next call (:mod:`pgqueue.db.async_wait`,
-:class:`pgqueue.client.pools._Kept`). Under many concurrent calls, with tasks cancelled at
+:mod:`pgqueue.client.kept`). Under many concurrent calls, with tasks cancelled at
 random points, with the server ending the pooled connections in the middle of it, on two loops
 in two threads, with an application's own connection in between, and with the client closed
 while calls are in flight: every id returned is in the table once, no call waits forever (each

@@ -228,10 +228,10 @@ def test_a_kept_connection_goes_back_to_the_pool_after_a_while(
     pgq: PgQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """So that the pool's own rules (max_lifetime, drain, shrinking) still apply to it."""
-    from pgqueue.client import pools
+    from pgqueue.client import kept
 
     _register(pgq)
-    monkeypatch.setattr(pools, "KEEP_SECONDS", 0.0)
+    monkeypatch.setattr(kept, "KEEP_SECONDS", 0.0)
 
     async def work() -> int:
         await pgq.enqueue_async("t", {})
