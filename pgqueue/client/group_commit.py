@@ -286,8 +286,10 @@ class GroupCommit:
     """The group commit of one client (see the module docstring). ``enabled=False``: every
     call writes alone, as without it."""
 
-    def __init__(self, client: Pools, *, enabled: bool) -> None:
-        self._client = client
+    def __init__(self, pools: Pools, *, enabled: bool) -> None:
+        #: The client's pools, which the group writes through (pgqueue.testing.bind points
+        #: the client and this at a test's database and back).
+        self.pools = pools
         self.enabled = enabled
         self._threads = _Group(threading.Lock(), threading.Event())
         # One group per event loop (its pool serves that loop only); a loop's tasks share it
@@ -323,7 +325,7 @@ class GroupCommit:
             # Nothing in flight, and the last commit wrote one call (a lone producer): commit
             # at once, as a single enqueue does, with no call of the group's made.
             try:
-                return await self._client.run_async(enqueue_one(spec))
+                return await self.pools.run_async(enqueue_one(spec))
             finally:
                 self._after_async(group)
         call, leads = self._join_async(group, spec)
@@ -335,7 +337,7 @@ class GroupCommit:
         if len(batch) > 1:
             return await self._lead_async(group, batch)
         try:  # alone: commit at once, as a single enqueue does
-            return await self._client.run_async(enqueue_one(spec))
+            return await self.pools.run_async(enqueue_one(spec))
         finally:
             self._after_async(group)
 
@@ -360,7 +362,7 @@ class GroupCommit:
         alone."""
         alone: list[_Call] = []
         try:
-            async with self._client.connection_async() as conn:
+            async with self.pools.connection_async() as conn:
                 for places, plan in group_writes([call.spec for call in batch]):
                     try:
                         if conn.autocommit:
@@ -387,7 +389,7 @@ class GroupCommit:
 
     async def _alone_async(self, spec: JobSpec) -> Outcome:
         try:
-            return await self._client.run_async(enqueue_one(spec))
+            return await self.pools.run_async(enqueue_one(spec))
         except Exception as exc:
             return exc
 
@@ -411,7 +413,7 @@ class GroupCommit:
             # Nothing in flight, and the last commit wrote one call (a lone producer): commit
             # at once, as a single enqueue does, with no call of the group's made.
             try:
-                return self._client.run(enqueue_one(spec))
+                return self.pools.run(enqueue_one(spec))
             finally:
                 self._after(group)
         call, leads = self._join(group, spec)
@@ -423,7 +425,7 @@ class GroupCommit:
         if len(batch) > 1:
             return self._lead(group, batch)
         try:  # alone: commit at once, as a single enqueue does
-            return self._client.run(enqueue_one(spec))
+            return self.pools.run(enqueue_one(spec))
         finally:
             self._after(group)
 
@@ -448,7 +450,7 @@ class GroupCommit:
         alone."""
         alone: list[_Call] = []
         try:
-            with self._client.connection() as conn:
+            with self.pools.connection() as conn:
                 for places, plan in group_writes([call.spec for call in batch]):
                     try:
                         if conn.autocommit:
@@ -475,7 +477,7 @@ class GroupCommit:
 
     def _alone(self, spec: JobSpec) -> Outcome:
         try:
-            return self._client.run(enqueue_one(spec))
+            return self.pools.run(enqueue_one(spec))
         except Exception as exc:
             return exc
 

@@ -16,14 +16,16 @@ def bind(pgq: PgQueue, dsn: str) -> Iterator[PgQueue]:
     where it was. Its tasks' ``.enqueue()`` go there too (a task enqueues through its queue).
     Sync only: an async pool opened inside the block is closed with ``aclose`` by the caller."""
     old = pgq._pools
-    pgq._pools = Pools(
+    pools = Pools(
         dsn,
         pool_size=old.size,
         prepare="prepare_threshold" not in old.conn_kwargs,
         pool=None,
     )
+    # The group commit writes through the client's pools too: both point there, and back.
+    pgq._pools = pgq._group_commit.pools = pools
     try:
         yield pgq
     finally:
-        pools, pgq._pools = pgq._pools, old
+        pgq._pools = pgq._group_commit.pools = old
         pools.close()
