@@ -2,7 +2,10 @@
 
 A job missing from the statement's result was lost: reaped after a stall, or re-claimed. Its
 handler is told to stop, and nothing this worker writes about it later can take effect (the
-fencing token moved on). A job flagged ``cancel_requested`` has its handler stopped too.
+fencing token moved on). A job flagged ``cancel_requested`` has its handler stopped too. A job
+whose row another transaction had locked (this worker's own ack of it, most often) is in the
+result but not extended: the statement never waits for a row, so it cannot deadlock with the
+writes of the jobs it extends.
 
 A lost lease is reported once: a sync handler cannot be interrupted, so its job stays held
 here until the thread returns, and without remembering the loss every later beat would count
@@ -84,8 +87,17 @@ class Heartbeater(Service):
             for ctx, text in reported:
                 ctx.keep_progress(text)
             raise
+        # (id, token) -> cancel_requested, for every job still held, extended or not: a row
+        # another transaction had locked was skipped (see the statement), not lost.
         alive: dict[tuple[int, int], bool] = {(row[0], row[1]): row[2] for row in rows}
-        self.leases.beat(sent_at, alive)
+        skipped = [(row[0], row[1]) for row in rows if not row[3]]
+        self.leases.beat(sent_at, [(row[0], row[1]) for row in rows if row[3]], kept=skipped)
+        if skipped and reported:
+            # Not written with a lease this beat: the next one writes it.
+            waiting = set(skipped)
+            for ctx, text in reported:
+                if (ctx.id, ctx.job.lease_token) in waiting:
+                    ctx.keep_progress(text)
         for job_id, token in held:
             cancel_requested = alive.get((job_id, token))
             if cancel_requested is None:

@@ -29,9 +29,15 @@ class LeaseClock:
         # others were claimed since, or are written).
         self._extended: dict[Pair, float] = {}
 
-    def beat(self, sent_at: float, extended: Iterable[Pair]) -> None:
-        """A heartbeat sent at ``sent_at`` extended the leases of ``extended``."""
+    def beat(self, sent_at: float, extended: Iterable[Pair], kept: Iterable[Pair] = ()) -> None:
+        """A heartbeat sent at ``sent_at`` extended the leases of ``extended``; it found those of
+        ``kept`` held but could not extend them (their rows were locked): what an earlier beat
+        said of those still stands."""
+        before = self._extended
         self._extended = dict.fromkeys(extended, sent_at)
+        for pair in kept:
+            if pair in before:
+                self._extended[pair] = before[pair]
 
     def surely_held(self, job: ClaimedJob, now: float | None = None) -> bool:
         """True while nobody else can have taken ``job`` over since this worker claimed it.

@@ -228,7 +228,7 @@ def beat_parts(app: PgQueue, store: FakeStore) -> tuple[Executor, Completer, Hea
 def test_a_heartbeat_that_finds_a_lease_lost_stops_its_handler_once(app, caplog):
     async def scenario() -> tuple[FakeStore, Completer]:
         store = FakeStore()
-        store.once("heartbeat", [(2, 1, False)])  # job 1 is missing: lost
+        store.once("heartbeat", [(2, 1, False, True)])  # job 1 is missing: lost
         executor, completer, heartbeater = beat_parts(app, store)
         executor.accept(
             [
@@ -255,7 +255,7 @@ def test_a_heartbeat_that_finds_a_lease_lost_stops_its_handler_once(app, caplog)
 
 def test_a_heartbeat_stops_the_handler_of_a_job_whose_cancel_was_requested(app):
     async def scenario() -> Completer:
-        store = FakeStore(replies={"heartbeat": [(3, 1, True)]})
+        store = FakeStore(replies={"heartbeat": [(3, 1, True, True)]})
         executor, completer, heartbeater = beat_parts(app, store)
         executor.accept([ClaimedJob.from_row(claim_row(3, "blocked"))])
         await settle()
@@ -289,6 +289,29 @@ def test_a_failed_heartbeat_keeps_its_counts_and_progress_for_the_next(app):
     failed, retried = store.sent("heartbeat")
     assert retried["progress"] == ["half way"] and ids(retried["progress_ids"]) == [4]
     assert retried["count_succeeded"] == failed["count_succeeded"]
+
+
+def test_a_job_whose_row_the_heartbeat_skipped_is_held_and_its_progress_goes_next_beat(app):
+    async def scenario() -> tuple[FakeStore, bool]:
+        # Held, its row locked by another transaction: not extended (each beat).
+        store = FakeStore(replies={"heartbeat": [(5, 1, False, False)]})
+        executor, _, heartbeater = beat_parts(app, store)
+        executor.accept([ClaimedJob.from_row(claim_row(5, "blocked"))])
+        await settle()
+        (running,) = executor.running.values()
+        running.ctx.report_progress("a third")
+        await heartbeater.run_once()
+        await heartbeater.run_once()
+        still_running = heartbeater.lost == set() and (5, 1) in executor.running
+        executor.stop_all("shutdown")  # the test is over
+        await settle()
+        return store, still_running
+
+    store, still_running = run(scenario())
+    assert still_running  # not taken for lost
+    _, next_beat = store.sent("heartbeat")
+    assert ids(next_beat["ids"]) == [5]
+    assert next_beat["progress"] == ["a third"] and ids(next_beat["progress_ids"]) == [5]
 
 
 # -- completer -----------------------------------------------------------------------------

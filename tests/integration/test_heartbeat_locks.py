@@ -1,0 +1,160 @@
+"""A heartbeat never waits for a job row another transaction holds.
+
+The completer's ack deletes a batch of rows in whatever order its plan reads them (a hash join
+over a large batch reads the table in its physical order), while the heartbeat extends the
+same rows' leases. Had the heartbeat waited for the rows it could not lock, the two could each
+hold a row the other waits for: a deadlock (seen in the burst scenario of the fault suite, with
+batches of a thousand acks). The heartbeat skips a locked row instead, extends the others, and
+reports the skipped one as still held but not extended: not lost, and its lease clock keeps
+what the last beat that did extend it said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from pgqueue.worker.heartbeater import Heartbeater
+from pgqueue.worker.leases import LeaseClock
+from pgqueue.worker.observer import WorkerStats
+from pgqueue.worker.store import WorkerDB
+
+TOKEN = 7
+
+
+class _Held:
+    """What the heartbeater reads of the worker's holdings: two jobs, nothing reported."""
+
+    def __init__(self, leases: list[tuple[int, int]]) -> None:
+        self._leases = leases
+        self.stopped: list[tuple[tuple[int, int], str]] = []
+        self.slots = 4
+
+    def leases(self) -> list[tuple[int, int]]:
+        return list(self._leases)
+
+    def progress(self) -> list[Any]:
+        return []
+
+    def job(self, lease: tuple[int, int]) -> object:
+        return object()
+
+    def completing(self, lease: tuple[int, int]) -> bool:
+        return False
+
+    def stop(self, lease: tuple[int, int], reason: str) -> None:
+        self.stopped.append((lease, reason))
+
+
+def _running(dsn: str, job_ids: list[int], worker_id: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgqueue.jobs SET state = 'running', lease_token = %s, worker_id = %s,"
+            " lease_expires_at = now() + interval '30 seconds', started_at = now()"
+            " WHERE id = ANY(%s)",
+            (TOKEN, worker_id, job_ids),
+        )
+
+
+def _deadlocks(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _waiting_on(dsn: str, holder_pid: int) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            (holder_pid,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_heartbeat_skips_a_row_an_ack_holds_and_they_do_not_deadlock(dsn, pgq):
+    first, second = pgq.enqueue("t", {}), pgq.enqueue("t", {})
+    worker_id = str(uuid.uuid4())
+    _running(dsn, [first, second], worker_id)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        before: dict[int, datetime] = dict(
+            conn.execute(
+                "SELECT id, lease_expires_at FROM pgqueue.jobs WHERE id = ANY(%s)",
+                ([first, second],),
+            ).fetchall()
+        )
+    deadlocks = _deadlocks(dsn)
+    held = _Held([(first, TOKEN), (second, TOKEN)])
+    leases = LeaseClock(30.0)
+    leases.beat(1.0, [(second, TOKEN)])  # an earlier beat extended the second job's lease
+    heartbeater = Heartbeater(
+        WorkerDB(dsn, size=1),
+        held,  # type: ignore[arg-type]
+        WorkerStats(),
+        worker_id=worker_id,
+        lease=30.0,
+        leases=leases,
+    )
+    outcome: list[BaseException | None] = []
+
+    async def beat() -> None:
+        store = heartbeater.store
+        assert isinstance(store, WorkerDB)
+        await store.open()
+        try:
+            await heartbeater.run_once()
+        finally:
+            await store.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(beat())
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    # An ack of both jobs, in the order its plan took them: the second job first.
+    with psycopg.connect(dsn) as ack:
+        ack.execute("DELETE FROM pgqueue.jobs WHERE id = %s", (second,))
+        beating = threading.Thread(target=run)
+        beating.start()
+        deadline = time.monotonic() + 30
+        while beating.is_alive() and not _waiting_on(dsn, ack.info.backend_pid):
+            assert time.monotonic() < deadline, "the heartbeat neither ended nor waited"
+            time.sleep(0.02)
+        # Had the heartbeat waited for the second job's row, it would hold the first job's,
+        # the one the ack takes next: a deadlock, and one of the two statements fails.
+        ack_error: list[psycopg.Error] = []
+        try:
+            ack.execute("DELETE FROM pgqueue.jobs WHERE id = %s", (first,))
+        except psycopg.errors.DeadlockDetected as exc:
+            ack_error.append(exc)
+        ack.rollback()  # (the rows stay, to be looked at)
+        beating.join(timeout=60)
+
+    assert ack_error == []
+    assert outcome == [None]
+    assert _deadlocks(dsn) == deadlocks
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        after: dict[int, datetime] = dict(
+            conn.execute(
+                "SELECT id, lease_expires_at FROM pgqueue.jobs WHERE id = ANY(%s)",
+                ([first, second],),
+            ).fetchall()
+        )
+    assert after[first] > before[first]  # extended
+    assert after[second] == before[second]  # skipped: not extended ...
+    assert held.stopped == []  # ... and not taken for lost
+    assert heartbeater.lost == set()
+    # Its lease clock still has the beat that last extended it; the first job's is this beat's.
+    assert leases._extended[(second, TOKEN)] == 1.0
+    assert leases._extended[(first, TOKEN)] > 1.0
