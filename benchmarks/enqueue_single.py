@@ -309,7 +309,7 @@ def lone_call(dsn: str, count: int) -> None:
     import timeit
 
     from pgqueue import PgQueue
-    from pgqueue.client.group_commit import _Group, _ThreadCall
+    from pgqueue.client.commit_group import Group, ThreadCall
     from pgqueue.rules.job_specs import JobSpec
 
     clients = {on: PgQueue(dsn, pool_size=1, group_commit=on) for on in (True, False)}
@@ -324,10 +324,10 @@ def lone_call(dsn: str, count: int) -> None:
         client.close()
     median_on, median_off = (statistics.median(calls[flag]) * 1e3 for flag in (True, False))
     spec = JobSpec("bench.job", "{}", "default", 0, 5)
-    group = _Group(threading.Lock(), threading.Event())
+    group = Group(threading.Lock(), threading.Event())
 
     def bookkeeping() -> None:
-        call = _ThreadCall(spec)
+        call = ThreadCall(spec)
         group.join(call)
         group.gather()
         group.gathered(call)

@@ -3,16 +3,16 @@ previous commit is in flight are written together, in one statement per kind of 
 transaction, one round trip, one WAL flush), and each caller returns its own job's id once the
 statement that wrote it committed.
 
-Leader and followers, the classic group commit, with no fixed wait: a call that finds nothing
-in flight commits at once, alone, by the ordinary single-job plan (a lone producer waits for
+Leader and followers, the classic group commit, with no fixed wait: a call that finds nothing in
+flight commits at once, alone, by the ordinary single-job plan (a lone producer waits for
 nothing and sends what it always sent); calls that arrive meanwhile queue up, and when the
-commit in flight ends, the queue is written as one batch (up to :data:`MOST_JOBS` jobs and
-:data:`MOST_BYTES` of arguments) while newer calls queue behind it. One commit is in flight per
-group: a client's threads are one group, its tasks on one event loop another (a pool serves one
-loop). Threads: the thread of the batch's first call writes it while the others wait.
-Tasks: a task of the client writes one batch after another while calls queue, so a cancelled
-caller never cancels the others' write (a caller cancelled before its batch was taken is simply
-not written).
+commit in flight ends, the queue is written as one batch (up to ``MOST_JOBS`` jobs and
+``MOST_BYTES`` of arguments: :mod:`pgqueue.client.commit_group`, where the calls and their
+groups are) while newer calls queue behind it. One commit is in flight per group: a client's
+threads are one group, its tasks on one event loop another (a pool serves one loop). Threads:
+the thread of the batch's first call writes it while the others wait. Tasks: a task of the
+client writes one batch after another while calls queue, so a cancelled caller never cancels the
+others' write (a caller cancelled before its batch was taken is simply not written).
 
 What each caller gets is what its single enqueue would have given it
 (:mod:`pgqueue.db.group_plans`). A statement the database refuses wrote nothing: each of its
@@ -33,10 +33,9 @@ import asyncio
 import threading
 import time
 import weakref
-from collections import deque
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from pgqueue.client.commit_group import Call, Group, Outcome, TaskCall, ThreadCall
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
 from pgqueue.db.enqueue_plans import enqueue_one
@@ -50,236 +49,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: The most jobs one batch writes, and the most bytes of arguments and metadata (a first job
-#: larger than that is written all the same, alone).
-MOST_JOBS = 1000
-MOST_BYTES = 4 * 1024 * 1024
 #: The longest a leader waits for the callers that came with it last time (when the previous
 #: commit wrote several calls; never for a lone producer): they come back together.
 GATHER_WINDOW = 0.001
-
-Outcome = JobId | Exception
-
-
-class _Signal(Protocol):
-    """A threading.Event or an asyncio.Event: what a gathering leader waits on."""
-
-    def set(self) -> None: ...
-
-    def clear(self) -> None: ...
-
-    def is_set(self) -> bool: ...
-
-
-class _Call:
-    """A call waiting in a group: its job and, once settled, what it gets."""
-
-    __slots__ = ("outcome", "size", "spec")
-
-    def __init__(self, spec: JobSpec) -> None:
-        self.spec = spec
-        self.size = len(spec.args_json) + len(spec.meta_json or "")
-        self.outcome: Outcome | None = None
-
-    @property
-    def abandoned(self) -> bool:
-        """Its caller stopped waiting (a cancelled task): not written if not yet taken."""
-        return False
-
-    def queued(self) -> None:
-        """It waits behind a commit in flight (a call that commits at once never does)."""
-
-    def settle(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-
-    def result(self) -> JobId:
-        outcome = self.outcome
-        assert outcome is not None, "a call is settled before its caller reads it"
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-
-class _ThreadCall(_Call):
-    __slots__ = ("event", "leads")
-
-    def __init__(self, spec: JobSpec) -> None:
-        super().__init__(spec)
-        #: What its thread waits on, made only when it waits (most calls never do).
-        self.event: threading.Event | None = None
-        #: Its thread writes the next batch (the commit before it ended).
-        self.leads = False
-
-    def queued(self) -> None:
-        self.event = threading.Event()
-
-    def settle(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        if self.event is not None:  # (a leader's own call is settled by its own thread)
-            self.event.set()
-
-    def wake(self) -> None:
-        assert self.event is not None, "only a queued call is settled by another"
-        self.event.set()
-
-    def wait(self) -> None:
-        assert self.event is not None, "only a queued call waits"
-        self.event.wait()
-
-
-class _TaskCall(_Call):
-    __slots__ = ("future", "loop")
-
-    def __init__(self, spec: JobSpec, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(spec)
-        self.loop = loop
-        #: What its task awaits, made only when it waits for a writer (a call that commits
-        #: at once never does: a future per lone call was a few microseconds of each).
-        self.future: asyncio.Future[JobId] | None = None
-
-    @property
-    def abandoned(self) -> bool:
-        return self.future is not None and self.future.done()
-
-    def queued(self) -> None:
-        self.waits()
-
-    def waits(self) -> asyncio.Future[JobId]:
-        """Its future (made on first use): settled by the writer of its batch."""
-        if self.future is None:
-            self.future = self.loop.create_future()
-        return self.future
-
-    def settle(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        future = self.future
-        if future is None or future.done():
-            return
-        if isinstance(outcome, Exception):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-
-
-class _Group:
-    """The calls of one group: whether a commit is in flight, and the calls queued behind it
-    (the same rules for threads, under a lock, and for one loop's tasks)."""
-
-    __slots__ = ("busy", "gathering", "lock", "queue", "recent", "signal")
-
-    def __init__(self, lock: AbstractContextManager[Any], signal: _Signal) -> None:
-        self.lock = lock
-        self.busy = False
-        self.queue: deque[_Call] = deque()
-        #: How many calls the group's last commit wrote: the callers seen lately.
-        self.recent = 1
-        #: A leader waits for the callers seen lately (see :meth:`gather`); ``signal`` tells
-        #: it they are all there.
-        self.gathering = False
-        self.signal = signal
-
-    def alone(self) -> bool:
-        """True when nothing is in flight and the group's last commit wrote one call (nobody
-        came with it to wait for): the caller commits at once, alone, and the group is busy
-        until :meth:`next` finds nothing queued. Otherwise the caller :meth:`join` s."""
-        with self.lock:
-            if self.busy or self.recent > 1:
-                return False
-            self.busy = True
-            return True
-
-    def join(self, call: _Call) -> bool:
-        """Queue ``call`` behind the commit in flight; True when there is none: the call
-        leads (it commits at once, or gathers first: :meth:`gather`), and the group is busy
-        until :meth:`next` finds nothing queued."""
-        with self.lock:
-            if self.busy:
-                call.queued()
-                self.queue.append(call)
-                if self.gathering and len(self.queue) >= self.recent - 1:
-                    self.signal.set()
-                return False
-            self.busy = True
-            return True
-
-    def gather(self) -> bool:
-        """A leader is about to commit: True when it should wait (up to
-        :data:`GATHER_WINDOW`, until ``signal``) for the others that came with it last time.
-        Only after a commit of several calls: a lone producer never waits."""
-        with self.lock:
-            if self.recent <= 1 or len(self.queue) >= self.recent - 1:
-                return False
-            self.gathering = True
-            self.signal.clear()
-            return True
-
-    def ungather(self) -> None:
-        """The leader stopped gathering without a batch (interrupted)."""
-        with self.lock:
-            self.gathering = False
-
-    def gathered(self, leader: _Call) -> list[_Call]:
-        """The leader's batch: its call, then the ones queued meanwhile."""
-        with self.lock:
-            self.gathering = False
-            batch = [leader, *self._take()] if self.queue else [leader]
-            self.recent = len(batch)
-            return batch
-
-    def take(self) -> list[_Call]:
-        """The next batch: the queued calls in the order they came, up to the limits."""
-        with self.lock:
-            batch = self._take()
-            self.recent = max(1, len(batch))
-            return batch
-
-    def _take(self) -> list[_Call]:
-        batch: list[_Call] = []
-        size = 0
-        queue = self.queue
-        while queue and len(batch) < MOST_JOBS:
-            call = queue[0]
-            if call.abandoned:
-                queue.popleft()
-                continue
-            if batch and size + call.size > MOST_BYTES:
-                break
-            batch.append(queue.popleft())
-            size += call.size
-        return batch
-
-    def next(self) -> _Call | None:
-        """A commit ended: the first call queued (the next batch starts with it; a thread's
-        call is marked to lead it, under the lock that :meth:`withdraw` takes), or None and
-        the group is idle."""
-        with self.lock:
-            while self.queue and self.queue[0].abandoned:
-                self.queue.popleft()
-            if self.queue:
-                first = self.queue[0]
-                if isinstance(first, _ThreadCall):
-                    first.leads = True
-                return first
-            self.busy = False
-            return None
-
-    def abort(self) -> list[_Call]:
-        """The writer stopped (its event loop is closing): the calls still queued, to settle
-        with an error; the group is idle again."""
-        with self.lock:
-            calls = list(self.queue)
-            self.queue.clear()
-            self.busy = False
-            return calls
-
-    def withdraw(self, call: _Call) -> bool:
-        """A waiting caller gives up (an interrupted thread): ``call`` leaves the queue if it
-        is still there. True when it was to write the next batch (someone else must)."""
-        with self.lock:
-            if call in self.queue:
-                self.queue.remove(call)
-                return isinstance(call, _ThreadCall) and call.leads
-            return False
 
 
 class GroupCommit:
@@ -291,10 +63,10 @@ class GroupCommit:
         #: the client and this at a test's database and back).
         self.pools = pools
         self.enabled = enabled
-        self._threads = _Group(threading.Lock(), threading.Event())
+        self._threads = Group(threading.Lock(), threading.Event())
         # One group per event loop (its pool serves that loop only); a loop's tasks share it
         # without a lock.
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Group] = (
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Group] = (
             weakref.WeakKeyDictionary()
         )
         self._writers: set[asyncio.Task[None]] = set()
@@ -341,7 +113,7 @@ class GroupCommit:
         finally:
             self._after_async(group)
 
-    async def _flush_async(self, batch: list[_Call]) -> None:
+    async def _flush_async(self, batch: list[Call]) -> None:
         """Write a batch and settle each of its calls; a call whose statement was refused (or
         whose queue is bounded or fair) is written alone."""
         batch = [call for call in batch if not call.abandoned]  # cancelled before it was sent
@@ -357,10 +129,10 @@ class GroupCommit:
                     call.settle(error)
             raise
 
-    async def _together_async(self, batch: list[_Call]) -> list[_Call]:
+    async def _together_async(self, batch: list[Call]) -> list[Call]:
         """Write the batch's jobs together, one statement per kind; the calls left to write
         alone."""
-        alone: list[_Call] = []
+        alone: list[Call] = []
         try:
             async with self.pools.connection_async() as conn:
                 for places, plan in group_writes([call.spec for call in batch]):
@@ -429,7 +201,7 @@ class GroupCommit:
         finally:
             self._after(group)
 
-    def _flush(self, batch: list[_Call]) -> None:
+    def _flush(self, batch: list[Call]) -> None:
         """Write a batch and settle each of its calls; a call whose statement was refused (or
         whose queue is bounded or fair) is written alone."""
         batch = [call for call in batch if not call.abandoned]  # cancelled before it was sent
@@ -445,10 +217,10 @@ class GroupCommit:
                     call.settle(error)
             raise
 
-    def _together(self, batch: list[_Call]) -> list[_Call]:
+    def _together(self, batch: list[Call]) -> list[Call]:
         """Write the batch's jobs together, one statement per kind; the calls left to write
         alone."""
-        alone: list[_Call] = []
+        alone: list[Call] = []
         try:
             with self.pools.connection() as conn:
                 for places, plan in group_writes([call.spec for call in batch]):
@@ -485,11 +257,11 @@ class GroupCommit:
 
     # -- how a call waits and who writes the next batch, per side -------------------------
 
-    def _join(self, group: _Group, spec: JobSpec) -> tuple[_ThreadCall, bool]:
-        call = _ThreadCall(spec)
+    def _join(self, group: Group, spec: JobSpec) -> tuple[ThreadCall, bool]:
+        call = ThreadCall(spec)
         return call, group.join(call)
 
-    def _gather(self, group: _Group, call: _ThreadCall) -> list[_Call]:
+    def _gather(self, group: Group, call: ThreadCall) -> list[Call]:
         """Wait for the callers that came with the last batch (``group.gather()`` said so)."""
         assert isinstance(group.signal, threading.Event)
         try:
@@ -500,14 +272,14 @@ class GroupCommit:
             raise
         return group.gathered(call)
 
-    def _lead(self, group: _Group, batch: list[_Call]) -> JobId:
+    def _lead(self, group: Group, batch: list[Call]) -> JobId:
         try:
             self._flush(batch)
         finally:
             self._after(group)
         return batch[0].result()
 
-    def _outcome(self, group: _Group, call: _ThreadCall) -> JobId:
+    def _outcome(self, group: Group, call: ThreadCall) -> JobId:
         try:
             call.wait()
             if call.outcome is None:  # woken to write the next batch, this call first
@@ -521,26 +293,26 @@ class GroupCommit:
             raise
         return call.result()
 
-    def _after(self, group: _Group) -> None:
+    def _after(self, group: Group) -> None:
         following = group.next()
-        if isinstance(following, _ThreadCall):
+        if isinstance(following, ThreadCall):
             following.wake()  # (marked to lead by next())
 
-    def _loop_group(self) -> _Group:
+    def _loop_group(self) -> Group:
         """The running loop's group, made on first use."""
         loop = asyncio.get_running_loop()
         group = self._loops.get(loop)
         if group is None:
             # (A loop's tasks never wait for its lock: nothing awaits while holding it. A
             # thread lock, whose enter and exit are C, costs less than nullcontext's.)
-            group = self._loops[loop] = _Group(threading.Lock(), asyncio.Event())
+            group = self._loops[loop] = Group(threading.Lock(), asyncio.Event())
         return group
 
-    def _join_async(self, group: _Group, spec: JobSpec) -> tuple[_TaskCall, bool]:
-        call = _TaskCall(spec, asyncio.get_running_loop())
+    def _join_async(self, group: Group, spec: JobSpec) -> tuple[TaskCall, bool]:
+        call = TaskCall(spec, asyncio.get_running_loop())
         return call, group.join(call)
 
-    async def _gather_async(self, group: _Group, call: _TaskCall) -> list[_Call]:
+    async def _gather_async(self, group: Group, call: TaskCall) -> list[Call]:
         """Wait for the callers that came with the last batch (``group.gather()`` said so)."""
         assert isinstance(group.signal, asyncio.Event)
         try:
@@ -553,30 +325,30 @@ class GroupCommit:
             raise
         return group.gathered(call)
 
-    async def _lead_async(self, group: _Group, batch: list[_Call]) -> JobId:
+    async def _lead_async(self, group: Group, batch: list[Call]) -> JobId:
         # A task of the client's writes the batch, so a cancelled leader cancels nobody
         # else's write.
         leader = batch[0]
-        assert isinstance(leader, _TaskCall)
+        assert isinstance(leader, TaskCall)
         settled = leader.waits()
         self._start_writer(group, batch)
         return await settled
 
-    async def _outcome_async(self, group: _Group, call: _TaskCall) -> JobId:
+    async def _outcome_async(self, group: Group, call: TaskCall) -> JobId:
         return await call.waits()
 
-    def _after_async(self, group: _Group) -> None:
+    def _after_async(self, group: Group) -> None:
         if group.next() is not None:
             self._start_writer(group, [])
 
-    def _start_writer(self, group: _Group, batch: list[_Call]) -> None:
+    def _start_writer(self, group: Group, batch: list[Call]) -> None:
         writer = asyncio.get_running_loop().create_task(
             self._write_queued_async(group, batch), name="pgqueue-group-commit"
         )
         self._writers.add(writer)
         writer.add_done_callback(self._writers.discard)
 
-    async def _write_queued_async(self, group: _Group, batch: list[_Call]) -> None:
+    async def _write_queued_async(self, group: Group, batch: list[Call]) -> None:
         """``batch``, then one batch after another while calls queue (a task of the
         client's)."""
         try:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pgqueue import PgQueue
-from pgqueue.client import group_commit, names, pools, room
+from pgqueue.client import commit_group, names, pools, room
 from tests.helpers import counting, run_closing
 
 CALLS = 20
@@ -65,8 +65,8 @@ def test_a_lone_call_makes_nothing_of_the_groups_and_no_wait_for_room(
 
     watched = {
         "a wait for room": (room.Room, "__init__"),
-        "a call of the group's": (group_commit._Call, "__init__"),
-        "a join": (group_commit._Group, "join"),
+        "a call of the group's": (commit_group.Call, "__init__"),
+        "a join": (commit_group.Group, "join"),
     }
 
     @contextmanager

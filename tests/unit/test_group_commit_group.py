@@ -1,21 +1,21 @@
-"""The rules of a group commit's group (``pgqueue.client.group_commit._Group``), without a
+"""The rules of a group commit's group (``pgqueue.client.commit_group.Group``), without a
 database: who leads, who waits for whom, what a batch takes."""
 
 from __future__ import annotations
 
 import threading
 
-from pgqueue.client import group_commit
-from pgqueue.client.group_commit import _Call, _Group
+from pgqueue.client import commit_group
+from pgqueue.client.commit_group import Call, Group
 from pgqueue.rules.job_specs import JobSpec
 
 
-def call(n: int = 0, args: str = "{}") -> _Call:
-    return _Call(JobSpec(f"t{n}", args, "default", 0, 5))
+def call(n: int = 0, args: str = "{}") -> Call:
+    return Call(JobSpec(f"t{n}", args, "default", 0, 5))
 
 
-def group() -> _Group:
-    return _Group(threading.Lock(), threading.Event())
+def group() -> Group:
+    return Group(threading.Lock(), threading.Event())
 
 
 def test_the_first_call_leads_and_the_others_queue_behind_it():
@@ -56,14 +56,14 @@ def test_after_a_commit_of_several_the_leader_waits_for_as_many():
 
 
 def test_a_batch_stops_at_the_limits(monkeypatch):
-    monkeypatch.setattr(group_commit, "MOST_JOBS", 2)
+    monkeypatch.setattr(commit_group, "MOST_JOBS", 2)
     g = group()
     g.join(call(0))
     for n in range(1, 6):
         g.join(call(n))
     assert len(g.take()) == 2
-    monkeypatch.setattr(group_commit, "MOST_JOBS", 100)
-    monkeypatch.setattr(group_commit, "MOST_BYTES", 10)
+    monkeypatch.setattr(commit_group, "MOST_JOBS", 100)
+    monkeypatch.setattr(commit_group, "MOST_BYTES", 10)
     g.join(big := call(7, '{"x": "' + "y" * 20 + '"}'))
     taken = g.take()
     assert len(taken) == 3 and big not in taken  # the first is taken whatever its size
