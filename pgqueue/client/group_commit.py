@@ -35,6 +35,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, TypeVar
 
+from pgqueue.client import forks
 from pgqueue.client.commit_group import Call, Group, Outcome, TaskCall, ThreadCall
 from pgqueue.client.room import Room
 from pgqueue.db import plan as plans
@@ -63,13 +64,20 @@ class GroupCommit:
         #: the client and this at a test's database and back).
         self.pools = pools
         self.enabled = enabled
+        self._writers: set[asyncio.Task[None]] = set()
+        self.forget_after_fork()
+        forks.track(self)
+
+    def forget_after_fork(self) -> None:
+        """Fresh groups: at the start, and in a child just forked, whose parent's groups hold
+        calls of threads and loops the child does not have (:mod:`pgqueue.client.forks`)."""
+        forks.inherited(self._writers)
         self._threads = Group(threading.Lock(), threading.Event())
-        # One group per event loop (its pool serves that loop only); a loop's tasks share it
-        # without a lock.
+        # One group per event loop (its pool serves that loop only); its tasks need no lock.
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Group] = (
             weakref.WeakKeyDictionary()
         )
-        self._writers: set[asyncio.Task[None]] = set()
+        self._writers = set()
 
     def takes(self, spec: JobSpec) -> bool:
         """Whether a call without ``conn=`` for ``spec`` goes through the group."""

@@ -22,7 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from pgqueue.client import kept
+from pgqueue.client import forks, kept
 from pgqueue.db import connections, pool_check, refusals, schema_check, startup
 from pgqueue.db import plan as plans
 from pgqueue.db.async_wait import LeanWaits
@@ -100,6 +100,22 @@ class Pools:
         self._listeners: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Task[ResultListener]
         ] = weakref.WeakKeyDictionary()
+        forks.track(self)
+
+    def forget_after_fork(self) -> None:
+        """In a child just forked: the pools, listeners and the lock are the parent's
+        (:mod:`pgqueue.client.forks`); the next call opens the child's own. An application's
+        pool (``PgQueue(pool=...)``) stays: forking it is the application's to handle."""
+        if self._pool is not self._shared_pool:
+            forks.inherited(self._pool)
+        forks.inherited(dict(self._async_pools), dict(self._listeners), dict(self._opening))
+        forks.inherited(dict(self._closers))
+        self._lock = threading.RLock()
+        self._pool = self._shared_pool
+        self._async_pools = weakref.WeakKeyDictionary()
+        self._opening = weakref.WeakKeyDictionary()
+        self._closers = weakref.WeakKeyDictionary()
+        self._listeners = weakref.WeakKeyDictionary()
 
     @property
     def dsn(self) -> str:
