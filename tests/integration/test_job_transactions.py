@@ -127,15 +127,27 @@ def history_state(dsn: str, job: int) -> str | None:
 
 
 def take_lease(dsn: str, job: int) -> None:
-    """What a stalled worker suffers: its lease runs out and the reaper gives the job back."""
+    """What a stalled worker suffers: the lease of the job's first attempt runs out and the
+    reaper gives the job back. (On a loaded machine that lease may have run out by itself, its
+    heartbeats late by more than LEASE: the worker's reaper took it already, and so it is.)"""
     with psycopg.connect(dsn) as conn:
-        conn.execute(
-            "UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+        expired = conn.execute(
+            "UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second'"
+            " WHERE id = %s AND state = 'running' AND attempts = 1 RETURNING id",
             (job,),
-        )
+        ).fetchall()
         assert conn.execute(
             "SELECT pgqueue.reap(backoff_base => 0.0, backoff_cap => 0.0)"
-        ).fetchone() == (1,)
+        ).fetchone() == (len(expired),)
+    assert (
+        scalar(
+            dsn,
+            "SELECT count(*) FROM pgqueue.jobs WHERE id = %s AND state = 'running'"
+            " AND attempts = 1",
+            (job,),
+        )
+        == 0
+    )
 
 
 # -- the worker's own connection --------------------------------------------------------------
