@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 
 import psycopg
@@ -50,10 +51,14 @@ def refill_gaps(dsn: str, limit: int, ids: list[int] | None = None) -> list[floa
     return [(starts[i + limit] - ends[i]).total_seconds() for i in range(len(starts) - limit)]
 
 
-def run_fleet(dsn: str, tmp_path, jobs: int) -> Counter[int]:
-    """Two `pgq work` processes x 8 slots until ``jobs`` jobs ended; jobs started per process."""
+def run_fleet(dsn: str, tmp_path, jobs: int, enqueue: Callable[[], object]) -> Counter[int]:
+    """Two `pgq work` processes x 8 slots until ``jobs`` jobs ended; jobs started per process.
+    The jobs are enqueued (``enqueue``) once both processes are up: enqueued before, the first
+    process to start could run most of them before the other came (a loaded machine starts
+    one of them seconds after the other)."""
     fleet = spawn_fleet(dsn, 2, *FLEET, app=APP, log_dir=tmp_path)
     try:
+        enqueue()
         wait_for(lambda: len(ledger(dsn, "end")) == jobs, timeout=120, message="all jobs done")
     finally:
         stop_workers(fleet)
@@ -65,8 +70,12 @@ def test_place_freed_under_a_concurrency_limit_is_taken_at_once_across_the_fleet
 ):
     # concurrency_limit=3, 2 processes x 8 slots, 40 jobs of 200 ms: 2.7 s with the limit in
     # full use, 10-12 s while freed places waited for the held-back claims' backoff.
-    pgq.enqueue_many([pgq.spec("capped", {"seconds": 0.2}, {}) for _ in range(40)])
-    per_process = run_fleet(app_dsn, tmp_path, 40)
+    per_process = run_fleet(
+        app_dsn,
+        tmp_path,
+        40,
+        lambda: pgq.enqueue_many([pgq.spec("capped", {"seconds": 0.2}, {}) for _ in range(40)]),
+    )
     assert max_overlap(app_dsn) <= 3  # the limit still holds
     gaps = refill_gaps(app_dsn, 3)
     # Behind the backoff, the median gap is hundreds of milliseconds.
@@ -77,17 +86,17 @@ def test_place_freed_under_a_concurrency_limit_is_taken_at_once_across_the_fleet
 
 def test_place_freed_under_a_key_limit_is_taken_at_once_across_the_fleet(app_dsn, pgq, tmp_path):
     # 3 keys x 10 jobs of 200 ms, key_limit=1: 2 s with every key's place in full use.
-    ids = [
-        int(i)
-        for i in pgq.enqueue_many(
-            [
-                pgq.spec("one_per_key", {"seconds": 0.2}, {"concurrency_key": f"k{k}"})
-                for k in range(3)
-                for _ in range(10)
-            ]
-        )
-    ]
-    per_process = run_fleet(app_dsn, tmp_path, 30)
+    ids: list[int] = []
+
+    def enqueue() -> None:
+        specs = [
+            pgq.spec("one_per_key", {"seconds": 0.2}, {"concurrency_key": f"k{k}"})
+            for k in range(3)
+            for _ in range(10)
+        ]
+        ids.extend(int(i) for i in pgq.enqueue_many(specs))
+
+    per_process = run_fleet(app_dsn, tmp_path, 30, enqueue)
     gaps: list[float] = []
     for k in range(3):
         keyed = ids[k * 10 : (k + 1) * 10]
