@@ -34,8 +34,9 @@ PYTEST_WORKERS ?= $(if $(PGQUEUE_TEST_DSN),0,4)
 # process started for the module, module_dsn) is made once, and the chaos scenarios (one module,
 # each scenario a fleet near the machine's capacity) run one after another. tests/scheduling.py
 # hands the modules out costliest first (xdist's own order is by number of tests) and each doc
-# page on its own.
-XDIST_ARGS = -n $(PYTEST_WORKERS) $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile)
+# page on its own. --max-worker-restart 0: a worker that crashes (a segfault) ends the run,
+# failed; replaced, it left this xdist's loadfile scheduler waiting for ever, every worker idle.
+XDIST_ARGS = -n $(PYTEST_WORKERS) $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile --max-worker-restart 0)
 TEST_STEPS := lint typecheck pytest last-checks
 # What `make test`'s last step also runs beside the docs and the package check (.ci/run adds
 # test-versions: the other Pythons' tests, which otherwise ran after everything else).
