@@ -62,6 +62,15 @@ def _running(dsn: str, job_ids: list[int], worker_id: str) -> None:
         )
 
 
+def _leases(dsn: str, job_ids: list[int]) -> dict[int, datetime]:
+    """When each job's lease expires."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT id, lease_expires_at FROM pgqueue.jobs WHERE id = ANY(%s)", (job_ids,)
+        ).fetchall()
+    return {int(job_id): expires for job_id, expires in rows}
+
+
 def _deadlocks(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
@@ -84,13 +93,7 @@ def test_a_heartbeat_skips_a_row_an_ack_holds_and_they_do_not_deadlock(dsn, pgq)
     first, second = pgq.enqueue("t", {}), pgq.enqueue("t", {})
     worker_id = str(uuid.uuid4())
     _running(dsn, [first, second], worker_id)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        before: dict[int, datetime] = dict(
-            conn.execute(
-                "SELECT id, lease_expires_at FROM pgqueue.jobs WHERE id = ANY(%s)",
-                ([first, second],),
-            ).fetchall()
-        )
+    before = _leases(dsn, [first, second])
     deadlocks = _deadlocks(dsn)
     held = _Held([(first, TOKEN), (second, TOKEN)])
     leases = LeaseClock(30.0)
@@ -144,13 +147,7 @@ def test_a_heartbeat_skips_a_row_an_ack_holds_and_they_do_not_deadlock(dsn, pgq)
     assert ack_error == []
     assert outcome == [None]
     assert _deadlocks(dsn) == deadlocks
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        after: dict[int, datetime] = dict(
-            conn.execute(
-                "SELECT id, lease_expires_at FROM pgqueue.jobs WHERE id = ANY(%s)",
-                ([first, second],),
-            ).fetchall()
-        )
+    after = _leases(dsn, [first, second])
     assert after[first] > before[first]  # extended
     assert after[second] == before[second]  # skipped: not extended ...
     assert held.stopped == []  # ... and not taken for lost
