@@ -5,7 +5,10 @@ handler is told to stop, and nothing this worker writes about it later can take 
 fencing token moved on). A job flagged ``cancel_requested`` has its handler stopped too. A job
 whose row another transaction had locked (this worker's own ack of it, most often) is in the
 result but not extended: the statement never waits for a row, so it cannot deadlock with the
-writes of the jobs it extends.
+writes of the jobs it extends. Such a job is tried again a second later, alone (with any other
+job skipped with it), and every second after until its row is free: a row an operator's
+transaction keeps locked for longer than the lease would otherwise wait up to a whole interval
+once it is free, while its lease may already have run out and the reaper may take it first.
 
 A lost lease is reported once: a sync handler cannot be interrupted, so its job stays held
 here until the thread returns, and without remembering the loss every later beat would count
@@ -26,6 +29,9 @@ from pgqueue.worker.leases import LeaseClock
 from pgqueue.worker.observer import WorkerStats
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import TRANSIENT_ERRORS, WorkerStore
+
+#: Seconds after a beat that skipped a locked row before that row is tried again (alone).
+SKIPPED_AGAIN_AFTER = 1.0
 
 
 class Heartbeater(Service):
@@ -52,20 +58,41 @@ class Heartbeater(Service):
         self.leases = leases or LeaseClock(lease)
         #: (id, token) of leases found lost whose handler has not returned yet.
         self.lost: set[tuple[int, int]] = set()
+        #: (id, token) of leases the last beat found held but could not extend (their row was
+        #: locked): tried again, alone, SKIPPED_AGAIN_AFTER seconds later.
+        self.skipped: set[tuple[int, int]] = set()
+        #: When the next beat of every lease is due (monotonic): beats of skipped leases alone
+        #: come in between.
+        self.full_due = 0.0
 
     def interval(self) -> float:
-        return self.lease / 3
+        every = self.lease / 3
+        return min(every, SKIPPED_AGAIN_AFTER) if self.skipped else every
 
-    async def run_once(self, timeout: float = 30.0) -> None:
+    async def run_once(self, timeout: float = 30.0, *, full: bool = False) -> None:
         held = self.holdings.leases()
         if self.lost:
             # Forget losses whose handler has returned (their pair is held nowhere any more).
             self.lost.intersection_update(held)
             held = [pair for pair in held if pair not in self.lost]
-        counted = self.counts.take()
+        sent_at = time.monotonic()
+        again = bool(self.skipped) and not full and sent_at < self.full_due
+        if again:
+            # Only the leases skipped last time and still held; counts wait for the next full
+            # beat, and so does the progress of the jobs not sent.
+            held = [pair for pair in held if pair in self.skipped]
+            if not held:
+                self.skipped.clear()  # written or lost meanwhile: nothing to try again
+                return
+        counted = {} if again else self.counts.take()
         # Progress reported since the last beat, written by this same statement.
         reported = self.holdings.progress()
-        sent_at = time.monotonic()
+        if again:
+            sending = set(held)
+            for ctx, text in reported:
+                if (ctx.id, ctx.job.lease_token) not in sending:
+                    ctx.keep_progress(text)
+            reported = [(c, t) for c, t in reported if (c.id, c.job.lease_token) in sending]
         try:
             rows = await self.store.fetch(
                 "heartbeat",
@@ -91,7 +118,13 @@ class Heartbeater(Service):
         # another transaction had locked was skipped (see the statement), not lost.
         alive: dict[tuple[int, int], bool] = {(row[0], row[1]): row[2] for row in rows}
         skipped = [(row[0], row[1]) for row in rows if not row[3]]
-        self.leases.beat(sent_at, [(row[0], row[1]) for row in rows if row[3]], kept=skipped)
+        extended = [(row[0], row[1]) for row in rows if row[3]]
+        if again:
+            self.leases.extend(sent_at, extended)
+        else:
+            self.leases.beat(sent_at, extended, kept=skipped)
+            self.full_due = sent_at + self.lease / 3
+        self.skipped = set(skipped)
         if skipped and reported:
             # Not written with a lease this beat: the next one writes it.
             waiting = set(skipped)
@@ -137,7 +170,7 @@ class Heartbeater(Service):
     async def flush(self) -> None:
         """At shutdown: report the last counts and totals once (best effort, quick)."""
         try:
-            await self.run_once(timeout=2.0)
+            await self.run_once(timeout=2.0, full=True)
         except TRANSIENT_ERRORS:
             self.log.warning(
                 "could not flush the last job counts; they are not recorded",

@@ -39,6 +39,12 @@ class LeaseClock:
             if pair in before:
                 self._extended[pair] = before[pair]
 
+    def extend(self, sent_at: float, extended: Iterable[Pair]) -> None:
+        """A beat of some leases alone (those an earlier beat skipped), sent at ``sent_at``,
+        extended ``extended``; what earlier beats said of every other lease still stands."""
+        for pair in extended:
+            self._extended[pair] = sent_at
+
     def surely_held(self, job: ClaimedJob, now: float | None = None) -> bool:
         """True while nobody else can have taken ``job`` over since this worker claimed it.
 

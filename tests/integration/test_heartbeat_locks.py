@@ -155,3 +155,72 @@ def test_a_heartbeat_skips_a_row_an_ack_holds_and_they_do_not_deadlock(dsn, pgq)
     # Its lease clock still has the beat that last extended it; the first job's is this beat's.
     assert leases._extended[(second, TOKEN)] == 1.0
     assert leases._extended[(first, TOKEN)] > 1.0
+
+
+def test_a_row_an_operator_held_past_its_lease_is_extended_within_seconds_of_its_release(dsn, pgq):
+    """An operator's transaction keeps one job's row locked (``SELECT ... FOR UPDATE`` left
+    open) while the worker's heartbeats run: the lease of that job cannot be extended, and
+    may run out. Once the row is free, the heartbeater tries it again within a second or two,
+    alone, rather than at its next full beat (a third of the lease: 10 s here), the window in
+    which a reaper could take the job from a worker still running it."""
+    first, second = pgq.enqueue("t", {}), pgq.enqueue("t", {})
+    worker_id = str(uuid.uuid4())
+    _running(dsn, [first, second], worker_id)
+    held = _Held([(first, TOKEN), (second, TOKEN)])
+    heartbeater = Heartbeater(
+        WorkerDB(dsn, size=1),
+        held,  # type: ignore[arg-type]
+        WorkerStats(),
+        worker_id=worker_id,
+        lease=30.0,
+    )
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    async def loop() -> None:
+        store = heartbeater.store
+        assert isinstance(store, WorkerDB)
+        await store.open()
+        task = asyncio.ensure_future(heartbeater.run())
+        try:
+            await asyncio.to_thread(stop.wait)
+        finally:
+            heartbeater.stop()
+            await task
+            await store.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(loop())
+        except BaseException as exc:
+            errors.append(exc)
+
+    initial = _leases(dsn, [first, second])
+    with psycopg.connect(dsn) as operator:
+        operator.execute("SELECT 1 FROM pgqueue.jobs WHERE id = %s FOR UPDATE", (second,))
+        beating = threading.Thread(target=run)
+        beating.start()
+        try:
+            deadline = time.monotonic() + 30
+            while _leases(dsn, [first])[first] == initial[first]:  # the first beat
+                assert time.monotonic() < deadline and not errors, "no heartbeat"
+                time.sleep(0.02)
+            before = _leases(dsn, [first, second])
+            assert before[second] == initial[second]  # skipped while the operator holds it
+            operator.rollback()  # the row is free again
+            released = time.monotonic()
+            extended_after = None
+            while time.monotonic() - released < 6:
+                if _leases(dsn, [second])[second] > before[second]:
+                    extended_after = time.monotonic() - released
+                    break
+                time.sleep(0.05)
+            after = _leases(dsn, [first, second])
+        finally:
+            stop.set()
+            beating.join(timeout=30)
+
+    assert errors == []
+    assert extended_after is not None, "not extended within 6 s of its release"
+    assert after[first] == before[first]  # tried again alone: the other lease is not touched
+    assert held.stopped == [] and heartbeater.lost == set()

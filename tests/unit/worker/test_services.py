@@ -314,6 +314,60 @@ def test_a_job_whose_row_the_heartbeat_skipped_is_held_and_its_progress_goes_nex
     assert next_beat["progress"] == ["a third"] and ids(next_beat["progress_ids"]) == [5]
 
 
+def test_a_skipped_lease_is_tried_again_alone_a_second_later_and_the_full_beat_keeps_its_pace(
+    app,
+):
+    async def scenario() -> tuple[FakeStore, list[float], Heartbeater, dict[int, float]]:
+        store = FakeStore()
+        # Job 6's row is locked by another transaction (an operator's) for two beats.
+        store.once("heartbeat", [(5, 1, False, True), (6, 1, False, False)])
+        store.once("heartbeat", [(6, 1, False, False)])
+        store.once("heartbeat", [(6, 1, False, True)])
+        executor, _, heartbeater = beat_parts(app, store)
+        executor.accept([ClaimedJob.from_row(claim_row(n, "blocked")) for n in (5, 6)])
+        await settle()
+        intervals = [heartbeater.interval()]
+        await heartbeater.run_once()  # the full beat: 6 skipped
+        after_full = {n: heartbeater.leases._extended.get((n, 1), 0.0) for n in (5, 6)}
+        intervals.append(heartbeater.interval())
+        await heartbeater.run_once()  # 6 alone: skipped again
+        intervals.append(heartbeater.interval())
+        await heartbeater.run_once()  # 6 alone: extended
+        intervals.append(heartbeater.interval())
+        clock = {n: heartbeater.leases._extended.get((n, 1), 0.0) for n in (5, 6)}
+        assert clock[5] == after_full[5] and after_full[6] == 0.0 < clock[6]
+        executor.stop_all("shutdown")
+        await settle()
+        return store, intervals, heartbeater, clock
+
+    store, intervals, heartbeater, _ = run(scenario())
+    assert intervals == [10.0, 1.0, 1.0, 10.0]
+    full, again, extended = store.sent("heartbeat")
+    assert ids(full["ids"]) == [5, 6]
+    assert ids(again["ids"]) == ids(extended["ids"]) == [6]
+    assert again["count_queues"] == [] or again["count_queues"] is None
+    assert heartbeater.lost == set() and heartbeater.skipped == set()
+
+
+def test_a_skipped_lease_written_meanwhile_is_not_tried_again(app):
+    async def scenario() -> tuple[FakeStore, Heartbeater, list[tuple[int, int]]]:
+        store = FakeStore(replies={"ack_jobs": acked})
+        store.once("heartbeat", [(6, 1, False, False)])  # its own ack holds the row
+        executor, completer, heartbeater = beat_parts(app, store)
+        executor.accept([ClaimedJob.from_row(claim_row(6, "quick"))])
+        await heartbeater.run_once()
+        await settle()  # the job ends...
+        await completer.run_once()  # ...and is written
+        held = heartbeater.holdings.leases()
+        await heartbeater.run_once()  # nothing left to try again: no statement
+        return store, heartbeater, held
+
+    store, heartbeater, held = run(scenario())
+    assert held == []
+    assert store.names() == ["heartbeat", "ack_jobs"]
+    assert heartbeater.skipped == set()
+
+
 # -- completer -----------------------------------------------------------------------------
 
 
