@@ -65,6 +65,12 @@ class Heartbeater(Service):
         #: come in between.
         self.full_due = 0.0
 
+    def beat_all_now(self) -> None:
+        """Beat at once, every lease (not only skipped ones): the listener has just started
+        listening, and a cancel sent meanwhile is read from every held job's row."""
+        self.full_due = 0.0
+        self.wake()
+
     def interval(self) -> float:
         every = self.lease / 3
         return min(every, SKIPPED_AGAIN_AFTER) if self.skipped else every

@@ -152,7 +152,7 @@ def assemble(
             on_cancel=lambda job_id: _cancel_requested(executor, job_id),
             # A cancel sent before the LISTEN took (at start, during a reconnect) found no
             # listener: a heartbeat at once reads every held job's cancel_requested.
-            on_listening=heartbeater.wake,
+            on_listening=heartbeater.beat_all_now,
             application_name=application_name(listen_dsn, "listener", worker_id),
         )
         fetcher.listening = lambda: listener.connected

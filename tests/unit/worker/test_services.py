@@ -349,6 +349,24 @@ def test_a_skipped_lease_is_tried_again_alone_a_second_later_and_the_full_beat_k
     assert heartbeater.lost == set() and heartbeater.skipped == set()
 
 
+def test_a_beat_asked_for_by_the_listener_sends_every_lease_while_one_is_skipped(app):
+    async def scenario() -> FakeStore:
+        store = FakeStore()
+        store.once("heartbeat", [(5, 1, False, True), (6, 1, False, False)])
+        executor, _, heartbeater = beat_parts(app, store)
+        executor.accept([ClaimedJob.from_row(claim_row(n, "blocked")) for n in (5, 6)])
+        await settle()
+        await heartbeater.run_once()  # 6 skipped
+        heartbeater.beat_all_now()  # the LISTEN took again: every held job's cancel flag
+        await heartbeater.run_once()
+        executor.stop_all("shutdown")
+        await settle()
+        return store
+
+    _, woken = run(scenario()).sent("heartbeat")
+    assert ids(woken["ids"]) == [5, 6]
+
+
 def test_a_skipped_lease_written_meanwhile_is_not_tried_again(app):
     async def scenario() -> tuple[FakeStore, Heartbeater, list[tuple[int, int]]]:
         store = FakeStore(replies={"ack_jobs": acked})
