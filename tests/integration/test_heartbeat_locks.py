@@ -15,6 +15,7 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -89,6 +90,50 @@ def _waiting_on(dsn: str, holder_pid: int) -> bool:
     return bool(row and row[0])
 
 
+def _heartbeater(
+    dsn: str, held: _Held, worker_id: str, leases: LeaseClock | None = None
+) -> Heartbeater:
+    """The real heartbeater on a real one-connection store, beating 30 s leases."""
+    return Heartbeater(
+        WorkerDB(dsn, size=1),
+        held,  # type: ignore[arg-type]
+        WorkerStats(),
+        worker_id=worker_id,
+        lease=30.0,
+        leases=leases,
+    )
+
+
+def _beating(
+    heartbeater: Heartbeater,
+    body: Callable[[], Awaitable[None]],
+    outcome: list[BaseException | None],
+) -> threading.Thread:
+    """A started thread running ``body`` on an event loop of its own, with the heartbeater's
+    store open around it; what it raised (or None) goes to ``outcome``."""
+
+    async def main() -> None:
+        store = heartbeater.store
+        assert isinstance(store, WorkerDB)
+        await store.open()
+        try:
+            await body()
+        finally:
+            await store.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def test_a_heartbeat_skips_a_row_an_ack_holds_and_they_do_not_deadlock(dsn, pgq):
     first, second = pgq.enqueue("t", {}), pgq.enqueue("t", {})
     worker_id = str(uuid.uuid4())
@@ -98,38 +143,12 @@ def test_a_heartbeat_skips_a_row_an_ack_holds_and_they_do_not_deadlock(dsn, pgq)
     held = _Held([(first, TOKEN), (second, TOKEN)])
     leases = LeaseClock(30.0)
     leases.beat(1.0, [(second, TOKEN)])  # an earlier beat extended the second job's lease
-    heartbeater = Heartbeater(
-        WorkerDB(dsn, size=1),
-        held,  # type: ignore[arg-type]
-        WorkerStats(),
-        worker_id=worker_id,
-        lease=30.0,
-        leases=leases,
-    )
+    heartbeater = _heartbeater(dsn, held, worker_id, leases)
     outcome: list[BaseException | None] = []
-
-    async def beat() -> None:
-        store = heartbeater.store
-        assert isinstance(store, WorkerDB)
-        await store.open()
-        try:
-            await heartbeater.run_once()
-        finally:
-            await store.close()
-
-    def run() -> None:
-        try:
-            asyncio.run(beat())
-        except BaseException as exc:
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
     # An ack of both jobs, in the order its plan took them: the second job first.
     with psycopg.connect(dsn) as ack:
         ack.execute("DELETE FROM pgqueue.jobs WHERE id = %s", (second,))
-        beating = threading.Thread(target=run)
-        beating.start()
+        beating = _beating(heartbeater, heartbeater.run_once, outcome)
         deadline = time.monotonic() + 30
         while beating.is_alive() and not _waiting_on(dsn, ack.info.backend_pid):
             assert time.monotonic() < deadline, "the heartbeat neither ended nor waited"
@@ -167,43 +186,24 @@ def test_a_row_an_operator_held_past_its_lease_is_extended_within_seconds_of_its
     worker_id = str(uuid.uuid4())
     _running(dsn, [first, second], worker_id)
     held = _Held([(first, TOKEN), (second, TOKEN)])
-    heartbeater = Heartbeater(
-        WorkerDB(dsn, size=1),
-        held,  # type: ignore[arg-type]
-        WorkerStats(),
-        worker_id=worker_id,
-        lease=30.0,
-    )
+    heartbeater = _heartbeater(dsn, held, worker_id)
     stop = threading.Event()
-    errors: list[BaseException] = []
+    outcome: list[BaseException | None] = []
 
     async def loop() -> None:
-        store = heartbeater.store
-        assert isinstance(store, WorkerDB)
-        await store.open()
         task = asyncio.ensure_future(heartbeater.run())
-        try:
-            await asyncio.to_thread(stop.wait)
-        finally:
-            heartbeater.stop()
-            await task
-            await store.close()
-
-    def run() -> None:
-        try:
-            asyncio.run(loop())
-        except BaseException as exc:
-            errors.append(exc)
+        await asyncio.to_thread(stop.wait)
+        heartbeater.stop()
+        await task
 
     initial = _leases(dsn, [first, second])
     with psycopg.connect(dsn) as operator:
         operator.execute("SELECT 1 FROM pgqueue.jobs WHERE id = %s FOR UPDATE", (second,))
-        beating = threading.Thread(target=run)
-        beating.start()
+        beating = _beating(heartbeater, loop, outcome)
         try:
             deadline = time.monotonic() + 30
             while _leases(dsn, [first])[first] == initial[first]:  # the first beat
-                assert time.monotonic() < deadline and not errors, "no heartbeat"
+                assert time.monotonic() < deadline and not outcome, "no heartbeat"
                 time.sleep(0.02)
             before = _leases(dsn, [first, second])
             assert before[second] == initial[second]  # skipped while the operator holds it
@@ -220,7 +220,7 @@ def test_a_row_an_operator_held_past_its_lease_is_extended_within_seconds_of_its
             stop.set()
             beating.join(timeout=30)
 
-    assert errors == []
+    assert outcome == [None]
     assert extended_after is not None, "not extended within 6 s of its release"
     assert after[first] == before[first]  # tried again alone: the other lease is not touched
     assert held.stopped == [] and heartbeater.lost == set()
