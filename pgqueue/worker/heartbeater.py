@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+from pgqueue.handler.job_context import JobContext
 from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.array_params import int_array
 from pgqueue.worker.counts import JobCounts
@@ -91,14 +92,16 @@ class Heartbeater(Service):
                 self.skipped.clear()  # written or lost meanwhile: nothing to try again
                 return
         counted = {} if again else self.counts.take()
-        # Progress reported since the last beat, written by this same statement.
-        reported = self.holdings.progress()
-        if again:
-            sending = set(held)
-            for ctx, text in reported:
-                if (ctx.id, ctx.job.lease_token) not in sending:
-                    ctx.keep_progress(text)
-            reported = [(c, t) for c, t in reported if (c.id, c.job.lease_token) in sending]
+        # Progress reported since the last beat: written by this same statement for the jobs it
+        # sends, kept for a later beat for the others (a job whose claim's COMMIT is still on
+        # its way, which no beat sends until it committed; a beat of skipped leases alone).
+        sending = set(held)
+        reported: list[tuple[JobContext, str]] = []
+        for ctx, text in self.holdings.progress():
+            if (ctx.id, ctx.job.lease_token) in sending:
+                reported.append((ctx, text))
+            else:
+                ctx.keep_progress(text)
         try:
             rows = await self.store.fetch(
                 "heartbeat",

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.helpers import ledger, scalar, thread_worker, wait_for
-from tests.integration import durable_app, worker_app
+from tests.integration import durable_app, progress_app, worker_app
 
 APP = worker_app.pgq
 
@@ -131,3 +131,27 @@ def test_a_step_of_a_job_started_while_its_claim_commits_is_checkpointed_once(
             (job,),
         )
         assert effects == [1]
+
+
+def test_progress_reported_while_the_claim_commits_is_written_once_it_committed(app_dsn, pgq):
+    """The handler reports progress at once, while its claim's COMMIT is still on its way (2 s
+    here); heartbeats meanwhile (one a second: a 3 s lease) do not send the job, since nothing
+    is written under a claim not committed yet. They must keep its progress for the first beat
+    after the COMMIT, not drop it: the handler reports nothing more."""
+    install_trigger(app_dsn, sleep=2.0, fail=False)
+    with thread_worker(progress_app.pgq, app_dsn, poll_interval=600, lease=3.0):
+        wait_for(lambda: idle(app_dsn), message="the worker to go idle")
+        job = pgq.enqueue("progress.async_steps", {"steps": [{"done": 1, "of": 2}], "hold": 60.0})
+        wait_for(
+            lambda: (
+                scalar(app_dsn, "SELECT state FROM pgqueue.jobs WHERE id = %s", (job,)) == "running"
+            ),
+            timeout=10,
+            message="the claim to commit",
+        )
+        wait_for(
+            lambda: pgq.progress(job) == {"done": 1, "of": 2},
+            timeout=10,
+            message="the progress reported before the claim committed",
+        )
+        pgq.cancel(job)

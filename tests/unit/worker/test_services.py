@@ -367,6 +367,32 @@ def test_a_beat_asked_for_by_the_listener_sends_every_lease_while_one_is_skipped
     assert ids(woken["ids"]) == [5, 6]
 
 
+def test_progress_reported_while_the_claim_commits_is_written_once_it_committed(app):
+    """An idle worker starts a job before its claim's COMMIT returns, and the handler may
+    report progress at once; a beat meanwhile does not send that job (nothing is written under
+    a claim not committed yet) and must keep its progress for a beat that does."""
+
+    async def scenario() -> FakeStore:
+        store = FakeStore(replies={"heartbeat": [(5, 1, False, True)]})
+        executor, completer, heartbeater = beat_parts(app, store)
+        completer.ledger.claim_pending([(5, 1)])
+        executor.accept([ClaimedJob.from_row(claim_row(5, "blocked"))])
+        await settle()
+        (running,) = executor.running.values()
+        running.ctx.report_progress("0.4")
+        await heartbeater.run_once()  # the claim's COMMIT is still on its way
+        completer.ledger.claim_committed([(5, 1)])
+        await heartbeater.run_once()
+        executor.stop_all("shutdown")
+        await settle()
+        return store
+
+    during, after = run(scenario()).sent("heartbeat")
+    assert ids(during["ids"]) == [] and during["progress"] is None
+    assert ids(after["ids"]) == [5]
+    assert after["progress"] == ["0.4"] and ids(after["progress_ids"]) == [5]
+
+
 def test_a_skipped_lease_written_meanwhile_is_not_tried_again(app):
     async def scenario() -> tuple[FakeStore, Heartbeater, list[tuple[int, int]]]:
         store = FakeStore(replies={"ack_jobs": acked})
