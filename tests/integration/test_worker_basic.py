@@ -191,11 +191,14 @@ def test_fencing_a_reaped_lease_cannot_be_acked_heartbeated_or_failed(app_dsn, p
         wait_for(lambda: ledger(app_dsn, "start"), message="job started")
         with psycopg.connect(app_dsn, autocommit=True) as conn:
             token = scalar(app_dsn, "SELECT lease_token FROM pgqueue.jobs WHERE id = %s", (job,))
-            conn.execute(
-                "UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1s' WHERE id = %s",
-                (job,),
-            )
+            # Expired and reaped in one transaction: its row lock keeps the worker's heartbeat
+            # (one a second) from extending the lease in between.
             with conn.transaction():
+                conn.execute(
+                    "UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1s'"
+                    " WHERE id = %s",
+                    (job,),
+                )
                 assert conn.execute("SELECT pgqueue.reap()").fetchone()[0] == 1
                 # The reaper's backoff can be ~0 s: keep the worker from claiming the job again
                 # while the stale writes below are checked against it.
