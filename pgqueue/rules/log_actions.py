@@ -84,7 +84,17 @@ class Action(Enum):
     CLAIM_UNCOMMITTED = (
         "claim.uncommitted",
         "job_ids error",
-        "a claim's commit failed: its jobs were stopped and run again later",
+        "a claim did not commit: its jobs were stopped and run again later",
+    )
+    CLAIM_REPLY_LOST_COMMITTED = (
+        "claim.reply_lost_committed",
+        "job_ids",
+        "a claim's COMMIT reply was lost; it committed: its jobs run on",
+    )
+    CLAIM_LOST_RELEASED = (
+        "claim.lost_released",
+        "job_ids",
+        "jobs a claim took whose reply never came: given back, the attempt not counted",
     )
     CLAIM_AHEAD_FAILED = ("claim.ahead_failed", "error", "a claim sent ahead of need failed")
     # -- outcomes written -------------------------------------------------------------------

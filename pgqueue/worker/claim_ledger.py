@@ -49,6 +49,7 @@ class ClaimLedger:
             # Its handler's transaction completed the job, having found the row running under
             # this lease: the claim committed, whatever its COMMIT's reply said.
             self._not_ours.discard(key)
+            self._release(self._uncommitted.pop(key, None) or ())
             return "write"
         if key in self._uncommitted:
             self._uncommitted[key] = [*(self._uncommitted[key] or ()), outcome]
@@ -63,6 +64,11 @@ class ClaimLedger:
         until :meth:`claim_committed` or :meth:`claim_failed`."""
         for key in keys:
             self._uncommitted[key] = None
+
+    def pending(self, key: Lease) -> bool:
+        """Whether the claim of this lease is still to be settled (an outcome its handler's
+        own transaction wrote proved it committed)."""
+        return key in self._uncommitted
 
     def claim_committed(self, keys: Iterable[Lease]) -> None:
         for key in keys:

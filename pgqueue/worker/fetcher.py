@@ -22,7 +22,6 @@ leave room unused (fixed by the next claim).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
@@ -48,6 +47,8 @@ _ID, _TOKEN = FLOW_CLAIM_COLUMNS.index("id"), FLOW_CLAIM_COLUMNS.index("lease_to
 _THROTTLED = FLOW_CLAIM_COLUMNS.index("throttled")
 #: The job took the last free place under a concurrency limit (see ack_jobs_waking).
 _WAKE_ON_EXIT = FLOW_CLAIM_COLUMNS.index("wake_on_exit")
+#: What leaves a claim unsettled on the way out (the database away, or too slow to answer).
+_UNANSWERED: tuple[type[BaseException], ...] = (TimeoutError, *TRANSIENT_ERRORS)
 
 
 class _Idle(enum.Enum):
@@ -121,11 +122,20 @@ class Fetcher(Service):
         self._commits: set[asyncio.Task[None]] = set()
         #: next_due's rows, read with the last idle claim.
         self._due: list[Row] | None = None
+        #: Early claims whose COMMIT failed or got no reply (did it commit?), and why: their
+        #: jobs run on, their outcomes held, until _settle asks the database.
+        self._unsettled: list[tuple[int, int]] = []
+        self._unsettled_error = ""
+        #: A claim failed after it may have reached the server: its reply, and the jobs it
+        #: took, may be lost (see _settle).
+        self._lost = False
 
     def interval(self) -> float:
         return self._next_sleep
 
     async def run_once(self) -> None:
+        if self._unsettled or self._lost:
+            await self._settle()
         # With prefetch, wait until a good share of it is free again, so claims stay big while
         # the waiting jobs keep every slot busy; without, claim as soon as one slot frees.
         # No prefetch under flow control: a limit counts claimed jobs as running, so a job
@@ -262,8 +272,9 @@ class Fetcher(Service):
                 # Cancelled while a claim was in flight: let it come back (as the other lane's
                 # below) and hand its jobs over; stopping, they wait unstarted and the shutdown
                 # hands them back.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(main), timeout=5.0)
+                # (Waited for, not awaited: a claim that failed must not cut short what
+                # follows, the settling of what it may have claimed.)
+                await asyncio.wait({main}, timeout=5.0)
                 if main.done() and not main.cancelled() and main.exception() is None:
                     rows, _, handed = main.result()
                     if not handed:
@@ -278,8 +289,7 @@ class Fetcher(Service):
                 # A claim already sent is let come back rather than cut off (its jobs would
                 # stay claimed until their leases expired): the jobs wait unstarted and the
                 # shutdown hands them back.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(ahead), timeout=5.0)
+                await asyncio.wait({ahead}, timeout=5.0)
                 if not ahead.done():
                     ahead.cancel()
                 await asyncio.gather(ahead, return_exceptions=True)
@@ -287,6 +297,19 @@ class Fetcher(Service):
                 # Their outcomes are written (or dropped) only once they are done.
                 await asyncio.wait(set(self._commits), timeout=5.0)
                 await asyncio.sleep(0)  # their done callbacks
+            if (self._unsettled or self._lost) and not self._commits:
+                await self._settle_at_exit()
+
+    async def _settle_at_exit(self) -> None:
+        """Settle failed claims once more on the way out; if the database cannot say, the
+        early ones are taken for not committed (their jobs stay claimed until their leases
+        expire only if they did)."""
+        try:
+            await asyncio.wait_for(self._settle(), timeout=5.0)
+        except _UNANSWERED as exc:
+            unsettled, self._unsettled = self._unsettled, []
+            if unsettled:
+                self._claim_failed(unsettled, f"{self._unsettled_error}; then {exc}".strip())
 
     async def _claim_ahead(self, room: int) -> None:
         """The second claim lane, while a backlog drains with prefetch. One claim in flight at a
@@ -361,7 +384,17 @@ class Fetcher(Service):
         """Claim with the plain statement, or with pgqueue.claim while flow control applies.
         Returns the jobs, when limits held work back the seconds until a retry may succeed (0:
         unknown), and whether the jobs were handed over already (``early``, see
-        _claim_early)."""
+        _claim_early). A claim that fails may have committed all the same (a connection cut
+        after the server got it): the jobs it took are settled before the next claim."""
+        try:
+            return await self._claim_once(params, early=early)
+        except Exception:
+            self._lost = True
+            raise
+
+    async def _claim_once(
+        self, params: dict[str, Any], *, early: bool
+    ) -> tuple[list[Row], float | None, bool]:
         if not self.flow:
             limit = params["limit"]
             params.update(self.cursor.params())
@@ -401,9 +434,10 @@ class Fetcher(Service):
         claim's transaction holds the rows, so an ack or a heartbeat sent meanwhile waits for
         it, and the completer holds the attempts' outcomes back (a server that crashes before
         the flush forgets the claim, and a later claim after the restart would hand out the
-        same lease token). A COMMIT that fails, or whose fate is unknown, stops the handlers as for
-        a lost lease and drops what they return: the job runs again (at least once), and
-        nothing is ever written under that token."""
+        same lease token). A COMMIT that fails, or whose reply is lost, is settled by asking
+        the database (_settle): the jobs of a claim that committed run on; those of one that
+        did not are stopped as for a lost lease and what they return is dropped (the job runs
+        again, and nothing is ever written under that token)."""
         rows, later, commit = await self.store.before_commit(
             "claim_jobs", "next_due", params, generic=True
         )
@@ -423,6 +457,66 @@ class Fetcher(Service):
         if not commit.cancelled() and error is None:
             self.ledger.claim_committed(keys)
             return
+        # Did it commit? A connection cut after the server got the COMMIT leaves no way to
+        # tell but to ask: before the next claim (_settle). The handlers run on meanwhile.
+        self._unsettled.extend(keys)
+        self._unsettled_error = "cancelled" if error is None else self.outage.explain(error)
+        self.wake()
+
+    async def _settle(self) -> None:
+        """Settle what failed claims may have left: before, a claim whose reply never came
+        was taken for not committed, and if it had, its jobs sat claimed by this worker until
+        their leases expired and the reaper counted the attempt against them (one that had no
+        attempt left was dead-lettered unrun). One statement (``settle_claims``) tells which
+        early claims committed, and gives back the jobs of lost claims this worker never saw.
+        No claim of this worker may be in flight meanwhile: its jobs would look lost."""
+        ahead = self._ahead
+        if ahead is not None:
+            if not self._ahead_sent:
+                ahead.cancel()  # still waiting for room: nothing claimed yet
+            await asyncio.wait({ahead})
+        if self._commits:
+            await asyncio.wait(set(self._commits))
+            await asyncio.sleep(0)  # their done callbacks
+        unsettled = list(self._unsettled)
+        executor = self.executor
+        held = {
+            *executor.running,  # (a job whose own transaction is completing it, too)
+            *((job.id, job.lease_token) for job in (*executor.waiting, *executor.gathered())),
+            *self.completer.held(),
+            *unsettled,
+        }
+        ids, tokens = [list(column) for column in zip(*held, strict=True)] or ([], [])
+        rows = await self.store.fetch(
+            "settle_claims",
+            {"worker_id": self.params["worker_id"], "ids": ids, "tokens": tokens},
+        )
+        self._unsettled, self._lost = [], False  # (no claim went out meanwhile)
+        running = {(row[0], row[1]) for row in rows if not row[2]}
+        # (One whose job its handler's own transaction completed under this lease committed.)
+        committed = [key for key in unsettled if key in running or not self.ledger.pending(key)]
+        if committed:
+            self.ledger.claim_committed(committed)
+            self.log.warning(
+                "claim committed though its reply was lost; its jobs run on",
+                extra=fields(
+                    Action.CLAIM_REPLY_LOST_COMMITTED,
+                    job_ids=",".join(str(job_id) for job_id, _ in committed),
+                ),
+            )
+        failed = [key for key in unsettled if key not in committed]
+        if failed:
+            self._claim_failed(failed, self._unsettled_error)
+        released = sorted(row[0] for row in rows if row[2])
+        if released:
+            # Ready again in their old places: the next walk starts from the top.
+            self.cursor.look_from_top()
+            self.log.warning(
+                "claimed jobs handed back: their claim's reply was lost",
+                extra=fields(Action.CLAIM_LOST_RELEASED, job_ids=",".join(map(str, released))),
+            )
+
+    def _claim_failed(self, keys: list[tuple[int, int]], error: str) -> None:
         for job_id, token in keys:
             self.executor.stop_job(job_id, "lease lost", token)
         running = {key for key in keys if key in self.executor.running}
@@ -433,7 +527,7 @@ class Fetcher(Service):
             extra=fields(
                 Action.CLAIM_UNCOMMITTED,
                 job_ids=",".join(str(job_id) for job_id, _ in keys) or "none",
-                error="cancelled" if error is None else self.outage.explain(error)[:300],
+                error=error[:300],
             ),
         )
 

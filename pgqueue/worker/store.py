@@ -109,6 +109,7 @@ PLANNED_EACH_TIME = frozenset(
         "fail_jobs",
         "heartbeat",
         "release_jobs",
+        "settle_claims",
         "record_breaker_outcomes",
     }
 )

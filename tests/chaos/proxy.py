@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ class Proxy:
         self.connections: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self.refusing = False
         self.trapped = 0  # ambiguous commits produced
+        #: When a client's message last went through (monotonic): see :meth:`quiet_for`.
+        self.last_sent = time.monotonic()
         self._trap: bytes | None = None
         self._trap_whole = False
         self._lose = "reply"
@@ -75,6 +78,11 @@ class Proxy:
         reaches the server, the client's side of the connection is reset and the server's is
         left open."""
         self._call(self._set_trap, pattern, lose, whole)
+
+    def quiet_for(self) -> float:
+        """Seconds since a client last sent anything (a worker done with what it was doing
+        sends nothing until it is woken or its next heartbeat)."""
+        return time.monotonic() - self.last_sent
 
     def close(self) -> None:
         self._call(self._close)
@@ -172,6 +180,8 @@ class Proxy:
                 await self._flowing.wait()
                 if pair not in self.connections:
                     break
+                if upstream:
+                    self.last_sent = time.monotonic()
                 if not upstream and state["reply_lost"]:
                     continue  # the reply to the trapped message (and anything after) is lost
                 trapped = (

@@ -337,7 +337,8 @@ def _holding(chaos: Run, worker_ids: list[str]) -> Callable[[], bool]:
 def ambiguous_commits(env: Env, size: str) -> Report:
     """The reply to a committed statement is lost and the connection reset: for an ack (the
     worker retries it, finds the job gone, and must not run it again), for a claim (the
-    worker never learns it holds the jobs; they run once, after the lease, via the reaper) and
+    worker asks before it claims again: the jobs of a claim that committed run on, or go back
+    to the queue at once if its rows never came) and
     for a transactional job's COMMIT (the handler asks the server, finds it committed, and the
     job is complete: it must not run again)."""
     settings = Settings(
@@ -387,6 +388,9 @@ def ambiguous_commits(env: Env, size: str) -> Report:
     report.notes["stale ack warnings"] = logs.count("stale ack ignored") + logs.count(
         "ack found nothing to write"
     )
+    # The ambiguous claim, settled before the worker's next claim (not by the reaper).
+    report.notes["claims found committed"] = logs.count("claim committed though its reply")
+    report.notes["claims handed back"] = logs.count("claimed jobs handed back")
     return report
 
 

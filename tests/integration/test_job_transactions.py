@@ -466,19 +466,24 @@ def test_a_commit_whose_reply_is_lost_is_settled_once(
 
 
 def test_a_claim_whose_commit_reply_was_lost_is_proven_by_the_jobs_transaction(pgq, tx_dsn, caplog):
-    """An idle worker's claim commits but its COMMIT's reply is lost: the worker takes the
-    claim for failed and stops the handler, whose transaction completes the job all the same
-    (its completion found the row running under this lease, so the claim committed). The job
-    is complete once, and the worker reports it as such rather than dropping its outcome."""
+    """An idle worker's claim commits but its COMMIT's reply is lost: the handler runs on
+    until the worker has asked the database, and its transaction completes the job (its
+    completion found the row running under this lease, so the claim committed). The job is
+    complete once, and the worker reports it as such rather than dropping its outcome."""
     caplog.set_level(logging.WARNING, logger="pgqueue.worker")
     # No polling: the only claim after the trap is the one the enqueue's notification wakes.
-    with proxied(tx_dsn, poll_interval=600) as (worker, proxy):
+    with proxied(tx_dsn, poll_interval=600, reaper_interval=600) as (worker, proxy):
+        # Done with its start-up's last claim (which found nothing): the next claim is the
+        # one the enqueue below wakes.
+        wait_for(lambda: proxy.quiet_for() > 0.5, message="the worker to wait for work")
         proxy.trap(CLAIM_SYNC, whole=True)
         job = enqueue(pgq, "tx.sync", queue="tx_proxied")
         finished(tx_dsn, job)
         wait_for(lambda: worker.worker.stats.succeeded, message="the worker to report the job")
         assert proxy.trapped == 1
     assert effects(tx_dsn, job) == [(1, "sync")]
-    assert "claim did not commit; its jobs were stopped" in caplog.text
+    (settled,) = [r for r in caplog.records if r.getMessage().startswith("claim committed")]
+    assert settled.job_ids == str(job)
+    assert "claim did not commit" not in caplog.text
     assert "outcome not written" not in caplog.text
     assert (worker.worker.stats.succeeded, worker.worker.stats.stale) == (1, 0)

@@ -88,6 +88,36 @@ RETURNING j.id, j.queue, j.task, j.args, j.attempts AS attempt, j.max_attempts, 
           j.priority, j.created_at, j.run_at, j.result_ttl IS NOT NULL AS wants_result, j.meta,
           j.tags, j.errors -> -1 ->> 'trace' AS last_trace
 
+-- name: settle_claims
+-- Before a worker claims again after a claim whose reply never came (the connection was cut:
+-- did it commit?). Its jobs running under its id are either held (%(ids)s, %(tokens)s: the
+-- worker runs them, writes their outcomes, or started them on a claim whose COMMIT's reply was
+-- lost) or were taken by a lost claim whose rows it never saw. The latter go back to the queue
+-- as a graceful shutdown gives jobs back (release_jobs: the attempt not counted, the place in
+-- the queue kept), and their queues are woken. The held ones running under this worker are
+-- returned: the early claims among them committed. No claim of this worker is in flight
+-- meanwhile (its rows would look lost); a job in the queue's index walk order before the
+-- worker's claim cursor is found by its next walk from the top.
+WITH held AS (
+    SELECT h.id, h.token FROM unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS h(id, token)
+), released AS (
+    UPDATE pgqueue.jobs AS j
+       SET state = 'ready', attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
+           worker_id = NULL
+     WHERE j.worker_id = %(worker_id)s::uuid AND j.state = 'running'
+       AND NOT EXISTS (SELECT 1 FROM held AS h WHERE h.id = j.id AND h.token = j.lease_token)
+    RETURNING j.id, j.lease_token, j.queue
+), woken AS (
+    SELECT pg_notify('pgqueue_jobs', q.queue) FROM (SELECT DISTINCT queue FROM released) AS q
+)
+SELECT j.id, j.lease_token, false AS released
+  FROM pgqueue.jobs AS j
+  JOIN held AS h ON h.id = j.id AND h.token = j.lease_token
+ WHERE j.worker_id = %(worker_id)s::uuid AND j.state = 'running'
+UNION ALL
+SELECT r.id, r.lease_token, true FROM released AS r
+ WHERE (SELECT count(*) FROM woken) >= 0
+
 -- name: claim_flow
 -- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
 -- held work back (throttled: seconds until the next token, or 0), or, with throttled = -1,

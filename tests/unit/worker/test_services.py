@@ -204,6 +204,9 @@ def test_a_claim_whose_commit_failed_stops_its_handlers_and_writes_nothing(app, 
         fetcher = make_fetcher(app, store, executor, completer)
         await fetcher.run_once()
         await settle()
+        assert executor.running, "did it commit? The handler runs on until the database says"
+        await fetcher.run_once()  # settle_claims: the job is not running under this worker
+        await settle()
         assert not executor.running, "the handler of a claim that did not commit was stopped"
         await completer.run_once()
         return store, completer
@@ -211,7 +214,36 @@ def test_a_claim_whose_commit_failed_stops_its_handlers_and_writes_nothing(app, 
     caplog.set_level(logging.INFO, logger="pgqueue.worker")
     store, _ = run(scenario())
     assert "ack_jobs" not in store.names() and "fail_jobs" not in store.names()
+    (asked,) = store.sent("settle_claims")
+    assert (asked["ids"], asked["tokens"]) == ([7], [1])
+    assert store.names().index("settle_claims") < store.names().index("claim_jobs", 1)
     assert "claim did not commit" in caplog.text
+
+
+def test_a_claim_whose_commit_reply_was_lost_but_committed_runs_on_and_is_written(app, caplog):
+    async def scenario() -> tuple[FakeStore, Executor]:
+        store = FakeStore(replies={"ack_jobs": acked})
+        store.once("claim_jobs", [claim_row(7, "quick")])
+        store.once("settle_claims", [(7, 1, False), (9, 4, True)])
+        store.commit_error = psycopg.OperationalError("server closed the connection")
+        executor, completer = parts(app, store)
+        fetcher = make_fetcher(app, store, executor, completer)
+        await fetcher.run_once()
+        await settle()
+        await completer.run_once()
+        assert "ack_jobs" not in store.names(), "held until the claim is known to have committed"
+        await fetcher.run_once()  # settle_claims: it committed (and job 9 was given back)
+        await settle()
+        await completer.run_once()
+        return store, executor
+
+    caplog.set_level(logging.INFO, logger="pgqueue.worker")
+    store, _ = run(scenario())
+    (ack,) = store.sent("ack_jobs")
+    assert (ids(ack["ids"]), ids(ack["tokens"])) == ([7], [1])
+    assert "claim committed though its reply was lost" in caplog.text
+    assert "claimed jobs handed back" in caplog.text
+    assert "claim did not commit" not in caplog.text
 
 
 # -- heartbeater ---------------------------------------------------------------------------
