@@ -6,11 +6,12 @@ connecting it checks that a notification sent from another connection arrives; i
 finds jobs by polling.
 When the connection drops it reconnects with backoff and wakes the fetcher once, which claims
 whatever arrived meanwhile; between notifications it checks the connection is alive, so a
-silently dead connection is noticed within ``health_interval``.
+silently dead connection is noticed within ``health_interval`` and ``probe_timeout``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -84,10 +85,26 @@ class Listener(Service):
                         self.on_cancel(int(notify.payload))
                     elif notify.payload in self.queues:
                         self.on_jobs(notify.pid)
-                await conn.execute(query("ping"))
+                await self._ping(conn)
         finally:
             self.connected = False
             await conn.close()
+
+    async def _ping(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Is the server still there? A host that vanished without a word never answers,
+        and TCP would wait for hours: no answer within ``probe_timeout`` ends the connection
+        (the listener connects again; meanwhile the fetcher polls). Closed, not cancelled:
+        psycopg's cancellation would first ask the silent server to cancel, for 10 s more."""
+        ping = asyncio.ensure_future(conn.execute(query("ping")))
+        done, _ = await asyncio.wait({ping}, timeout=self.probe_timeout)
+        if not done:
+            await conn.close()  # the ping can only fail now
+            ping.cancel()
+            await asyncio.gather(ping, return_exceptions=True)
+            raise psycopg.OperationalError(
+                f"the listener's connection did not answer its ping within {self.probe_timeout:g} s"
+            )
+        ping.result()
 
     async def _notifications_arrive(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Does a NOTIFY sent from another connection reach this one? Not through a

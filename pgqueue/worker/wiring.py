@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
+from pgqueue.db.liveness import dead_peer_checked
 from pgqueue.rules.log_actions import Action, Seconds, fields
 from pgqueue.worker.autoscaler import Autoscaler
 from pgqueue.worker.claim_ledger import ClaimLedger
@@ -80,6 +81,9 @@ def assemble(
     """Build a worker's parts and connect them; nothing runs until ``supervisor.start()``
     (the store's pool is not open yet either)."""
     name = application_name(dsn, "worker", worker_id)
+    # The listener's and the maintainer's connection: direct (--listen-dsn past a transaction
+    # pooler), and like every other noticing a server gone silent (pgqueue.db.liveness).
+    direct = dead_peer_checked(settings.listen_dsn) if settings.listen_dsn else dsn
     store = WorkerDB(dsn, size=4, prepare=settings.prepare, application_name=name)
     # What the heartbeater knows of the leases, for the completer (see worker/leases.py).
     leases = LeaseClock(settings.lease)
@@ -144,7 +148,7 @@ def assemble(
     # The worker's row was written at registration: the first beat can wait for the claim.
     supervisor.add(heartbeater, database, after=fetcher)
     if settings.listen:
-        listen_dsn = settings.listen_dsn or dsn
+        listen_dsn = direct
         listener = Listener(
             listen_dsn,
             settings.queues,
@@ -173,7 +177,6 @@ def assemble(
     if settings.maintenance_interval is not None:
         # VACUUM and REINDEX on a connection of its own, direct (a session lock elects one
         # maintainer per database: it must not go through a transaction pooler).
-        direct = settings.listen_dsn or dsn
         maintainer = Maintainer(
             direct,
             every=settings.maintenance_interval,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue._version import __version__
 from pgqueue.db.declarations import declarations
 from pgqueue.db.embedded import resolve_dsn
+from pgqueue.db.liveness import dead_peer_checked
 from pgqueue.db.startup import check_database_async
 from pgqueue.errors import ConfigurationError, DatabaseUnavailableError
 from pgqueue.handler import logs
@@ -189,6 +190,8 @@ class Worker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(signum, self._on_signal, signum)
         dsn = self._dsn if self._dsn is not None else await asyncio.to_thread(resolve_dsn, None)
+        # Every connection of the worker notices a server gone silent (pgqueue.db.liveness).
+        dsn = dead_peer_checked(dsn)
         parts = assemble(
             self.app,
             self.settings,
