@@ -13,13 +13,16 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 
 from pgqueue import PgQueue
 from pgqueue.worker import Worker, WorkerSettings
+
+if TYPE_CHECKING:
+    from tests.chaos.proxy import Proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 PGQ = shutil.which("pgq") or str(Path(sys.executable).parent / "pgq")
@@ -169,6 +172,33 @@ def thread_worker(app: PgQueue, dsn: str, **settings: Any) -> Iterator[ThreadWor
     finally:
         if worker.thread.is_alive():
             worker.stop()
+
+
+@contextmanager
+def worker_through_proxy(
+    app: PgQueue, dsn: str, **settings: Any
+) -> Iterator[tuple[ThreadWorker, Proxy]]:
+    """A worker whose connections go through the fault-injection proxy
+    (``tests/chaos/proxy.py``), yielded once it is idle: done with its start-up, whose own
+    statements must not meet a trap set by the test."""
+    from tests.chaos.proxy import Proxy
+
+    proxy = Proxy(dsn).start()
+    worker = ThreadWorker(app, proxy.dsn(), **settings)
+    worker.start()
+    try:
+        wait_for(
+            lambda: scalar(
+                dsn,
+                "SELECT count(*) FROM pgqueue.idle_workers WHERE worker_id = %s",
+                (worker.worker.id,),
+            ),
+            message="the worker to start",
+        )
+        yield worker, proxy
+    finally:
+        worker.stop()
+        proxy.close()
 
 
 def spawn_worker(

@@ -29,7 +29,14 @@ from pgqueue.db.queries import query as named
 from pgqueue.handler.job_context import ClaimedJob
 from pgqueue.handler.job_transaction import complete
 from tests.chaos.proxy import CLAIM_SYNC, TRANSACTION_COMMIT, Proxy
-from tests.helpers import ThreadWorker, scalar, spawn_worker, stop_workers, wait_for
+from tests.helpers import (
+    ThreadWorker,
+    scalar,
+    spawn_worker,
+    stop_workers,
+    wait_for,
+    worker_through_proxy,
+)
 from tests.integration import tx_app
 from tests.integration.test_caller_transactions import _django
 
@@ -418,26 +425,11 @@ def proxied_worker(tx_dsn: str) -> Iterator[tuple[ThreadWorker, Proxy]]:
         yield both
 
 
-@contextlib.contextmanager
-def proxied(tx_dsn: str, **settings: Any) -> Iterator[tuple[ThreadWorker, Proxy]]:
+def proxied(
+    tx_dsn: str, **settings: Any
+) -> contextlib.AbstractContextManager[tuple[ThreadWorker, Proxy]]:
     """A worker whose connections go through the fault-injection proxy (its own queue)."""
-    proxy = Proxy(tx_dsn).start()
-    worker = ThreadWorker(tx_app.pgq, proxy.dsn(), queues=["tx_proxied"], lease=LEASE, **settings)
-    worker.start()
-    try:
-        # Idle, so done with its start-up (whose own transaction must not meet the trap).
-        wait_for(
-            lambda: scalar(
-                tx_dsn,
-                "SELECT count(*) FROM pgqueue.idle_workers WHERE worker_id = %s",
-                (worker.worker.id,),
-            ),
-            message="the worker to start",
-        )
-        yield worker, proxy
-    finally:
-        worker.stop()
-        proxy.close()
+    return worker_through_proxy(tx_app.pgq, tx_dsn, queues=["tx_proxied"], lease=LEASE, **settings)
 
 
 @pytest.mark.parametrize("lose", ["reply", "request"])

@@ -23,7 +23,7 @@ import pytest
 
 from pgqueue import PgQueue
 from tests.chaos.proxy import CLAIM_SYNC, Proxy
-from tests.helpers import ThreadWorker, scalar, wait_for
+from tests.helpers import ThreadWorker, scalar, wait_for, worker_through_proxy
 
 LEASE = 60.0
 #: The plain claim's text, sent in full with every claim by a worker that prepares no
@@ -56,31 +56,19 @@ def held(n: int) -> int:
 
 @contextlib.contextmanager
 def proxied(dsn: str, **settings: Any) -> Iterator[tuple[ThreadWorker, Proxy]]:
-    proxy = Proxy(dsn).start()
-    worker = ThreadWorker(
+    with worker_through_proxy(
         app,
-        proxy.dsn(),
+        dsn,
         queues=["lost_claims"],
         lease=LEASE,
         poll_interval=600,
         reaper_interval=600,  # the jobs come back without the reaper's help
         **settings,
-    )
-    worker.start()
-    try:
-        wait_for(
-            lambda: scalar(
-                dsn,
-                "SELECT count(*) FROM pgqueue.idle_workers WHERE worker_id = %s",
-                (worker.worker.id,),
-            ),
-            message="the worker to start",
-        )
-        yield worker, proxy
-    finally:
-        release.set()
-        worker.stop()
-        proxy.close()
+    ) as (worker, proxy):
+        try:
+            yield worker, proxy
+        finally:
+            release.set()  # (a held job ends, so the worker can stop)
 
 
 @pytest.fixture(autouse=True)
