@@ -27,6 +27,7 @@ from pgqueue.db import connections, pool_check, refusals, schema_check, startup
 from pgqueue.db import plan as plans
 from pgqueue.db.async_wait import LeanWaits
 from pgqueue.db.embedded import resolve_dsn
+from pgqueue.db.liveness import dead_peer_checked
 from pgqueue.db.results_listener import ResultListener
 from pgqueue.errors import ConfigurationError, PgQueueError, QueueFullError
 from pgqueue.rules import config
@@ -140,7 +141,7 @@ class Pools:
                     # Autocommit: a single-statement enqueue is one round trip (no BEGIN and
                     # COMMIT around it); multi-statement plans open a transaction themselves.
                     pool = ConnectionPool(
-                        self.dsn,
+                        dead_peer_checked(self.dsn),  # (pgqueue.db.liveness)
                         min_size=1,
                         max_size=self.size,
                         kwargs=self.conn_kwargs,
@@ -186,7 +187,7 @@ class Pools:
         await startup.check_database_async(dsn, wait=CONNECT_TIMEOUT)  # as for the sync pool
         self._checked = True
         pool = AsyncConnectionPool(
-            dsn,
+            dead_peer_checked(dsn),  # (pgqueue.db.liveness)
             min_size=1,
             max_size=self.size,
             kwargs=self.conn_kwargs,

@@ -5,14 +5,16 @@ firewall or NAT that forgets the connection) sends no reset: every connection to
 and a read of a reply that will never come waits until TCP gives up. With the system's
 defaults that is more than two hours (the first keepalive after 7,200 s of silence), or about
 15 minutes for a request the server never acknowledged. A worker stuck so claims nothing,
-writes no outcome and extends no lease for that long.
+writes no outcome and extends no lease for that long; an application's enqueue hangs as long.
 
-So every connection a worker opens carries TCP keepalives (a probe after ``KEEPALIVE_IDLE``
-seconds of silence, then every ``KEEPALIVE_INTERVAL``, given up after ``KEEPALIVE_COUNT``) and a
-user timeout (data unacknowledged for ``USER_TIMEOUT`` seconds ends the connection): a vanished
-server is noticed within about half a minute, and the worker connects again as after any
-outage. libpq applies them to TCP connections only (a Unix socket's peer cannot vanish that
-way). A DSN that sets any of these parameters keeps its own value.
+So every connection pgqueue keeps open (a worker's; a client's pools and its result listener;
+not the application's own, which ``conn=`` hands in) carries TCP keepalives (a probe after
+``KEEPALIVE_IDLE`` seconds of silence, then every ``KEEPALIVE_INTERVAL``, given up after
+``KEEPALIVE_COUNT``) and a user timeout (data unacknowledged for ``USER_TIMEOUT`` seconds ends
+the connection): a vanished server is noticed within about half a minute, and the worker
+connects again as after any outage (a client's call fails with the driver's
+``OperationalError``). libpq applies them to TCP connections only (a Unix socket's peer cannot
+vanish that way). A DSN that sets any of these parameters keeps its own value.
 """
 
 from __future__ import annotations

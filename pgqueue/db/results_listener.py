@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from pgqueue.db.liveness import dead_peer_checked
 from pgqueue.db.queries import query
 from pgqueue.rules.log_actions import Action, fields
 
@@ -70,7 +71,9 @@ class ResultListener:
             await self._conn.close()
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        conn = await psycopg.AsyncConnection.connect(self._dsn, **self._conn_kwargs)
+        conn = await psycopg.AsyncConnection.connect(
+            dead_peer_checked(self._dsn), **self._conn_kwargs
+        )
         await conn.execute(query("listen_results"))
         return conn
 

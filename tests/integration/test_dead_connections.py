@@ -8,8 +8,8 @@ request never acknowledged. Two checks here:
 
 * the listener's ping between notifications gives up after ``probe_timeout`` and the listener
   connects again (a proxy that stops passing traffic, ``tests/chaos/proxy.py``'s ``pause``);
-* every connection a worker opens over TCP carries keepalives and a user timeout
-  (``pgqueue.db.liveness``), read back from the worker's own sockets: the kernel then ends a
+* every connection a worker or a client opens over TCP carries keepalives and a user timeout
+  (``pgqueue.db.liveness``), read back from their own sockets: the kernel then ends a
   connection to a vanished host within about half a minute (a proxy cannot show that: its own
   kernel answers for the vanished server).
 """
@@ -25,11 +25,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from pgqueue import PgQueue
+from pgqueue import PgQueue, ResultTimeoutError
 from pgqueue.db.liveness import KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, USER_TIMEOUT, dead_peer_checked
 from pgqueue.worker.listener import Listener
 from tests.chaos.proxy import Proxy
-from tests.helpers import ThreadWorker, wait_for
+from tests.helpers import ThreadWorker, run_closing, wait_for
 
 
 @contextlib.contextmanager
@@ -126,18 +126,44 @@ def test_every_worker_connection_gives_up_on_a_vanished_server(dsn):
         # The pool's connections and the listener's, at least.
         sockets = wait_for(lambda: (s := _tcp_sockets_to(proxy.port)) and len(s) >= 2 and s,
                            message="the worker's connections")  # fmt: skip
-        for sock in sockets:
-            with sock:
-                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
-                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE
-                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == (
-                    KEEPALIVE_INTERVAL
-                )
-                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == (
-                    USER_TIMEOUT * 1000
-                )
+        _assert_checked(sockets)
     finally:
         worker.stop()
+        proxy.close()
+
+
+def _assert_checked(sockets: list[socket.socket]) -> None:
+    for sock in sockets:
+        with sock:
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == KEEPALIVE_INTERVAL
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == (
+                USER_TIMEOUT * 1000
+            )
+
+
+def test_a_clients_own_connections_give_up_on_a_vanished_server(dsn):
+    """The pool a PgQueue opens, sync and async, and its result listener; its ``dsn`` is the
+    one it was given."""
+    proxy = Proxy(dsn).start()
+    pgq = PgQueue(proxy.dsn())
+    try:
+        job = pgq.enqueue("dead_conn.noop", {}, result_ttl=60)
+        assert pgq.dsn == proxy.dsn()
+
+        async def both() -> list[socket.socket]:
+            await pgq.enqueue_async("dead_conn.noop", {})
+            with pytest.raises(ResultTimeoutError):  # (no worker: it waits, listening)
+                await pgq.result_async(job, timeout=0.3)
+            return _tcp_sockets_to(proxy.port)
+
+        sockets = run_closing(pgq, both)
+        # The sync pool's connection, the async pool's and the result listener's.
+        assert len(sockets) >= 3
+        _assert_checked(sockets)
+    finally:
+        pgq.close()
         proxy.close()
 
 
