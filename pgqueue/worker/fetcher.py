@@ -464,12 +464,12 @@ class Fetcher(Service):
         self.wake()
 
     async def _settle(self) -> None:
-        """Settle what failed claims may have left: before, a claim whose reply never came
-        was taken for not committed, and if it had, its jobs sat claimed by this worker until
-        their leases expired and the reaper counted the attempt against them (one that had no
-        attempt left was dead-lettered unrun). One statement (``settle_claims``) tells which
-        early claims committed, and gives back the jobs of lost claims this worker never saw.
-        No claim of this worker may be in flight meanwhile: its jobs would look lost."""
+        """Settle what failed claims may have left. A claim whose reply never came may have
+        committed: taken for not committed, its jobs would sit claimed by this worker until
+        their leases expired, and the reaper would count the attempt against them (one with no
+        attempt left would be dead-lettered unrun). One statement (``settle_claims``) tells
+        which early claims committed, and gives back the jobs of lost claims this worker never
+        saw. No claim of this worker may be in flight meanwhile: its jobs would look lost."""
         ahead = self._ahead
         if ahead is not None:
             if not self._ahead_sent:
