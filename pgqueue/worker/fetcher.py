@@ -34,6 +34,7 @@ from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
+from pgqueue.worker.eager import eager_task
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
@@ -158,7 +159,8 @@ class Fetcher(Service):
             # after the server committed it (its jobs would stay claimed until their leases
             # expired); run() lets it come back and hands its jobs back instead.
             self._main_sent_at = time.monotonic()
-            self._main = asyncio.ensure_future(self._claim(self.params, early=early))
+            # Eager: sent in this turn of the loop, not the next (pgqueue.worker.eager).
+            self._main = eager_task(self._claim(self.params, early=early), name="pgqueue-claim")
             # Cancelled here (even just after the claim came back), _main stays for run().
             rows, throttled, handed = await asyncio.shield(self._main)
             self._main = None
