@@ -34,7 +34,6 @@ from pgqueue.rules.log_actions import Action, fields
 from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
-from pgqueue.worker.eager import eager_task
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
@@ -159,8 +158,7 @@ class Fetcher(Service):
             # after the server committed it (its jobs would stay claimed until their leases
             # expired); run() lets it come back and hands its jobs back instead.
             self._main_sent_at = time.monotonic()
-            # Eager: sent in this turn of the loop, not the next (pgqueue.worker.eager).
-            self._main = eager_task(self._claim(self.params, early=early), name="pgqueue-claim")
+            self._main = asyncio.ensure_future(self._claim(self.params, early=early))
             # Cancelled here (even just after the claim came back), _main stays for run().
             rows, throttled, handed = await asyncio.shield(self._main)
             self._main = None

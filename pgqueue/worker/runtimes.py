@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from pgqueue.errors import JobTimeout
@@ -33,13 +34,30 @@ from pgqueue.rules.tasks import Task
 from pgqueue.rules.vocabulary import CancelReason
 from pgqueue.worker.attempts import Running, Verdicts
 from pgqueue.worker.batches import BatchRun, settle
-from pgqueue.worker.eager import eager_task
 from pgqueue.worker.outcome import Outcome, arguments, returned_outcome
 from pgqueue.worker.threads import HandlerThreads, ThreadCall
 
 log = logging.getLogger("pgqueue.worker.executor")
 
 Settled = Sequence[Outcome | BaseException | None]
+
+if sys.version_info >= (3, 12):
+
+    def job_task(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        # Eager: the job's coroutine runs at once, up to its first real suspension, so a
+        # handler that never waits (a no-op, a cache hit) is done without a trip through the
+        # loop's ready queue. Only the executor's job tasks: the worker's own services keep
+        # the usual start-on-the-next-iteration order.
+        return asyncio.Task(coro, loop=loop, eager_start=True)
+
+else:
+
+    def job_task(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        return loop.create_task(coro)
 
 
 class Host(Protocol):
@@ -142,10 +160,10 @@ class OnTheLoop(_HoldsNothing):
         self.host = host
 
     def start(self, running: Running) -> None:
-        running.task = eager_task(self._run(running))
+        running.task = job_task(asyncio.get_running_loop(), self._run(running))
 
     def start_batch(self, run: BatchRun) -> None:
-        run.aio = eager_task(self._run_batch(run))
+        run.aio = job_task(asyncio.get_running_loop(), self._run_batch(run))
 
     async def _run(self, running: Running) -> None:
         # One coroutine per job (besides the handler's own): the steps before and after the

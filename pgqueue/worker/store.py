@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Coroutine, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Protocol, TypeVar, cast
 
@@ -27,7 +28,6 @@ from pgqueue.db.refusals import ConnectFailures
 from pgqueue.handler.job_context import CLAIMED_COLUMNS
 from pgqueue.worker import loaders
 from pgqueue.worker.array_params import with_array_literals
-from pgqueue.worker.eager import eager_task
 
 log = logging.getLogger("pgqueue.worker.store")
 
@@ -167,6 +167,21 @@ async def _after_commit(
         got = await cursor.fetchall()
         if not later.done():
             later.set_result(got)
+
+
+if sys.version_info >= (3, 12):
+
+    def _started(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """The commit's task, run at once up to its wait for the commit's reply (eagerly):
+        created the usual way, its first step came after the jobs' hand-over, on the loop
+        while a ``def`` handler's thread waited for the GIL."""
+        loop = asyncio.get_running_loop()
+        return asyncio.Task(coro, loop=loop, name="pgqueue-commit", eager_start=True)
+
+else:
+
+    def _started(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro, name="pgqueue-commit")
 
 
 async def _readable(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -382,9 +397,6 @@ class WorkerDB:
                 pipelined = piping.pop_all()
             held = connection.pop_all()
         later: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
-        # Eager: its first step, the wait for the reply, comes before the jobs are handed over.
-        commit = eager_task(
-            _after_commit(conn, held, pipelined, then, params, later), name="pgqueue-commit"
-        )
+        commit = _started(_after_commit(conn, held, pipelined, then, params, later))
         commit.add_done_callback(lambda task: _settle(later, task))
         return rows, later, commit
