@@ -96,6 +96,16 @@ class Action(Enum):
         "job_ids",
         "jobs a claim took whose reply never came: given back, the attempt not counted",
     )
+    CLAIM_LATE_CONFIRMED = (
+        "claim.late_confirmed",
+        "job_ids seconds",
+        "a claim's rows came `seconds` after it was sent: its leases were extended first",
+    )
+    CLAIM_LATE_LOST = (
+        "claim.late_lost",
+        "job_ids seconds",
+        "a claim's rows came so late that these jobs were taken back meanwhile: not started",
+    )
     CLAIM_AHEAD_FAILED = ("claim.ahead_failed", "error", "a claim sent ahead of need failed")
     # -- outcomes written -------------------------------------------------------------------
     OUTCOME_UNCLAIMED = (

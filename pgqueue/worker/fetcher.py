@@ -35,6 +35,7 @@ from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
+from pgqueue.worker.late_claims import Claimed, confirmed
 from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import FLOW_CLAIM_COLUMNS, TRANSIENT_ERRORS, Row, WorkerStore
@@ -92,6 +93,7 @@ class Fetcher(Service):
             "running": [0] * len(queues),
         }
         self.cursor = ClaimCursor(queues)
+        self.lease = lease
         self.poll_interval = poll_interval
         self.burst = burst
         self.on_burst_done = on_burst_done
@@ -113,7 +115,7 @@ class Fetcher(Service):
         self.linger = Linger()
         self._handshake_backoff = 0.0
         #: The main lane's claim while it is in flight (see run_once).
-        self._main: asyncio.Future[tuple[list[Row], float | None, bool]] | None = None
+        self._main: asyncio.Future[Claimed] | None = None
         self._main_sent_at = 0.0
         #: The second claim lane's claim, while one is in flight (see _claim_ahead).
         self._ahead: asyncio.Task[None] | None = None
@@ -158,12 +160,14 @@ class Fetcher(Service):
             # after the server committed it (its jobs would stay claimed until their leases
             # expired); run() lets it come back and hands its jobs back instead.
             self._main_sent_at = time.monotonic()
-            self._main = asyncio.ensure_future(self._claim(self.params, early=early))
+            self._main = asyncio.ensure_future(
+                self._claim(self.params, self._main_sent_at, early=early)
+            )
             # Cancelled here (even just after the claim came back), _main stays for run().
-            rows, throttled, handed = await asyncio.shield(self._main)
+            rows, throttled, handed, leased_at = await asyncio.shield(self._main)
             self._main = None
         if not handed:
-            self._hand_over(rows, self._main_sent_at)
+            self._hand_over(rows, leased_at)
         claimed = len(rows)
         self.saturated = claimed >= free
         if claimed >= free:
@@ -276,9 +280,9 @@ class Fetcher(Service):
                 # follows, the settling of what it may have claimed.)
                 await asyncio.wait({main}, timeout=5.0)
                 if main.done() and not main.cancelled() and main.exception() is None:
-                    rows, _, handed = main.result()
+                    rows, _, handed, leased_at = main.result()
                     if not handed:
-                        self._hand_over(rows, self._main_sent_at)
+                        self._hand_over(rows, leased_at)
                 else:
                     main.cancel()
                     await asyncio.gather(main, return_exceptions=True)
@@ -326,9 +330,8 @@ class Fetcher(Service):
             params = {**self.params, "limit": free}
             with self.executor.reserve(free):
                 self._ahead_sent = True
-                sent_at = time.monotonic()
-                rows, _, _ = await self._claim(params)
-            self._hand_over(rows, sent_at)
+                rows, _, _, leased_at = await self._claim(params, time.monotonic())
+            self._hand_over(rows, leased_at)
         except TRANSIENT_ERRORS as exc:
             # The main lane meets the same outage and reports it.
             self.log.debug(
@@ -379,31 +382,34 @@ class Fetcher(Service):
         self.observer.jobs_started(jobs)
 
     async def _claim(
-        self, params: dict[str, Any], *, early: bool = False
-    ) -> tuple[list[Row], float | None, bool]:
+        self, params: dict[str, Any], sent_at: float, *, early: bool = False
+    ) -> Claimed:
         """Claim with the plain statement, or with pgqueue.claim while flow control applies.
         Returns the jobs, when limits held work back the seconds until a retry may succeed (0:
-        unknown), and whether the jobs were handed over already (``early``, see
-        _claim_early). A claim that fails may have committed all the same (a connection cut
-        after the server got it): the jobs it took are settled before the next claim."""
+        unknown), whether the jobs were handed over already (``early``, see _claim_early),
+        and when their leases were set (``sent_at``, when the claim was sent, or when rows that
+        came late were confirmed). A claim that fails may have committed all the same (a
+        connection cut after the server got it): the jobs it took are settled before the next
+        claim."""
         try:
-            return await self._claim_once(params, early=early)
+            return await self._claim_once(params, sent_at, early=early)
         except Exception:
             self._lost = True
             raise
 
-    async def _claim_once(
-        self, params: dict[str, Any], *, early: bool
-    ) -> tuple[list[Row], float | None, bool]:
+    async def _claim_once(self, params: dict[str, Any], sent_at: float, *, early: bool) -> Claimed:
         if not self.flow:
             limit = params["limit"]
             params.update(self.cursor.params())
             if early:
-                rows = await self._claim_early(params)
+                rows = await self._claim_early(params, sent_at)
             else:
                 rows = await self.store.fetch("claim_jobs", params)
             self.cursor.claimed(rows, full=len(rows) >= limit)
-            return rows, None, early
+            if early:
+                return Claimed(rows, None, True, sent_at)
+            rows, leased_at = await self._confirmed(rows, sent_at)
+            return Claimed(rows, None, False, leased_at)
         self.cursor.reset()
         rows = await self.store.fetch("claim_flow", params)
         jobs: list[Row] = []
@@ -423,9 +429,21 @@ class Fetcher(Service):
             claimed = {(row[_ID], row[_TOKEN]) for row in jobs}  # not handed over yet
             held = claimed | set(self.executor.held()) | set(self.completer.held())
             self.ledger.keep_wakes(held)
-        return jobs, throttled, False
+        jobs, leased_at = await self._confirmed(jobs, sent_at)
+        return Claimed(jobs, throttled, False, leased_at)
 
-    async def _claim_early(self, params: dict[str, Any]) -> list[Row]:
+    async def _confirmed(self, rows: list[Row], sent_at: float) -> tuple[list[Row], float]:
+        """Rows that came late confirmed before their jobs start (pgqueue.worker.late_claims)."""
+        return await confirmed(
+            self.store,
+            rows,
+            sent_at,
+            lease=self.lease,
+            worker_id=self.params["worker_id"],
+            log=self.log,
+        )
+
+    async def _claim_early(self, params: dict[str, Any], sent_at: float) -> list[Row]:
         """The claim of an idle worker, its jobs started before its COMMIT returns: the WAL
         flush of a second commit (after the producer's) was a large part of the time from
         enqueue to start. The COMMIT is sent before the jobs are handed over, so the server
@@ -445,7 +463,9 @@ class Fetcher(Service):
         self.ledger.claim_pending(keys)
         self._commits.add(commit)
         commit.add_done_callback(lambda task: self._claim_committed(task, keys))
-        self._hand_over(rows, self._main_sent_at)
+        # Rows that came late: confirmed once the commit (on its way) lets the statement by.
+        rows, leased_at = await self._confirmed(rows, sent_at)
+        self._hand_over(rows, leased_at)
         # Read after the COMMIT's reply: the claim costs this idle worker one connection and
         # no round trip more, and its jobs are running meanwhile.
         self._due = await later

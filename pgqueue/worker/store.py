@@ -106,6 +106,7 @@ PLANNED_EACH_TIME = frozenset(
     {
         "ack_jobs",
         "ack_jobs_waking",
+        "confirm_claims",
         "fail_jobs",
         "heartbeat",
         "release_jobs",

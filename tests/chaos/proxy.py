@@ -5,6 +5,9 @@ blackholes traffic (nothing is lost: TCP would retransmit it once the partition 
 then loses the server's reply and resets that connection: an ambiguous commit. With
 ``lose="request"`` the message itself is lost instead and only the client's side is reset: the
 server keeps waiting on an open transaction, as it does when a client vanishes unannounced.
+``trap(pattern, lose="delay", hold=s)`` loses nothing: the server's replies on that connection
+reach the client ``s`` seconds late (a retransmission on a lossy link, or a client whose event
+loop a handler blocks while the reply waits in its socket).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class Proxy:
         self._trap: bytes | None = None
         self._trap_whole = False
         self._lose = "reply"
+        self._hold = 0.0
         self._loop = asyncio.new_event_loop()
         self._flowing: asyncio.Event | None = None
         self._server: asyncio.Server | None = None
@@ -71,13 +75,16 @@ class Proxy:
     def heal(self) -> None:
         self._call(self._heal)
 
-    def trap(self, pattern: bytes, lose: str = "reply", *, whole: bool = False) -> None:
+    def trap(
+        self, pattern: bytes, lose: str = "reply", *, whole: bool = False, hold: float = 0.0
+    ) -> None:
         """The next client message containing ``pattern`` (``whole``: that is ``pattern`` and
         nothing more) reaches the server; its reply never comes back and the connection is
         reset (did it commit? the client cannot know). ``lose="request"``: the message never
         reaches the server, the client's side of the connection is reset and the server's is
-        left open."""
-        self._call(self._set_trap, pattern, lose, whole)
+        left open. ``lose="delay"``: nothing is lost, but what the server sends on that
+        connection from then on reaches the client ``hold`` seconds late."""
+        self._call(self._set_trap, pattern, lose, whole, hold)
 
     def quiet_for(self) -> float:
         """Seconds since a client last sent anything (a worker done with what it was doing
@@ -131,10 +138,11 @@ class Proxy:
         self.refusing = False
         self._flowing.set()
 
-    def _set_trap(self, pattern: bytes, lose: str, whole: bool) -> None:
+    def _set_trap(self, pattern: bytes, lose: str, whole: bool, hold: float) -> None:
         self._trap = pattern
         self._trap_whole = whole
         self._lose = lose
+        self._hold = hold
 
     def _close(self) -> None:
         self._drop()
@@ -152,7 +160,7 @@ class Proxy:
             return
         pair = (writer, up_writer)
         self.connections.add(pair)
-        state = {"reply_lost": False, "keep_server": False}
+        state: dict[str, Any] = {"reply_lost": False, "keep_server": False, "held_until": 0.0}
         await asyncio.gather(
             self._pump(reader, up_writer, pair, state, upstream=True),
             self._pump(up_reader, writer, pair, state, upstream=False),
@@ -167,7 +175,7 @@ class Proxy:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
-        state: dict[str, bool],
+        state: dict[str, Any],
         *,
         upstream: bool,
     ) -> None:
@@ -184,6 +192,8 @@ class Proxy:
                     self.last_sent = time.monotonic()
                 if not upstream and state["reply_lost"]:
                     continue  # the reply to the trapped message (and anything after) is lost
+                if not upstream and (late := state["held_until"] - time.monotonic()) > 0:
+                    await asyncio.sleep(late)  # (what follows waits behind it: order kept)
                 trapped = (
                     upstream
                     and self._trap is not None
@@ -196,6 +206,11 @@ class Proxy:
                     client = pair[0]
                     self._loop.call_later(0.5, client.transport.abort)
                     continue  # never delivered; the server's side stays open
+                if trapped and self._lose == "delay":
+                    self._trap = None
+                    self.trapped += 1
+                    state["held_until"] = time.monotonic() + self._hold
+                    trapped = False
                 writer.write(data)
                 await writer.drain()
                 if trapped:

@@ -118,6 +118,30 @@ UNION ALL
 SELECT r.id, r.lease_token, true FROM released AS r
  WHERE (SELECT count(*) FROM woken) >= 0
 
+-- name: confirm_claims
+-- A claim's rows that reached the worker late: more than half a lease after the claim was
+-- sent (a lossy link retransmitting them, a handler blocking the worker's event loop while they
+-- waited in its socket). Their leases may have run out meanwhile: a claim that commits at once
+-- may have had its jobs taken back by the reaper and claimed again, and an idle worker's claim,
+-- whose transaction commits once its rows are read, committed leases already expired. Extended
+-- under the claim's token before any handler starts: only the jobs returned are still this
+-- worker's. Waits for a row another transaction holds (the claim's own commit on its way),
+-- taking the rows in one order.
+WITH held AS MATERIALIZED (
+    SELECT j.id
+      FROM pgqueue.jobs AS j
+      JOIN unnest(%(ids)s::bigint[], %(tokens)s::integer[]) AS h(id, token)
+        ON j.id = h.id AND j.lease_token = h.token
+     WHERE j.state = 'running' AND j.worker_id = %(worker_id)s::uuid
+     ORDER BY j.id
+       FOR NO KEY UPDATE OF j
+)
+UPDATE pgqueue.jobs AS j
+   SET lease_expires_at = now() + %(lease)s::interval
+  FROM held AS h
+ WHERE j.id = h.id
+RETURNING j.id, j.lease_token
+
 -- name: claim_flow
 -- The claim when flow control applies (see pgqueue.claim). A row with a NULL id says limits
 -- held work back (throttled: seconds until the next token, or 0), or, with throttled = -1,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -83,7 +84,7 @@ def parts(app: PgQueue, store: FakeStore, concurrency: int = 4) -> tuple[Executo
 
 
 def make_fetcher(
-    app: PgQueue, store: FakeStore, executor: Executor, completer: Completer
+    app: PgQueue, store: FakeStore, executor: Executor, completer: Completer, lease: float = 30.0
 ) -> Fetcher:
     return Fetcher(
         store,
@@ -92,7 +93,7 @@ def make_fetcher(
         worker_id="worker-1",
         queues=["default"],
         task_names=sorted(app.tasks),
-        lease=30.0,
+        lease=lease,
         poll_interval=5.0,
         burst=False,
         on_burst_done=lambda: None,
@@ -193,6 +194,42 @@ def test_claimed_jobs_run_and_their_outcomes_go_out_in_one_statement(app):
     assert claim.params["limit"] == 4 and claim.transaction is not None
     (ack,) = store.sent("ack_jobs")
     assert (ids(ack["ids"]), ids(ack["tokens"])) == ([1, 2], [1, 5])
+    assert "confirm_claims" not in store.names(), "rows on time start as they come"
+
+
+@pytest.mark.parametrize("idle", [True, False], ids=["idle claim", "busy claim"])
+def test_claimed_rows_that_come_late_start_only_once_their_leases_are_confirmed(app, caplog, idle):
+    lease = 0.05
+
+    def late(rows: list[tuple[Any, ...]]) -> Any:
+        def reply(params: Any) -> list[tuple[Any, ...]]:
+            time.sleep(lease)  # the rows waited in the socket while the loop was blocked
+            return rows
+
+        return reply
+
+    async def scenario() -> tuple[FakeStore, list[int]]:
+        store = FakeStore(replies={"ack_jobs": acked})
+        if not idle:  # a job running: the next claim is a busy worker's, committed at once
+            store.once("claim_jobs", [claim_row(1, "blocked")])
+        store.once("claim_jobs", late([claim_row(7, "blocked"), claim_row(8, "blocked", token=5)]))
+        store.once("confirm_claims", [(7, 1)])  # job 8 was taken back meanwhile
+        executor, completer = parts(app, store)
+        fetcher = make_fetcher(app, store, executor, completer, lease=lease)
+        if not idle:
+            await fetcher.run_once()
+            await settle()
+        await fetcher.run_once()
+        await settle()
+        return store, sorted(job_id for job_id, _ in executor.running)
+
+    caplog.set_level(logging.INFO, logger="pgqueue.worker")
+    store, running = run(scenario())
+    (confirm,) = store.sent("confirm_claims")
+    assert (confirm["ids"], confirm["tokens"]) == ([7, 8], [1, 5])
+    assert running == ([7] if idle else [1, 7])
+    assert "claim came late: leases extended" in caplog.text
+    assert "claim came late: jobs taken back meanwhile, not started" in caplog.text
 
 
 def test_a_claim_whose_commit_failed_stops_its_handlers_and_writes_nothing(app, caplog):
