@@ -394,6 +394,66 @@ def ambiguous_commits(env: Env, size: str) -> Report:
     return report
 
 
+def late_claim_replies(env: Env, size: str) -> Report:
+    """The rows of a claim reach the worker two and a half leases late (the proxy holds the
+    reply back: a lossy link retransmitting, or a loop a handler blocks while the rows wait
+    in the socket), again and again, among a steady stream. Meanwhile the reapers take the
+    jobs of a claim that committed back and another claim runs them; an idle worker's claim
+    commits only when its rows are read. The worker must confirm such rows before it starts
+    their jobs: nothing is interrupted, so no job may even start twice."""
+    lease = 2.0
+    settings = Settings(
+        # Jobs of a second arriving about as fast as the 16 slots run them: a worker mostly
+        # has jobs running when it claims (a busy claim, committed at once) and finds some
+        # waiting, and a job outlasts the reapers' interval (0.5 s).
+        jobs=pick(size, 240, 1200),
+        workers=2,
+        concurrency=8,
+        lease=lease,
+        job_ms=1000.0,
+        rate=pick(size, 14.0, 14.0),
+        # --no-prepare: the claim's text travels with every claim, so the trap sees it.
+        worker_args=("--no-prepare", "--log-level", "INFO"),
+    )
+    proxy = Proxy(env.dsn).start()
+    try:
+        with run(
+            "5c. claim replies late (2.5 leases)",
+            env.dsn,
+            settings,
+            env.workdir,
+            worker_dsn=lambda i: proxy.dsn(),
+        ) as chaos:
+            chaos.start_workers()
+            chaos.start_producer()
+            for _ in range(pick(size, 4, 12)):
+                before = proxy.trapped
+                proxy.trap(b"WITH candidates AS MATERIALIZED", lose="delay", hold=2.5 * lease)
+                chaos.wait(_more_than(proxy, before), 60, "a claim to hold back")
+                chaos.fault("claim reply late", [])  # nothing may run twice
+                time.sleep(2.5 * lease + 1.0)
+            chaos.drain()
+            report = chaos.report()
+    finally:
+        proxy.close()
+    logs = chaos.fleet.log_text()
+    # A job started under a lease the reaper had taken back is stopped when its heartbeat
+    # finds the lease lost, often before its end record: count starts, not ends.
+    report.notes["jobs started twice"] = int(
+        scalar(
+            chaos.ledger_dsn,
+            "SELECT count(*) FROM (SELECT n FROM chaos_ledger WHERE event = 'start'"
+            " GROUP BY n HAVING count(*) > 1) AS twice",
+        )
+    )
+    report.notes["claims held back"] = proxy.trapped
+    report.notes["late claims confirmed"] = logs.count("claim came late: leases extended")
+    report.notes["late claims with jobs taken back"] = logs.count(
+        "claim came late: jobs taken back meanwhile"
+    )
+    return report
+
+
 def _more_than(proxy: Proxy, before: int) -> Callable[[], bool]:
     return lambda: proxy.trapped > before
 
@@ -828,6 +888,7 @@ SCENARIOS: dict[str, Callable[[Env, str], Report]] = {
     "restart": postgres_restarts,
     "network": network_cuts,
     "ambiguous": ambiguous_commits,
+    "late": late_claim_replies,
     "skew": clock_skew,
     "poison": poison_pill,
     "burst": burst,

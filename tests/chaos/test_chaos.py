@@ -101,6 +101,18 @@ def test_listen_terminated_falls_back_to_polling_then_push(dsn, tmp_path):
     assert report.notes["push again pickup (ms)"] < 5000
 
 
+def test_claim_replies_late_past_the_lease_run_nothing_twice(dsn, tmp_path):
+    report = show(scenarios.late_claim_replies(Env(dsn, tmp_path), "ci"))
+    report.check()
+    assert report.duplicates == 0  # nothing was interrupted
+    assert report.notes["jobs started twice"] == 0
+    assert report.notes["claims held back"] == report.faults == 4
+    assert (
+        report.notes["late claims confirmed"] + report.notes["late claims with jobs taken back"]
+        >= 1
+    ), "no claim came late: the scenario proved nothing"
+
+
 def test_handlers_blocking_the_loop_run_once(dsn, tmp_path):
     report = show(scenarios.loop_stalls(Env(dsn, tmp_path), "ci"))
     report.check()  # nothing was interrupted, so no duplicate at all
