@@ -632,6 +632,19 @@ class Run:
 
     # -- watching --------------------------------------------------------------------------
 
+    def started_twice(self) -> int:
+        """Numbered jobs whose handler started more than once. A stale copy stopped when its
+        heartbeat finds the lease lost often writes no end record, which is what
+        ``Report.duplicates`` counts: where nothing is interrupted, no job may even start
+        twice."""
+        return int(
+            scalar(
+                self.ledger_dsn,
+                "SELECT count(*) FROM (SELECT n FROM chaos_ledger WHERE event = 'start'"
+                " GROUP BY n HAVING count(*) > 1) AS twice",
+            )
+        )
+
     def progress(self) -> int:
         """Ledger records written so far (two per execution): a cheap progress counter."""
         return int(scalar(self.ledger_dsn, "SELECT coalesce(max(seq), 0) FROM chaos_ledger"))

@@ -437,15 +437,7 @@ def late_claim_replies(env: Env, size: str) -> Report:
     finally:
         proxy.close()
     logs = chaos.fleet.log_text()
-    # A job started under a lease the reaper had taken back is stopped when its heartbeat
-    # finds the lease lost, often before its end record: count starts, not ends.
-    report.notes["jobs started twice"] = int(
-        scalar(
-            chaos.ledger_dsn,
-            "SELECT count(*) FROM (SELECT n FROM chaos_ledger WHERE event = 'start'"
-            " GROUP BY n HAVING count(*) > 1) AS twice",
-        )
-    )
+    report.notes["jobs started twice"] = chaos.started_twice()
     report.notes["claims held back"] = proxy.trapped
     report.notes["late claims confirmed"] = logs.count("claim came late: leases extended")
     report.notes["late claims with jobs taken back"] = logs.count(
@@ -696,6 +688,7 @@ def loop_stalls(env: Env, size: str) -> Report:
     logs = chaos.fleet.log_text()
     report.faults = logs.count("event loop blocked for")
     report.notes["stalls reported"] = report.faults
+    report.notes["jobs started twice"] = chaos.started_twice()
     report.notes["leases lost"] = logs.count("lease lost")
     return report
 

@@ -119,6 +119,7 @@ def test_handlers_blocking_the_loop_run_once(dsn, tmp_path):
     assert report.interrupted == 0 and report.duplicates == 0
     assert report.faults >= 5, "too few stalls: the scenario proved little"
     assert report.notes["leases lost"] == 0
+    assert report.notes["jobs started twice"] == 0
 
 
 def test_a_log_pipe_nobody_reads_stalls_nothing(dsn, tmp_path):
