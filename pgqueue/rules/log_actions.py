@@ -106,6 +106,11 @@ class Action(Enum):
         "job_ids seconds",
         "a claim's rows came so late that these jobs were taken back meanwhile: not started",
     )
+    CLAIM_COMMIT_LATE = (
+        "claim.commit_late",
+        "job_ids seconds",
+        "an idle claim's COMMIT reply was `seconds` late: its running jobs' leases were extended",
+    )
     CLAIM_AHEAD_FAILED = ("claim.ahead_failed", "error", "a claim sent ahead of need failed")
     # -- outcomes written -------------------------------------------------------------------
     OUTCOME_UNCLAIMED = (

@@ -35,7 +35,7 @@ from pgqueue.worker.claim_cursor import ClaimCursor
 from pgqueue.worker.claim_ledger import ClaimLedger
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
-from pgqueue.worker.late_claims import Claimed, confirmed
+from pgqueue.worker.late_claims import Claimed, LateClaims, log_extended
 from pgqueue.worker.linger import Linger
 from pgqueue.worker.service import Service
 from pgqueue.worker.store import FLOW_CLAIM_COLUMNS, TRANSIENT_ERRORS, Row, WorkerStore
@@ -93,7 +93,8 @@ class Fetcher(Service):
             "running": [0] * len(queues),
         }
         self.cursor = ClaimCursor(queues)
-        self.lease = lease
+        #: Claims whose rows, or COMMIT reply, come late (pgqueue.worker.late_claims).
+        self.late = LateClaims(store, lease=lease, worker_id=worker_id, log=self.log)
         self.poll_interval = poll_interval
         self.burst = burst
         self.on_burst_done = on_burst_done
@@ -303,6 +304,7 @@ class Fetcher(Service):
                 await asyncio.sleep(0)  # their done callbacks
             if (self._unsettled or self._lost) and not self._commits:
                 await self._settle_at_exit()
+            await self.late.stop()
 
     async def _settle_at_exit(self) -> None:
         """Settle failed claims once more on the way out; if the database cannot say, the
@@ -398,6 +400,7 @@ class Fetcher(Service):
             raise
 
     async def _claim_once(self, params: dict[str, Any], sent_at: float, *, early: bool) -> Claimed:
+        throttled: float | None = None
         if not self.flow:
             limit = params["limit"]
             params.update(self.cursor.params())
@@ -408,8 +411,12 @@ class Fetcher(Service):
             self.cursor.claimed(rows, full=len(rows) >= limit)
             if early:
                 return Claimed(rows, None, True, sent_at)
-            rows, leased_at = await self._confirmed(rows, sent_at)
-            return Claimed(rows, None, False, leased_at)
+        else:
+            rows, throttled = await self._claim_flow(params)
+        rows, leased_at = await self.late.confirmed(rows, sent_at)  # (rows that came late)
+        return Claimed(rows, throttled, False, leased_at)
+
+    async def _claim_flow(self, params: dict[str, Any]) -> tuple[list[Row], float | None]:
         self.cursor.reset()
         rows = await self.store.fetch("claim_flow", params)
         jobs: list[Row] = []
@@ -429,43 +436,32 @@ class Fetcher(Service):
             claimed = {(row[_ID], row[_TOKEN]) for row in jobs}  # not handed over yet
             held = claimed | set(self.executor.held()) | set(self.completer.held())
             self.ledger.keep_wakes(held)
-        jobs, leased_at = await self._confirmed(jobs, sent_at)
-        return Claimed(jobs, throttled, False, leased_at)
-
-    async def _confirmed(self, rows: list[Row], sent_at: float) -> tuple[list[Row], float]:
-        """Rows that came late confirmed before their jobs start (pgqueue.worker.late_claims)."""
-        return await confirmed(
-            self.store,
-            rows,
-            sent_at,
-            lease=self.lease,
-            worker_id=self.params["worker_id"],
-            log=self.log,
-        )
+        return jobs, throttled
 
     async def _claim_early(self, params: dict[str, Any], sent_at: float) -> list[Row]:
-        """The claim of an idle worker, its jobs started before its COMMIT returns: the WAL
-        flush of a second commit (after the producer's) was a large part of the time from
-        enqueue to start. The COMMIT is sent before the jobs are handed over, so the server
-        commits whatever the handlers do (one that blocks the event loop cannot keep the claim
-        open); ``next_due`` follows it and comes back after its reply. Until that, the
-        claim's transaction holds the rows, so an ack or a heartbeat sent meanwhile waits for
-        it, and the completer holds the attempts' outcomes back (a server that crashes before
-        the flush forgets the claim, and a later claim after the restart would hand out the
-        same lease token). A COMMIT that fails, or whose reply is lost, is settled by asking
-        the database (_settle): the jobs of a claim that committed run on; those of one that
-        did not are stopped as for a lost lease and what they return is dropped (the job runs
-        again, and nothing is ever written under that token)."""
+        """The claim of an idle worker, its jobs started before its COMMIT returns (the WAL
+        flush of a second commit was a large part of the time from enqueue to start). The
+        COMMIT is sent before the jobs are handed over, so the server commits whatever the
+        handlers do; ``next_due`` comes back after its reply. Until then the claim holds the
+        rows (an ack or a heartbeat sent meanwhile waits for it) and the completer holds the
+        outcomes back (a server that crashes before the flush forgets the claim, and may hand
+        out the same lease token again). A COMMIT that fails, or whose reply is lost, is
+        settled by asking the database (_settle): a claim that committed runs on; one that
+        did not is a lost lease (its handlers stopped, what they return dropped). Rows that
+        came late have their leases extended before the commit (pgqueue.worker.late_claims)."""
+        extend = self.late.extender(sent_at)
         rows, later, commit = await self.store.before_commit(
-            "claim_jobs", "next_due", params, generic=True
+            "claim_jobs", "next_due", params, generic=True, before_sync=extend
         )
         keys = [(row[_ID], row[_TOKEN]) for row in rows]
         self.ledger.claim_pending(keys)
         self._commits.add(commit)
         commit.add_done_callback(lambda task: self._claim_committed(task, keys))
-        # Rows that came late: confirmed once the commit (on its way) lets the statement by.
-        rows, leased_at = await self._confirmed(rows, sent_at)
-        self._hand_over(rows, leased_at)
+        if keys:  # their leases kept if the COMMIT's reply is late
+            self.late.keep_while_committing(commit, keys, extend.leased_at)
+        if extend.late is not None:
+            log_extended(self.log, [key[0] for key in keys], extend.late)
+        self._hand_over(rows, extend.leased_at)
         # Read after the COMMIT's reply: the claim costs this idle worker one connection and
         # no round trip more, and its jobs are running meanwhile.
         self._due = await later

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Protocol, TypeVar, cast
 
@@ -97,6 +97,10 @@ _IN_TRANSACTION = (
     psycopg.pq.TransactionStatus.INTRANS,
     psycopg.pq.TransactionStatus.INERROR,
 )
+
+#: Given an idle claim's rows, the parameters of a ``confirm_claims`` to run in the claim's
+#: transaction before it commits, or None (see :meth:`WorkerDB.before_commit`).
+BeforeSync = Callable[[list[Row]], Mapping[str, Any] | None]
 
 #: Statements that join a batch (unnest of the job ids) to the jobs table. They are never
 #: prepared: after five runs PostgreSQL may switch a prepared statement to a generic plan that
@@ -239,6 +243,7 @@ class WorkerStore(Protocol):
         params: Mapping[str, Any],
         *,
         generic: bool = False,
+        before_sync: BeforeSync | None = None,
         timeout: float = 30.0,
     ) -> tuple[list[Row], asyncio.Future[list[Row]], asyncio.Task[None]]:
         """``name``'s rows before the ``COMMIT`` of ``name`` + ``then`` is confirmed (see
@@ -354,6 +359,7 @@ class WorkerDB:
         params: Mapping[str, Any],
         *,
         generic: bool = False,
+        before_sync: BeforeSync | None = None,
         timeout: float = 30.0,
     ) -> tuple[list[Row], asyncio.Future[list[Row]], asyncio.Task[None]]:
         """Run the query ``name`` (with ``params``) in a transaction of its own, and return
@@ -370,7 +376,9 @@ class WorkerDB:
         rows; then the pipeline's Sync, which commits (the statements of a pipeline up to its
         Sync are one implicit transaction), and ``then``. No ``BEGIN``, no ``COMMIT``, and
         ``then`` sent after the rows are returned: each was a statement more, sent on its own,
-        on the way to the rows."""
+        on the way to the rows. ``before_sync``, given the rows, may ask for a
+        ``confirm_claims`` in the same transaction before it commits (rows that came late: see
+        pgqueue.worker.late_claims), a round trip more."""
         if name in ARRAYS_AS_LITERALS and then in ARRAYS_AS_LITERALS:
             params = with_array_literals(params)
         # Two stacks: the commit's task leaves the pipeline, then runs ``then`` outside it.
@@ -385,6 +393,11 @@ class WorkerDB:
                     first = conn.cursor(row_factory=ROWS_BY_NAME.get(name, tuple_row))
                     await first.execute(query(name), params)
                     rows = await first.fetchall()  # a Flush: the rows come before the Sync
+                    confirm = before_sync(rows) if before_sync is not None else None
+                    if confirm is not None:
+                        extra = conn.cursor()
+                        await extra.execute(query("confirm_claims"), confirm, prepare=False)
+                        await extra.fetchall()
                     committing = True
                     await _send_sync(conn, pipeline)
                 except BaseException:

@@ -21,7 +21,9 @@ claim's reply back for longer than a lease.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +31,7 @@ import psycopg
 import pytest
 
 from pgqueue import PgQueue
+from tests.chaos.proxy import CLAIM_SYNC
 from tests.helpers import ThreadWorker, scalar, wait_for, worker_through_proxy
 
 LEASE = 2.0
@@ -109,9 +112,10 @@ def history(dsn: str, job: int) -> str | None:
     )
 
 
-def test_an_idle_claims_late_rows_start_under_a_live_lease(pgq, dsn):
+def test_an_idle_claims_late_rows_start_under_a_live_lease(pgq, dsn, caplog):
     """An idle worker's claim, its rows a few leases late: the job starts under a lease that
     holds, so no reaper can take it from the worker running it."""
+    caplog.set_level(logging.DEBUG, logger="pgqueue")
     with proxied(dsn) as (_worker, proxy):
         wait_for(lambda: proxy.quiet_for() > 0.5, message="the worker to wait for work")
         proxy.trap(CLAIM_TEXT, lose="delay", hold=HOLD)
@@ -153,3 +157,28 @@ def test_a_busy_claims_late_rows_taken_meanwhile_do_not_run_twice(pgq, dsn):
         finished(dsn, busy)
     assert [run for run in runs if run[0] == job] == [(job, 2)]
     assert history(dsn, job) == "(succeeded,2)"
+
+
+def test_an_idle_claims_commit_reply_that_comes_late_keeps_the_lease(pgq, dsn):
+    """An idle worker's claim commits, but the reply to its COMMIT comes a few leases late.
+    Its job runs meanwhile (early start) and its outcome waits for that reply; its lease
+    must hold all the while, or a reaper takes the job from the worker running it."""
+    with proxied(dsn) as (_worker, proxy):
+        wait_for(lambda: proxy.quiet_for() > 0.5, message="the worker to wait for work")
+        proxy.trap(CLAIM_SYNC, whole=True, lose="delay", hold=HOLD)
+        job = pgq.enqueue("late.held", {"n": 1}, queue="late_claims", result_ttl=3600)
+        wait_for(lambda: runs, message="the job to start")
+        assert proxy.trapped == 1
+        wait_for(
+            lambda: scalar(dsn, "SELECT state = 'running' FROM pgqueue.jobs WHERE id = %s", (job,)),
+            message="the claim to commit",
+        )
+        time.sleep(1.5 * LEASE)  # the reply is still held back
+        assert pgq.admin.reap() == 0, "the reaper took the job from the worker running it"
+        assert scalar(
+            dsn, "SELECT lease_expires_at > now() FROM pgqueue.jobs WHERE id = %s", (job,)
+        )
+        release.set()
+        finished(dsn, job)
+    assert runs == [(job, 1)]
+    assert history(dsn, job) == "(succeeded,1)"

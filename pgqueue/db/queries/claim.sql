@@ -122,11 +122,13 @@ SELECT r.id, r.lease_token, true FROM released AS r
 -- A claim's rows that reached the worker late: more than half a lease after the claim was
 -- sent (a lossy link retransmitting them, a handler blocking the worker's event loop while they
 -- waited in its socket). Their leases may have run out meanwhile: a claim that commits at once
--- may have had its jobs taken back by the reaper and claimed again, and an idle worker's claim,
--- whose transaction commits once its rows are read, committed leases already expired. Extended
--- under the claim's token before any handler starts: only the jobs returned are still this
--- worker's. Waits for a row another transaction holds (the claim's own commit on its way),
--- taking the rows in one order.
+-- may have had its jobs taken back by the reaper and claimed again, and an idle worker's claim
+-- would commit leases already expired. Extended under the claim's token before any handler
+-- starts: only the jobs returned are still this worker's. An idle worker's claim runs it in its
+-- own transaction, before the commit; statement_timestamp(), not now(), which is that
+-- transaction's start. Also while an idle claim's COMMIT reply is late (the jobs run, the
+-- heartbeat leaves them out): a claim whose commit is not visible yet is not matched, and is
+-- asked again. The rows are taken in one order.
 WITH held AS MATERIALIZED (
     SELECT j.id
       FROM pgqueue.jobs AS j
@@ -137,7 +139,7 @@ WITH held AS MATERIALIZED (
        FOR NO KEY UPDATE OF j
 )
 UPDATE pgqueue.jobs AS j
-   SET lease_expires_at = now() + %(lease)s::interval
+   SET lease_expires_at = statement_timestamp() + %(lease)s::interval
   FROM held AS h
  WHERE j.id = h.id
 RETURNING j.id, j.lease_token

@@ -18,7 +18,7 @@ from psycopg.rows import scalar_row
 
 from pgqueue.db.plan import Plan, Query
 from pgqueue.db.queries import query
-from pgqueue.worker.store import Row
+from pgqueue.worker.store import BeforeSync, Row
 
 T = TypeVar("T")
 
@@ -82,11 +82,15 @@ class FakeStore:
         params: Mapping[str, Any],
         *,
         generic: bool = False,
+        before_sync: BeforeSync | None = None,
         timeout: float = 30.0,
     ) -> tuple[list[Row], asyncio.Future[list[Row]], asyncio.Task[None]]:
         self._transactions += 1
         tx = self._transactions
         rows = await self.fetch(name, params, transaction=tx)
+        confirm = before_sync(rows) if before_sync is not None else None
+        if confirm is not None:
+            await self.fetch("confirm_claims", confirm, transaction=tx)
         later_rows = await self.fetch(then, params, transaction=tx)
         loop = asyncio.get_running_loop()
         later: asyncio.Future[list[Row]] = loop.create_future()

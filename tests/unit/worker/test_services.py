@@ -213,7 +213,7 @@ def test_claimed_rows_that_come_late_start_only_once_their_leases_are_confirmed(
         if not idle:  # a job running: the next claim is a busy worker's, committed at once
             store.once("claim_jobs", [claim_row(1, "blocked")])
         store.once("claim_jobs", late([claim_row(7, "blocked"), claim_row(8, "blocked", token=5)]))
-        store.once("confirm_claims", [(7, 1)])  # job 8 was taken back meanwhile
+        store.once("confirm_claims", [(7, 1)])  # (the busy claim's job 8 was taken back)
         executor, completer = parts(app, store)
         fetcher = make_fetcher(app, store, executor, completer, lease=lease)
         if not idle:
@@ -225,11 +225,18 @@ def test_claimed_rows_that_come_late_start_only_once_their_leases_are_confirmed(
 
     caplog.set_level(logging.INFO, logger="pgqueue.worker")
     store, running = run(scenario())
-    (confirm,) = store.sent("confirm_claims")
-    assert (confirm["ids"], confirm["tokens"]) == ([7, 8], [1, 5])
-    assert running == ([7] if idle else [1, 7])
+    (confirm,) = [s for s in store.statements if s.name == "confirm_claims"]
+    assert (confirm.params["ids"], confirm.params["tokens"]) == ([7, 8], [1, 5])
     assert "claim came late: leases extended" in caplog.text
-    assert "claim came late: jobs taken back meanwhile, not started" in caplog.text
+    if idle:
+        # In the claim's own transaction, before it commits: the claim holds every row.
+        (claim,) = [s for s in store.statements if s.name == "claim_jobs"]
+        assert confirm.transaction == claim.transaction is not None
+        assert running == [7, 8]
+    else:  # after the claim committed: job 8 was taken back meanwhile
+        assert confirm.transaction is None
+        assert running == [1, 7]
+        assert "claim came late: jobs taken back meanwhile, not started" in caplog.text
 
 
 def test_a_claim_whose_commit_failed_stops_its_handlers_and_writes_nothing(app, caplog):
