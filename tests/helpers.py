@@ -68,10 +68,12 @@ def ledger(dsn: str, event: str | None = None) -> list[tuple[Any, ...]]:
 
 
 def terminate_clients(dsn: str) -> int:
-    """End every other client backend of the database (the server closing them): how many."""
+    """End every other client backend of the database (the server closing them): how many.
+    Returns once they have exited (their clients' sockets say so), not when they were only
+    signalled: a call right after must not race the server's goodbye."""
     with psycopg.connect(dsn, autocommit=True) as admin:
         row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             " AND backend_type = 'client backend'"
         ).fetchone()
@@ -176,11 +178,12 @@ def thread_worker(app: PgQueue, dsn: str, **settings: Any) -> Iterator[ThreadWor
 
 @contextmanager
 def worker_through_proxy(
-    app: PgQueue, dsn: str, **settings: Any
+    app: PgQueue, dsn: str, *, release: threading.Event | None = None, **settings: Any
 ) -> Iterator[tuple[ThreadWorker, Proxy]]:
     """A worker whose connections go through the fault-injection proxy
     (``tests/chaos/proxy.py``), yielded once it is idle: done with its start-up, whose own
-    statements must not meet a trap set by the test."""
+    statements must not meet a trap set by the test. ``release``: set before the worker stops
+    (the event its test's held jobs wait on, so that they end)."""
     from tests.chaos.proxy import Proxy
 
     proxy = Proxy(dsn).start()
@@ -197,6 +200,8 @@ def worker_through_proxy(
         )
         yield worker, proxy
     finally:
+        if release is not None:
+            release.set()
         worker.stop()
         proxy.close()
 

@@ -22,8 +22,8 @@ rows until then, and would skip them. Rows on time cost nothing more.
 An idle worker's claim whose rows came on time but whose ``COMMIT`` reply is slow (a lossy
 link, a slow WAL flush) runs its jobs meanwhile, and the heartbeater leaves them out until the
 reply says the claim committed (:mod:`pgqueue.worker.claim_ledger`): their leases would run out
-under the running handlers. While that reply is awaited, :func:`kept_while_committing` extends
-them every half lease (sooner while the commit is not visible yet).
+under the running handlers. While that reply is awaited, :class:`LateClaims` extends them every
+half lease (sooner while the commit is not visible yet).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pgqueue.worker.store import FLOW_CLAIM_COLUMNS, TRANSIENT_ERRORS, Row, Work
 # Positions in a claim's rows (see pgqueue.worker.fetcher).
 _ID, _TOKEN = FLOW_CLAIM_COLUMNS.index("id"), FLOW_CLAIM_COLUMNS.index("lease_token")
 
-#: How soon a claim whose commit is not visible yet is asked again (kept_while_committing).
+#: How soon a claim whose commit is not visible yet is asked again (LateClaims._kept).
 _NOT_VISIBLE_YET = 0.05
 
 Key = tuple[int, int]  # (job id, lease token)
@@ -118,76 +118,6 @@ class ExtendedBeforeCommit:
         return _params(keys, lease=self.lease, worker_id=self.worker_id)
 
 
-def keep_while_committing(
-    store: WorkerStore,
-    commit: asyncio.Task[None],
-    keys: Sequence[Key],
-    leased_at: float,
-    *,
-    lease: float,
-    worker_id: str,
-    log: logging.Logger,
-    keepers: set[asyncio.Future[None]],
-) -> None:
-    """Should ``commit``'s reply be more than half a lease late, keep ``keys``' leases until it
-    comes (:func:`kept_while_committing`, a task added to ``keepers`` meanwhile). On time, it
-    costs a timer."""
-
-    def start() -> None:
-        if commit.done():
-            return
-        keeper = asyncio.ensure_future(
-            kept_while_committing(
-                store, commit, keys, leased_at, lease=lease, worker_id=worker_id, log=log
-            )
-        )
-        keepers.add(keeper)
-        keeper.add_done_callback(keepers.discard)
-
-    timer = asyncio.get_running_loop().call_later(
-        max(0.0, leased_at + lease / 2 - time.monotonic()), start
-    )
-    commit.add_done_callback(lambda _: timer.cancel())
-
-
-async def kept_while_committing(
-    store: WorkerStore,
-    commit: asyncio.Task[None],
-    keys: Sequence[Key],
-    leased_at: float,
-    *,
-    lease: float,
-    worker_id: str,
-    log: logging.Logger,
-) -> None:
-    """Until ``commit`` (an idle claim's, its leases set at ``leased_at``) is done, extend its
-    jobs' leases every half lease. A claim whose commit is not visible yet is not matched: it
-    is asked again soon. One that did not commit is settled as before (Fetcher._settle), and
-    this ends with its commit's task."""
-    due = leased_at + lease / 2
-    while True:
-        done, _ = await asyncio.wait({commit}, timeout=max(0.0, due - time.monotonic()))
-        if done:
-            return
-        sent_at = time.monotonic()
-        try:
-            kept = await _extend(store, keys, lease=lease, worker_id=worker_id)
-        except TRANSIENT_ERRORS:
-            due = time.monotonic() + _NOT_VISIBLE_YET  # the database away: the commit meets it
-            continue
-        # All found: the next beat in half a lease; some not visible yet: soon.
-        due = sent_at + lease / 2 if len(kept) == len(keys) else time.monotonic() + _NOT_VISIBLE_YET
-        if kept:
-            log.info(
-                "claim's COMMIT reply is late: leases extended",
-                extra=fields(
-                    Action.CLAIM_COMMIT_LATE,
-                    job_ids=",".join(str(key[0]) for key in keys if key in kept),
-                    seconds=round(time.monotonic() - leased_at, 3),
-                ),
-            )
-
-
 def log_extended(log: logging.Logger, job_ids: Sequence[int], late: float) -> None:
     log.info(
         "claim came late: leases extended",
@@ -217,7 +147,8 @@ def _params(keys: Sequence[Key], *, lease: float, worker_id: str) -> dict[str, A
 
 
 class LateClaims:
-    """The above for one worker's fetcher: its store, lease and id, and the keepers running."""
+    """The above for one worker's fetcher: its store, lease and id, and the tasks keeping the
+    leases of idle claims whose COMMIT reply is late."""
 
     def __init__(
         self, store: WorkerStore, *, lease: float, worker_id: str, log: logging.Logger
@@ -239,16 +170,57 @@ class LateClaims:
     def keep_while_committing(
         self, commit: asyncio.Task[None], keys: Sequence[Key], leased_at: float
     ) -> None:
-        keep_while_committing(
-            self.store,
-            commit,
-            keys,
-            leased_at,
-            lease=self.lease,
-            worker_id=self.worker_id,
-            log=self.log,
-            keepers=self.keepers,
+        """Should ``commit``'s reply be more than half a lease late, keep ``keys``' leases
+        until it comes (:meth:`_kept`, a task in :attr:`keepers` meanwhile). On time, it costs
+        a timer."""
+
+        def start() -> None:
+            if commit.done():
+                return
+            keeper = asyncio.ensure_future(self._kept(commit, keys, leased_at))
+            self.keepers.add(keeper)
+            keeper.add_done_callback(self.keepers.discard)
+
+        timer = asyncio.get_running_loop().call_later(
+            max(0.0, leased_at + self.lease / 2 - time.monotonic()), start
         )
+        commit.add_done_callback(lambda _: timer.cancel())
+
+    async def _kept(
+        self, commit: asyncio.Task[None], keys: Sequence[Key], leased_at: float
+    ) -> None:
+        """Until ``commit`` (an idle claim's, its leases set at ``leased_at``) is done, extend
+        its jobs' leases every half lease. A claim whose commit is not visible yet is not
+        matched: it is asked again soon. One that did not commit is settled as before
+        (Fetcher._settle), and this ends with its commit's task."""
+        lease = self.lease
+        due = leased_at + lease / 2
+        while True:
+            done, _ = await asyncio.wait({commit}, timeout=max(0.0, due - time.monotonic()))
+            if done:
+                return
+            sent_at = time.monotonic()
+            try:
+                kept = await _extend(self.store, keys, lease=lease, worker_id=self.worker_id)
+            except TRANSIENT_ERRORS:
+                # The database away: the commit's task meets it too.
+                due = time.monotonic() + _NOT_VISIBLE_YET
+                continue
+            # All found: the next beat in half a lease; some not visible yet: soon.
+            due = (
+                sent_at + lease / 2
+                if len(kept) == len(keys)
+                else time.monotonic() + _NOT_VISIBLE_YET
+            )
+            if kept:
+                self.log.info(
+                    "claim's COMMIT reply is late: leases extended",
+                    extra=fields(
+                        Action.CLAIM_COMMIT_LATE,
+                        job_ids=",".join(str(key[0]) for key in keys if key in kept),
+                        seconds=round(time.monotonic() - leased_at, 3),
+                    ),
+                )
 
     async def stop(self) -> None:
         """Stop keeping leases (a COMMIT still on its way when the fetcher stops)."""

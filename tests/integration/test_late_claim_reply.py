@@ -81,12 +81,10 @@ def proxied(dsn: str, **settings: Any) -> Iterator[tuple[ThreadWorker, Any]]:
         prepare=False,
         poll_interval=600,
         reaper_interval=600,  # the test reaps, when it means to
+        release=release,  # (a held job ends, so the worker can stop)
         **settings,
     ) as (worker, proxy):
-        try:
-            yield worker, proxy
-        finally:
-            release.set()  # (a held job ends, so the worker can stop)
+        yield worker, proxy
 
 
 @pytest.fixture(autouse=True)

@@ -63,12 +63,10 @@ def proxied(dsn: str, **settings: Any) -> Iterator[tuple[ThreadWorker, Proxy]]:
         lease=LEASE,
         poll_interval=600,
         reaper_interval=600,  # the jobs come back without the reaper's help
+        release=release,  # (a held job ends, so the worker can stop)
         **settings,
     ) as (worker, proxy):
-        try:
-            yield worker, proxy
-        finally:
-            release.set()  # (a held job ends, so the worker can stop)
+        yield worker, proxy
 
 
 @pytest.fixture(autouse=True)
