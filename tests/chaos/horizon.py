@@ -83,6 +83,7 @@ def held_snapshot(env: Env, size: str) -> Report:
         _mb(after[1]),
     ]
     report.notes["back to size after (s)"] = waited
+    report.notes["jobs started twice"] = chaos.started_twice()
     log = chaos.fleet.log_text()
     report.notes["maintenance steps"] = _steps(log)
     return report

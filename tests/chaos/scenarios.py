@@ -720,6 +720,7 @@ def unread_log_pipe(env: Env, size: str) -> Report:
     report.faults = settings.workers
     report.notes["drop reports"] = logs.count("log records dropped")
     report.notes["leases lost"] = logs.count("lease lost")
+    report.notes["jobs started twice"] = chaos.started_twice()
     return report
 
 

@@ -125,7 +125,7 @@ def test_handlers_blocking_the_loop_run_once(dsn, tmp_path):
 def test_a_log_pipe_nobody_reads_stalls_nothing(dsn, tmp_path):
     report = show(scenarios.unread_log_pipe(Env(dsn, tmp_path), "ci"))
     report.check()
-    assert report.duplicates == 0
+    assert report.duplicates == 0 and report.notes["jobs started twice"] == 0
     assert report.notes["drop reports"] > 0, "the pipe never filled: the scenario proved nothing"
 
 
@@ -180,6 +180,7 @@ def test_a_held_snapshot_loses_nothing_and_the_sizes_come_back(dsn, tmp_path):
     report = show(horizon.held_snapshot(Env(dsn, tmp_path), "ci"))
     report.check()
     assert report.duplicates == 0 and report.faults == 1
+    assert report.notes["jobs started twice"] == 0
     before, peak, after = report.notes["indexes MB before / peak / after"]
     assert peak > horizon.GOAL * before, "the hold bloated nothing: the scenario proved little"
     # Back to at most twice the size before the hold, by the workers alone.
