@@ -154,6 +154,26 @@ class PgqueueSystem(System):
 
 
 @dataclass
+class CliSystem(System):
+    """A peer whose worker is started by its own command-line tool, as its docs run one (the
+    driver still sets up and enqueues): where :class:`System` runs the driver's ``work``, a
+    Python script embedding the peer's worker. ``cli`` is the command after the interpreter's
+    directory, ``{dsn}`` and ``{slots}`` filled in."""
+
+    cli: tuple[str, ...] = ()
+
+    def work_command(self, dsn: str, slots: int | None = None) -> list[str]:
+        bin_dir = Path(self.prefix[0]).parent
+        fill = {"dsn": url(dsn), "slots": str(slots or DEFAULT_PEER_SLOTS)}
+        return [str(bin_dir / self.cli[0]), *(arg.format(**fill) for arg in self.cli[1:])]
+
+    def env(self, dsn: str) -> dict[str, str]:
+        # A console script does not put the working directory on sys.path: the job's module
+        # (the driver) is found the way an installed application's would be.
+        return {**super().env(dsn), "PYTHONPATH": str(self.root)}
+
+
+@dataclass
 class RedisSystem(System):
     """A peer whose jobs live in Redis (the harness's private server, one database each); the
     application table is in its PostgreSQL database like everyone's."""
@@ -339,6 +359,38 @@ def oban() -> System:
     )
 
 
+#: The job slots a peer's command-line worker gets (the drivers' ``work`` default).
+DEFAULT_PEER_SLOTS = 64
+
+
+def _as_cli(peer: System, key: str, label: str, cli: tuple[str, ...]) -> CliSystem:
+    fields = {f.name: getattr(peer, f.name) for f in dataclasses.fields(peer)}
+    return CliSystem(**{**fields, "key": key, "label": label}, cli=cli)
+
+
+def oban_cli() -> System:
+    """Oban-py's worker as ``oban start`` runs it (its queue and limit as ``--queues``); the
+    job's worker module is imported when its first job runs."""
+    return _as_cli(
+        oban(),
+        "oban_cli",
+        "Oban-py `oban start`",
+        ("oban", "start", "--dsn", "{dsn}", "--queues", "default:{slots}"),
+    )
+
+
+def chancy_cli() -> System:
+    """Chancy's worker as ``chancy --app ... worker start`` runs it: the app is the driver's
+    :func:`~benchmarks.drivers.chancy_driver.cli_app`, the queue as the driver's ``setup``
+    declared it (64 slots, the same executor and polling)."""
+    return _as_cli(
+        chancy(),
+        "chancy_cli",
+        "Chancy `chancy worker start`",
+        ("chancy", "--app", "benchmarks.drivers.chancy_driver.cli_app", "worker", "start"),
+    )
+
+
 def chancy() -> System:
     return _python_peer(
         "chancy",
@@ -478,6 +530,9 @@ def build(keys: list[str], concurrency: int) -> list[System]:
         "procrastinate": procrastinate,
         "oban": oban,
         "chancy": chancy,
+        # For benchmarks.startup: the workers as the peers' own command-line tools start them.
+        "oban_cli": oban_cli,
+        "chancy_cli": chancy_cli,
         "graphile": graphile,
         "celery_prefork": lambda: celery("prefork", 1),
         "celery_threads": lambda: celery("threads", 2),

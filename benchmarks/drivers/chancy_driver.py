@@ -14,6 +14,7 @@ enqueue is ``push``; bulk is ``push_many`` (its default 1,000 jobs per statement
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -100,6 +101,13 @@ async def run(args) -> None:
                 )
             async with Worker(chancy) as worker:
                 await worker.wait_for_shutdown()
+
+
+def cli_app() -> Chancy:
+    """The app ``chancy --app benchmarks.drivers.chancy_driver.cli_app worker start`` runs (its
+    command-line worker, ``benchmarks.startup``): the database from the harness's environment,
+    the queue as ``setup`` declared it."""
+    return Chancy(os.environ["BENCH_APP_DSN"])
 
 
 def main() -> None:
