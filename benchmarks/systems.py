@@ -154,6 +154,15 @@ class PgqueueSystem(System):
 
 
 @dataclass
+class PgqueueApiSystem(PgqueueSystem):
+    """pgqueue's worker embedded through the Python API (``Worker(app, settings).run_sync()``
+    in the driver's ``work``), as the peers' drivers embed theirs: ``benchmarks.startup``."""
+
+    def work_command(self, dsn: str, slots: int | None = None) -> list[str]:
+        return self.driver(dsn, "work", "--concurrency", str(slots or self.concurrency))
+
+
+@dataclass
 class CliSystem(System):
     """A peer whose worker is started by its own command-line tool, as its docs run one (the
     driver still sets up and enqueues): where :class:`System` runs the driver's ``work``, a
@@ -359,6 +368,13 @@ def oban() -> System:
     )
 
 
+def pgqueue_api(concurrency: int) -> System:
+    """pgqueue's worker started through the Python API rather than ``pgq work``."""
+    base = pgqueue(concurrency)
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    return PgqueueApiSystem(**{**fields, "key": "pgqueue_api", "label": "pgqueue `Worker` API"})
+
+
 #: The job slots a peer's command-line worker gets (the drivers' ``work`` default).
 DEFAULT_PEER_SLOTS = 64
 
@@ -531,6 +547,7 @@ def build(keys: list[str], concurrency: int) -> list[System]:
         "oban": oban,
         "chancy": chancy,
         # For benchmarks.startup: the workers as the peers' own command-line tools start them.
+        "pgqueue_api": lambda: pgqueue_api(concurrency),
         "oban_cli": oban_cli,
         "chancy_cli": chancy_cli,
         "graphile": graphile,

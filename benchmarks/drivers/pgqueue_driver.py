@@ -11,7 +11,6 @@ threads) instead of ``async def``.
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import UTC, datetime
 
@@ -134,7 +133,14 @@ def main(argv: list[str] | None = None) -> None:
                 late=max(0.0, time.time() - args.start_at),
             )
     elif args.command == "work":
-        sys.exit("run the worker with work_command(): it is `pgq work`")
+        # The worker embedded through the Python API (``benchmarks.startup``'s ``pgqueue_api``,
+        # beside the peers' drivers, which embed theirs): the harness's figures run `pgq work`
+        # itself (work_command).
+        from pgqueue.worker import Worker, WorkerSettings
+
+        Worker(
+            pgq, WorkerSettings(concurrency=args.concurrency or DEFAULT_CONCURRENCY), dsn=dsn
+        ).run_sync()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""``python -m benchmarks.startup`` runs end to end for pgqueue (the peers need network
-installs), with another checkout as the baseline. Figures are never asserted, only that every
+"""``python -m benchmarks.startup`` runs end to end for pgqueue, `pgq work` and the embedded
+``Worker`` (the peers need network installs), with another checkout as the baseline. Figures are never asserted, only that every
 round produced one."""
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ def test_startup_times_pgq_work_and_a_baseline(pg_server: PgServer) -> None:
             "--dsn",
             pg_server.admin_dsn,
             "--systems",
-            "pgqueue",
+            "pgqueue,pgqueue_api",
             "--rounds",
             "1",
             "--baseline",
             str(ROOT),
         ]
     )
-    assert set(figures) == {"pgqueue", "pgqueue_baseline"}
+    assert set(figures) == {"pgqueue", "pgqueue_api", "pgqueue_baseline"}
     for key, values in figures.items():
         (seconds,) = values
         assert 0 < seconds < startup.TIMEOUT, key
