@@ -22,6 +22,14 @@ until the rows of a minimal claim of the job are back (``raw+claim``: ``BEGIN`` 
 ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``, pipelined, from the listening
 thread; its ``COMMIT`` follows unwaited, as a pgqueue worker's idle claim does).
 
+``--handoff-floor`` adds a third floor, what a job handed to an idle worker by the producer
+itself would cost at best if the worker confirmed it before starting it (``handoff+confirm``):
+the producer inserts the job into ``pgqueue.jobs`` already running under a worker id and a
+lease, and its ``pg_notify`` names it; the listening thread extends that lease with pgqueue's
+own ``confirm_claims`` (pipelined after ``BEGIN``, its ``COMMIT`` unwaited) and the figure is
+taken when its rows are back. Nothing in pgqueue hands jobs over: this measures the design
+before building it (docs/benchmarks.md). ``raw`` is the same hand-off started unconfirmed.
+
 ``--tree PATH`` (repeatable) measures the pgqueue of other checkouts too, interleaved with this
 one in every run (a copy of ``latency_tasks.py`` runs their worker and producer), so a change
 is measured against its base on the same machine at the same time.
@@ -42,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +227,71 @@ RAW_CLAIM = (
 )
 
 
+#: The hand-off floor's job: inserted already running under a worker and a lease, as a
+#: producer's hand-off would leave it (the row's other columns take their defaults).
+HANDOFF_INSERT = (
+    "INSERT INTO pgqueue.jobs (queue, task, args, state, attempts, lease_token, worker_id,"
+    " lease_expires_at, started_at) VALUES ('default', 'latency.handoff', '{}', 'running', 1, 1,"
+    " %(worker_id)s::uuid, clock_timestamp() + interval '30 seconds', now()) RETURNING id"
+)
+HANDOFF_WORKER = "00000000-0000-4000-8000-00000000face"
+
+
+def handoff_floor(dsn: str, jobs: int, rate: float) -> list[float]:
+    """INSERT of a job already handed to a worker + pg_notify naming it, committed; received by
+    a plain LISTEN, then confirmed by pgqueue's ``confirm_claims`` (ms to its rows)."""
+    from pgqueue.db.queries import query
+
+    confirm = query("confirm_claims")
+    received: list[float] = []
+    ready = threading.Event()
+
+    def listen() -> None:
+        with (
+            psycopg.connect(dsn, autocommit=True) as conn,
+            psycopg.connect(dsn, autocommit=True) as confirmer,
+        ):
+            conn.execute("LISTEN handoff_latency")
+            ready.set()
+            for notify in conn.notifies(timeout=jobs / rate + 10, stop_after=jobs):
+                job_id, sent = notify.payload.split(" ")
+                with confirmer.pipeline():
+                    confirmer.execute("BEGIN", prepare=True)
+                    params = {
+                        "ids": [int(job_id)],
+                        "tokens": [1],
+                        "worker_id": HANDOFF_WORKER,
+                        "lease": timedelta(seconds=30),
+                    }
+                    rows = confirmer.execute(confirm, params, prepare=True).fetchall()
+                    received.append(time.time() - float(sent))
+                    confirmer.execute("COMMIT", prepare=True)
+                assert rows, "the hand-off floor's confirm found its job"
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    ready.wait(10)
+    with psycopg.connect(dsn) as conn:
+        start = time.monotonic()
+        for i in range(jobs):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            with conn.transaction():
+                t0 = time.time()
+                row = conn.execute(
+                    HANDOFF_INSERT, {"worker_id": HANDOFF_WORKER}, prepare=True
+                ).fetchone()
+                assert row is not None
+                conn.execute(
+                    "SELECT pg_notify('handoff_latency', %s)", (f"{row[0]} {t0!r}",), prepare=True
+                )
+    listener.join()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM pgqueue.jobs WHERE task = 'latency.handoff'")
+    return [r * 1e3 for r in received]
+
+
 def raw_floor(dsn: str, jobs: int, rate: float, *, claim: bool = False) -> list[float]:
     """INSERT + pg_notify committed on a minimal table, received by a plain LISTEN (ms); with
     ``claim``, until the rows of a minimal claim of the job (in a transaction pipelined with
@@ -308,6 +382,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
     p.add_argument("--kinds", default="async,sync")
     p.add_argument("--tree", type=Path, action="append", default=[], help="another checkout")
     p.add_argument(
+        "--handoff-floor", action="store_true", help="also the floor of a confirmed hand-off"
+    )
+    p.add_argument(
         "--allow-fsync-off", action="store_true", help="smoke tests: figures mean nothing"
     )
     args = p.parse_args(argv)
@@ -323,10 +400,16 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
         dsns = databases(admin, envs)
         labels = [f"{kind} {name}" for kind in kinds for name in trees]
         floors = {"raw": False, "raw+claim": True}
+        if args.handoff_floor:
+            floors["handoff+confirm"] = True
         results: dict[str, list[dict[str, Any]]] = {label: [] for label in [*labels, *floors]}
         for run in range(args.runs):
             for floor_name, claim in floors.items():
-                floor = raw_floor(dsn, args.jobs, args.rate, claim=claim)
+                floor = (
+                    handoff_floor(dsn, args.jobs, args.rate)
+                    if floor_name == "handoff+confirm"
+                    else raw_floor(dsn, args.jobs, args.rate, claim=claim)
+                )
                 results[floor_name].append(
                     {
                         "p50": quantile(floor, 0.5),
@@ -334,7 +417,11 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
                         "p999": quantile(floor, 0.999),
                     }
                 )
-                what = "-> LISTEN -> claim's rows" if claim else "-> LISTEN"
+                what = {
+                    "raw": "-> LISTEN",
+                    "raw+claim": "-> LISTEN -> claim's rows",
+                    "handoff+confirm": "(a job handed over) -> LISTEN -> confirm's rows",
+                }[floor_name]
                 print(f"run {run + 1} raw INSERT+NOTIFY {what}: {summary(floor)}", flush=True)
             for kind in kinds:
                 for name, env in envs.items():

@@ -15,12 +15,13 @@ pytestmark = pytest.mark.slow
 
 def test_latency_measures_every_stage(pg_server):
     args = ["--jobs", "20", "--rate", "50", "--runs", "1", "--kinds", "async", "--allow-fsync-off"]
-    results = latency.main(["--dsn", pg_server.admin_dsn, *args])
+    results = latency.main(["--dsn", pg_server.admin_dsn, *args, "--handoff-floor"])
     (run,) = results["async this"]
     assert run["jobs"] == 20
     assert run["staged"] > 0
     assert set(run["stages"]) == set(latency.STAGES)
     assert results["raw"][0]["p50"] > 0
+    assert results["handoff+confirm"][0]["p50"] > 0  # every handed job confirmed, none left
 
 
 def test_idle_claim_times_both_checkouts(pg_server):
