@@ -239,6 +239,10 @@ class Report:
     interrupted: int = 0
     duplicates: int = 0
     lost: int = 0
+    #: Jobs the scenario loses by design, not the queue: enqueues committed on a primary whose
+    #: asynchronous standby had not received them when it died (scenario 13b). Lost up to this
+    #: many keeps the promise.
+    lost_by_design: int = 0
     dead: int = 0
     stale_acks: int = 0
     stale_writes: int = 0
@@ -267,10 +271,12 @@ class Report:
     notes: dict[str, Any] = field(default_factory=dict)
 
     def check(self, expect_dead: int = 0) -> None:
-        """The promise: nothing lost, duplicates bounded by interruptions, no stale write."""
+        """The promise: nothing lost (but what the scenario loses by design), duplicates bounded
+        by interruptions, no stale write."""
         problems = []
-        if self.lost:
-            problems.append(f"{self.lost} jobs lost")
+        if self.lost > self.lost_by_design:
+            by_design = f" (by design: {self.lost_by_design})" if self.lost_by_design else ""
+            problems.append(f"{self.lost} jobs lost{by_design}")
         if self.duplicates > self.interrupted:
             problems.append(
                 f"{self.duplicates} duplicate executions > {self.interrupted} interrupted"

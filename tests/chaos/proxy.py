@@ -120,6 +120,12 @@ class Proxy:
         self.port = self._server.sockets[0].getsockname()[1]
         self._started.set()
         self._loop.run_forever()
+        # Connections still being pumped when the proxy closed end here, not when the closed
+        # loop is collected ("Task was destroyed but it is pending!").
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self._loop.close()
 
     def _drop(self) -> None:

@@ -854,6 +854,9 @@ def failover(env: Env, size: str, synchronous: bool = True, lag: float = 0.0) ->
         report.notes["enqueued during the lag"] = enqueued_at_crash - enqueued_at_lag
     report.notes["enqueues the failover rolled back"] = len(rolled_back)
     report.notes["rolled back from before the lag"] = len(older)
+    # What the standby had not received is gone with the old primary (asynchronous replication
+    # promises no more); anything enqueued before the lag began is not.
+    report.lost_by_design = len(rolled_back) - len(older)
     report.notes["of which had run before the crash"] = len(rolled_back) - report.lost
     report.notes["first job done after the promote (s)"] = (
         None if first_done is None else round((first_done - promoted_at).total_seconds(), 2)
