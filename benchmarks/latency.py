@@ -22,13 +22,13 @@ until the rows of a minimal claim of the job are back (``raw+claim``: ``BEGIN`` 
 ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``, pipelined, from the listening
 thread; its ``COMMIT`` follows unwaited, as a pgqueue worker's idle claim does).
 
-``--handoff-floor`` adds a third floor, what a job handed to an idle worker by the producer
-itself would cost at best if the worker confirmed it before starting it (``handoff+confirm``):
-the producer inserts the job into ``pgqueue.jobs`` already running under a worker id and a
-lease, and its ``pg_notify`` names it; the listening thread extends that lease with pgqueue's
-own ``confirm_claims`` (pipelined after ``BEGIN``, its ``COMMIT`` unwaited) and the figure is
-taken when its rows are back. Nothing in pgqueue hands jobs over: this measures the design
-before building it (docs/benchmarks.md). ``raw`` is the same hand-off started unconfirmed.
+``--handoff-floor`` adds two floors: what a job handed to an idle worker by the producer
+itself would cost at best. The producer inserts the job into ``pgqueue.jobs`` already running
+under a worker id and a lease, and its ``pg_notify`` names it. ``handoff``: the figure is taken
+when the listening thread has the NOTIFY (the job started unconfirmed); ``handoff+confirm``:
+when the rows of pgqueue's own ``confirm_claims`` extending that lease are back (pipelined
+after ``BEGIN``, its ``COMMIT`` unwaited). Nothing in pgqueue hands jobs over: this measures
+the design before building it (docs/benchmarks.md).
 
 ``--tree PATH`` (repeatable) measures the pgqueue of other checkouts too, interleaved with this
 one in every run (a copy of ``latency_tasks.py`` runs their worker and producer), so a change
@@ -237,12 +237,13 @@ HANDOFF_INSERT = (
 HANDOFF_WORKER = "00000000-0000-4000-8000-00000000face"
 
 
-def handoff_floor(dsn: str, jobs: int, rate: float) -> list[float]:
+def handoff_floor(dsn: str, jobs: int, rate: float, *, confirm: bool = True) -> list[float]:
     """INSERT of a job already handed to a worker + pg_notify naming it, committed; received by
-    a plain LISTEN, then confirmed by pgqueue's ``confirm_claims`` (ms to its rows)."""
+    a plain LISTEN (ms), then, with ``confirm``, confirmed by pgqueue's ``confirm_claims`` (ms
+    to its rows)."""
     from pgqueue.db.queries import query
 
-    confirm = query("confirm_claims")
+    confirm_claims = query("confirm_claims")
     received: list[float] = []
     ready = threading.Event()
 
@@ -255,6 +256,9 @@ def handoff_floor(dsn: str, jobs: int, rate: float) -> list[float]:
             ready.set()
             for notify in conn.notifies(timeout=jobs / rate + 10, stop_after=jobs):
                 job_id, sent = notify.payload.split(" ")
+                if not confirm:
+                    received.append(time.time() - float(sent))
+                    continue
                 with confirmer.pipeline():
                     confirmer.execute("BEGIN", prepare=True)
                     params = {
@@ -263,7 +267,7 @@ def handoff_floor(dsn: str, jobs: int, rate: float) -> list[float]:
                         "worker_id": HANDOFF_WORKER,
                         "lease": timedelta(seconds=30),
                     }
-                    rows = confirmer.execute(confirm, params, prepare=True).fetchall()
+                    rows = confirmer.execute(confirm_claims, params, prepare=True).fetchall()
                     received.append(time.time() - float(sent))
                     confirmer.execute("COMMIT", prepare=True)
                 assert rows, "the hand-off floor's confirm found its job"
@@ -382,7 +386,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
     p.add_argument("--kinds", default="async,sync")
     p.add_argument("--tree", type=Path, action="append", default=[], help="another checkout")
     p.add_argument(
-        "--handoff-floor", action="store_true", help="also the floor of a confirmed hand-off"
+        "--handoff-floor", action="store_true", help="also the floors of a producer's hand-off"
     )
     p.add_argument(
         "--allow-fsync-off", action="store_true", help="smoke tests: figures mean nothing"
@@ -401,13 +405,14 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
         labels = [f"{kind} {name}" for kind in kinds for name in trees]
         floors = {"raw": False, "raw+claim": True}
         if args.handoff_floor:
+            floors["handoff"] = False
             floors["handoff+confirm"] = True
         results: dict[str, list[dict[str, Any]]] = {label: [] for label in [*labels, *floors]}
         for run in range(args.runs):
             for floor_name, claim in floors.items():
                 floor = (
-                    handoff_floor(dsn, args.jobs, args.rate)
-                    if floor_name == "handoff+confirm"
+                    handoff_floor(dsn, args.jobs, args.rate, confirm=claim)
+                    if floor_name.startswith("handoff")
                     else raw_floor(dsn, args.jobs, args.rate, claim=claim)
                 )
                 results[floor_name].append(
@@ -420,6 +425,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Any]]:
                 what = {
                     "raw": "-> LISTEN",
                     "raw+claim": "-> LISTEN -> claim's rows",
+                    "handoff": "(a job handed over) -> LISTEN",
                     "handoff+confirm": "(a job handed over) -> LISTEN -> confirm's rows",
                 }[floor_name]
                 print(f"run {run + 1} raw INSERT+NOTIFY {what}: {summary(floor)}", flush=True)

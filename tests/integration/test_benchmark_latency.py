@@ -21,6 +21,7 @@ def test_latency_measures_every_stage(pg_server):
     assert run["staged"] > 0
     assert set(run["stages"]) == set(latency.STAGES)
     assert results["raw"][0]["p50"] > 0
+    assert results["handoff"][0]["p50"] > 0
     assert results["handoff+confirm"][0]["p50"] > 0  # every handed job confirmed, none left
 
 
