@@ -41,6 +41,7 @@ the median of each stage; then the medians over the runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -50,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -237,40 +239,36 @@ HANDOFF_INSERT = (
 HANDOFF_WORKER = "00000000-0000-4000-8000-00000000face"
 
 
-def handoff_floor(dsn: str, jobs: int, rate: float, *, confirm: bool = True) -> list[float]:
-    """INSERT of a job already handed to a worker + pg_notify naming it, committed; received by
-    a plain LISTEN (ms), then, with ``confirm``, confirmed by pgqueue's ``confirm_claims`` (ms
-    to its rows)."""
-    from pgqueue.db.queries import query
+#: Sends one job in the paced producer's transaction and returns what its NOTIFY carries
+#: besides the send time.
+Send = Callable[[psycopg.Connection[Any]], str]
+#: Called once the job of a NOTIFY counts as started.
+Started = Callable[[], None]
+#: Runs in the listening thread for each NOTIFY (what ``Send`` returned, a second connection
+#: of that thread, and what to call once the job counts as started).
+Receive = Callable[[str, psycopg.Connection[Any], Started], None]
 
-    confirm_claims = query("confirm_claims")
+
+def timed_notifies(dsn: str, jobs: int, rate: float, send: Send, receive: Receive) -> list[float]:
+    """``jobs`` committed at ``rate`` by one producer, each with a NOTIFY carrying its send
+    time; a plain ``LISTEN`` in a thread of this process receives them: ms from each send to
+    its ``receive`` saying it started."""
     received: list[float] = []
     ready = threading.Event()
+
+    def started(sent: float) -> None:
+        received.append(time.time() - sent)
 
     def listen() -> None:
         with (
             psycopg.connect(dsn, autocommit=True) as conn,
-            psycopg.connect(dsn, autocommit=True) as confirmer,
+            psycopg.connect(dsn, autocommit=True) as second,
         ):
-            conn.execute("LISTEN handoff_latency")
+            conn.execute("LISTEN floor_latency")
             ready.set()
             for notify in conn.notifies(timeout=jobs / rate + 10, stop_after=jobs):
-                job_id, sent = notify.payload.split(" ")
-                if not confirm:
-                    received.append(time.time() - float(sent))
-                    continue
-                with confirmer.pipeline():
-                    confirmer.execute("BEGIN", prepare=True)
-                    params = {
-                        "ids": [int(job_id)],
-                        "tokens": [1],
-                        "worker_id": HANDOFF_WORKER,
-                        "lease": timedelta(seconds=30),
-                    }
-                    rows = confirmer.execute(confirm_claims, params, prepare=True).fetchall()
-                    received.append(time.time() - float(sent))
-                    confirmer.execute("COMMIT", prepare=True)
-                assert rows, "the hand-off floor's confirm found its job"
+                extra, _, sent = notify.payload.rpartition(" ")
+                receive(extra, second, functools.partial(started, float(sent)))
 
     listener = threading.Thread(target=listen)
     listener.start()
@@ -283,17 +281,50 @@ def handoff_floor(dsn: str, jobs: int, rate: float, *, confirm: bool = True) -> 
                 time.sleep(delay)
             with conn.transaction():
                 t0 = time.time()
-                row = conn.execute(
-                    HANDOFF_INSERT, {"worker_id": HANDOFF_WORKER}, prepare=True
-                ).fetchone()
-                assert row is not None
-                conn.execute(
-                    "SELECT pg_notify('handoff_latency', %s)", (f"{row[0]} {t0!r}",), prepare=True
-                )
+                extra = send(conn)
+                payload = f"{extra} {t0!r}"
+                conn.execute("SELECT pg_notify('floor_latency', %s)", (payload,), prepare=True)
     listener.join()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DELETE FROM pgqueue.jobs WHERE task = 'latency.handoff'")
     return [r * 1e3 for r in received]
+
+
+def handoff_floor(dsn: str, jobs: int, rate: float, *, confirm: bool = True) -> list[float]:
+    """INSERT of a job already handed to a worker + pg_notify naming it, committed; received by
+    a plain LISTEN (ms), then, with ``confirm``, confirmed by pgqueue's ``confirm_claims`` (ms
+    to its rows)."""
+    from pgqueue.db.queries import query
+
+    confirm_claims = query("confirm_claims")
+
+    def send(conn: psycopg.Connection[Any]) -> str:
+        row = conn.execute(HANDOFF_INSERT, {"worker_id": HANDOFF_WORKER}, prepare=True).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def receive(
+        job_id: str, confirmer: psycopg.Connection[Any], started: Callable[[], None]
+    ) -> None:
+        if not confirm:
+            started()
+            return
+        params = {
+            "ids": [int(job_id)],
+            "tokens": [1],
+            "worker_id": HANDOFF_WORKER,
+            "lease": timedelta(seconds=30),
+        }
+        with confirmer.pipeline():
+            confirmer.execute("BEGIN", prepare=True)
+            rows = confirmer.execute(confirm_claims, params, prepare=True).fetchall()
+            started()
+            confirmer.execute("COMMIT", prepare=True)
+        assert rows, "the hand-off floor's confirm found its job"
+
+    try:
+        return timed_notifies(dsn, jobs, rate, send, receive)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgqueue.jobs WHERE task = 'latency.handoff'")
 
 
 def raw_floor(dsn: str, jobs: int, rate: float, *, claim: bool = False) -> list[float]:
@@ -308,42 +339,23 @@ def raw_floor(dsn: str, jobs: int, rate: float, *, claim: bool = False) -> list[
         conn.execute(
             "CREATE INDEX IF NOT EXISTS raw_latency_ready ON raw_latency (id) WHERE state = 'ready'"
         )
-    received: list[float] = []
-    ready = threading.Event()
 
-    def listen() -> None:
-        with (
-            psycopg.connect(dsn, autocommit=True) as conn,
-            psycopg.connect(dsn, autocommit=True) as claimer,
-        ):
-            conn.execute("LISTEN raw_latency")
-            ready.set()
-            for notify in conn.notifies(timeout=jobs / rate + 10, stop_after=jobs):
-                if claim:
-                    with claimer.pipeline():
-                        claimer.execute("BEGIN", prepare=True)
-                        rows = claimer.execute(RAW_CLAIM, prepare=True).fetchall()
-                        received.append(time.time() - float(notify.payload))
-                        claimer.execute("COMMIT", prepare=True)
-                    assert rows, "the floor's claim found its job"
-                else:
-                    received.append(time.time() - float(notify.payload))
+    def send(conn: psycopg.Connection[Any]) -> str:
+        conn.execute("INSERT INTO raw_latency (args) VALUES ('{}')", prepare=True)
+        return ""
 
-    listener = threading.Thread(target=listen)
-    listener.start()
-    ready.wait(10)
-    with psycopg.connect(dsn) as conn:
-        start = time.monotonic()
-        for i in range(jobs):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            with conn.transaction():
-                t0 = time.time()
-                conn.execute("INSERT INTO raw_latency (args) VALUES ('{}')", prepare=True)
-                conn.execute("SELECT pg_notify('raw_latency', %s)", (repr(t0),), prepare=True)
-    listener.join()
-    return [r * 1e3 for r in received]
+    def receive(_: str, claimer: psycopg.Connection[Any], started: Started) -> None:
+        if not claim:
+            started()
+            return
+        with claimer.pipeline():
+            claimer.execute("BEGIN", prepare=True)
+            rows = claimer.execute(RAW_CLAIM, prepare=True).fetchall()
+            started()
+            claimer.execute("COMMIT", prepare=True)
+        assert rows, "the floor's claim found its job"
+
+    return timed_notifies(dsn, jobs, rate, send, receive)
 
 
 def summary(values: list[float]) -> str:
