@@ -1,6 +1,6 @@
-"""``python -m benchmarks.startup`` runs end to end for pgqueue, `pgq work` and the embedded
-``Worker`` (the peers need network installs), with another checkout as the baseline. Figures are never asserted, only that every
-round produced one."""
+"""``python -m benchmarks.startup`` runs end to end for pgqueue, ``pgq work`` and the embedded
+``Worker`` (the peers need network installs), with another checkout as the baseline. Figures
+are never asserted, only that every round produced one."""
 
 from __future__ import annotations
 
