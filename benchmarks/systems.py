@@ -368,11 +368,17 @@ def oban() -> System:
     )
 
 
+def _fields(system: System, **changes: Any) -> dict[str, Any]:
+    """``system``'s fields with ``changes``: the same system as another kind (its worker
+    started another way)."""
+    return {f.name: getattr(system, f.name) for f in dataclasses.fields(system)} | changes
+
+
 def pgqueue_api(concurrency: int) -> System:
     """pgqueue's worker started through the Python API rather than ``pgq work``."""
-    base = pgqueue(concurrency)
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-    return PgqueueApiSystem(**{**fields, "key": "pgqueue_api", "label": "pgqueue `Worker` API"})
+    return PgqueueApiSystem(
+        **_fields(pgqueue(concurrency), key="pgqueue_api", label="pgqueue `Worker` API")
+    )
 
 
 #: The job slots a peer's command-line worker gets (the drivers' ``work`` default).
@@ -380,8 +386,7 @@ DEFAULT_PEER_SLOTS = 64
 
 
 def _as_cli(peer: System, key: str, label: str, cli: tuple[str, ...]) -> CliSystem:
-    fields = {f.name: getattr(peer, f.name) for f in dataclasses.fields(peer)}
-    return CliSystem(**{**fields, "key": key, "label": label}, cli=cli)
+    return CliSystem(**_fields(peer, key=key, label=label, cli=cli))
 
 
 def oban_cli() -> System:
@@ -546,7 +551,8 @@ def build(keys: list[str], concurrency: int) -> list[System]:
         "procrastinate": procrastinate,
         "oban": oban,
         "chancy": chancy,
-        # For benchmarks.startup: the workers as the peers' own command-line tools start them.
+        # For benchmarks.startup: each worker started the other way (pgqueue's embedded, the
+        # peers' by their own command-line tools).
         "pgqueue_api": lambda: pgqueue_api(concurrency),
         "oban_cli": oban_cli,
         "chancy_cli": chancy_cli,
